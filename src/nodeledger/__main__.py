@@ -1,0 +1,3 @@
+from nodeledger.cli import main
+
+raise SystemExit(main())

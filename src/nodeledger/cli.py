@@ -1,0 +1,378 @@
+"""The command line: thin.  Parses options, calls the library, renders, maps errors to exit codes.
+
+Exit codes: 0 ok; 2 bad input (one line on stderr naming the problem, never a traceback).
+Heavy imports stay inside the commands so ``nodeledger model show`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from nodeledger import __version__
+from nodeledger.errors import NodeledgerError
+
+app = typer.Typer(
+    name="nodeledger",
+    help="Capacity accounting for one multi-accelerator server: what fits, what is tight, "
+    "what cannot run, and which part of the machine binds.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+machine_app = typer.Typer(help="What the box is: bundled presets and profile files.", no_args_is_help=True)
+model_app = typer.Typer(help="What a job runs: model specs from HF config.json.", no_args_is_help=True)
+app.add_typer(machine_app, name="machine")
+app.add_typer(model_app, name="model")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+UNKNOWN = "unknown"
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def gib(n: int | None) -> str:
+    """Bytes as GiB (2**30) with the exact byte count; None -> unknown."""
+    if n is None:
+        return UNKNOWN
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def _num(value: Any, unit: str = "") -> str:
+    if value is None:
+        return UNKNOWN
+    if isinstance(value, float):
+        text = f"{value:,.1f}".rstrip("0").rstrip(".")
+    else:
+        text = f"{value:,}" if isinstance(value, int) else str(value)
+    return f"{text} {unit}".rstrip()
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"nodeledger {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    pass
+
+
+# ---------------------------------------------------------------------------------------
+# machine
+# ---------------------------------------------------------------------------------------
+
+
+@machine_app.command("list")
+def machine_list(as_json: JsonOpt = False) -> None:
+    """List the bundled machine presets."""
+    from nodeledger.machine import DEFAULT_PRESET, list_presets, resolve_machine
+
+    rows = []
+    for name in list_presets():
+        p = resolve_machine(name)
+        rows.append(
+            {
+                "name": name,
+                "default": name == DEFAULT_PRESET,
+                "accelerators": len(p.accelerators),
+                "product": ", ".join(sorted({a.product for a in p.accelerators})),
+                "card_memory_total_bytes": p.total_accelerator_memory_bytes(),
+                "host_ram_bytes": p.host.ram_bytes,
+                "description": p.description,
+            }
+        )
+    if as_json:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="Bundled machine presets (figures and their sources: machine show NAME)")
+    for col in ("preset", "cards", "card memory total", "host RAM"):
+        t.add_column(col, no_wrap=col == "preset")
+    for r in rows:
+        name = r["name"] + (" (default)" if r["default"] else "")
+        t.add_row(
+            name,
+            f"{r['accelerators']} x {r['product']}",
+            gib(r["card_memory_total_bytes"]),
+            gib(r["host_ram_bytes"]),
+        )
+    _console().print(t)
+
+
+@machine_app.command("show")
+def machine_show(
+    machine: Annotated[
+        str | None, typer.Argument(help="Preset name or profile file (.toml/.json); default: the reference machine.")
+    ] = None,
+    as_json: JsonOpt = False,
+    save: Annotated[
+        str | None, typer.Option("--save", help="Also write the profile to FILE (.toml or .json).")
+    ] = None,
+) -> None:
+    """Show a machine profile: cards, links, host, network, storage — each figure with its source."""
+    from nodeledger.machine import resolve_machine, save_profile
+
+    profile = resolve_machine(machine)
+    if save:
+        try:
+            save_profile(profile, save)
+        except OSError as exc:
+            raise NodeledgerError(f"{save}: cannot write profile: {exc.strerror or exc}") from None
+    if as_json:
+        _print_json(profile.model_dump(mode="json"))
+        return
+    _render_machine(profile)
+
+
+def _render_machine(p) -> None:
+    from rich.table import Table
+
+    con = _console()
+    con.print(f"[bold]{p.name}[/bold] — {p.description}")
+    t = Table(title="Accelerators")
+    cols = ("#", "vendor", "product", "memory", "mem bandwidth", "bf16 dense", "fp8 dense",
+            "int8 dense", "NUMA", "PCI bus", "partition")
+    for c in cols:
+        t.add_column(c)
+    for a in p.accelerators:
+        t.add_row(
+            str(a.index), a.vendor.value, a.product, gib(a.memory_bytes),
+            _num(a.memory_bandwidth_gbps, "GB/s"), _num(a.bf16_dense_tflops, "TFLOPS"),
+            _num(a.fp8_dense_tflops, "TFLOPS"), _num(a.int8_dense_tops, "TOPS"),
+            _num(a.numa_node), a.pci_bus_id or UNKNOWN, a.partition or UNKNOWN,
+        )  # fmt: skip
+    con.print(t)
+    total = p.total_accelerator_memory_bytes()
+    con.print(f"Card memory total: {gib(total)}" + (f" ({total:,} B)" if total else ""))
+    d = p.interconnect.default
+    con.print(
+        f"Card-to-card links (default for every pair): {d.kind.value}"
+        + (f" x{d.lanes}" if d.lanes else "")
+        + f", label {d.label or UNKNOWN}, {_num(d.bandwidth_gbps, 'GB/s per direction')}"
+        + (f" — source: {d.source}" if d.source else "")
+    )
+    if p.interconnect.pairs:
+        lt = Table(title="Link pairs differing from the default")
+        for c in ("a", "b", "kind", "label", "GB/s per direction", "source"):
+            lt.add_column(c)
+        for lp in p.interconnect.pairs:
+            lt.add_row(str(lp.a), str(lp.b), lp.kind.value + (f" x{lp.lanes}" if lp.lanes else ""),
+                       lp.label or UNKNOWN, _num(lp.bandwidth_gbps), lp.source or "")
+        con.print(lt)
+    h = p.host
+    con.print(
+        f"Host: {_num(h.sockets)} sockets, {_num(h.cores)} cores, {_num(h.threads)} threads, "
+        f"{len(h.numa_nodes)} NUMA nodes, RAM {gib(h.ram_bytes)}, swap {gib(h.swap_bytes)}, "
+        f"THP {h.thp_enabled or UNKNOWN}"
+    )
+    for n in h.numa_nodes:
+        con.print(f"  NUMA {n.id}: CPUs {n.cpus or UNKNOWN}, memory {gib(n.memory_bytes)}")
+    for nic in p.network.nics:
+        con.print(f"NIC {nic.name}: {nic.kind}, {_num(nic.speed_gbit, 'Gbit/s')}"
+                  + (f" — source: {nic.source}" if nic.source else ""))
+    if not p.network.nics:
+        con.print("Network: unknown (no NICs listed)")
+    for m in p.storage.mounts:
+        con.print(f"Mount {m.path}: {m.kind}, {m.filesystem or 'filesystem unknown'}, {gib(m.size_bytes)}")
+    if not p.storage.mounts:
+        con.print("Storage: unknown (no mounts listed)")
+    sources: dict[str, str] = {}
+    for a in p.accelerators:
+        for k, v in a.sources.items():
+            sources.setdefault(f"accelerator {k}", v)
+    for k, v in h.sources.items():
+        sources[f"host {k}"] = v
+    if sources:
+        con.print("[bold]Sources[/bold]")
+        for k, v in sources.items():
+            con.print(f"  {k}: {v}")
+    for note in p.notes:
+        con.print(f"  note: {note}")
+
+
+# ---------------------------------------------------------------------------------------
+# model
+# ---------------------------------------------------------------------------------------
+
+
+@model_app.command("list")
+def model_list(as_json: JsonOpt = False) -> None:
+    """List the bundled model catalogue and the supported families."""
+    from nodeledger.model import catalogue, supported_families
+
+    entries = [{"id": e["id"], "aliases": e.get("aliases", []), "source": e["source"]} for e in catalogue()]
+    if as_json:
+        _print_json({"catalogue": entries, "families": supported_families()})
+        return
+    from rich.table import Table
+
+    t = Table(title="Bundled model catalogue (architecture fields from public facts)")
+    t.add_column("id")
+    t.add_column("aliases")
+    t.add_column("source")
+    for e in entries:
+        t.add_row(e["id"], ", ".join(e["aliases"]), e["source"])
+    con = _console()
+    con.print(t)
+    con.print("Supported families (model_type): " + ", ".join(supported_families()))
+
+
+@model_app.command("show")
+def model_show(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="config.json path, checkpoint folder, catalogue name, or Hub id in the local HF cache."
+        ),
+    ],
+    dtype: Annotated[
+        str | None,
+        typer.Option("--dtype", help="Weight scheme to detail: bf16 fp16 fp32 fp8 int8 int4 nf4 mxfp4."),
+    ] = None,
+    online: Annotated[
+        bool, typer.Option("--online", help="Allow downloading config.json from the Hub.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Parameters (total, active, by part), weight bytes per dtype, KV cache bytes per token."""
+    from nodeledger.model import load_model
+    from nodeledger.report.model_summary import model_summary
+
+    spec, src = load_model(model, online=online)
+    summary = model_summary(spec, src, dtype=dtype)
+    if as_json:
+        _print_json(summary)
+        return
+    _render_model(summary)
+
+
+def _render_model(s: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    arch = s["architecture"]
+    con.print(f"[bold]{s['model']}[/bold]  family {s['family']}  (config: {s['source']})")
+    layers = ", ".join(f"{v} {k}" for k, v in arch["attention_layers"].items())
+    line = (f"  {arch['num_layers']} layers ({layers}), hidden {arch['hidden_size']}, "
+            f"{arch['num_attention_heads']} heads, vocab {arch['vocab_size']:,}, "
+            f"embeddings {'tied' if arch['tied_embeddings'] else 'untied'}")
+    if arch["moe"]:
+        m = arch["moe"]
+        line += f"; MoE {m['num_experts']} experts, top-{m['top_k']}, {m['moe_layers']} MoE layers"
+    con.print(line)
+    p = s["params"]
+    t = Table(title="Parameters (count; source: config.json, transformers module tree)")
+    t.add_column("part")
+    t.add_column("parameters", justify="right")
+    t.add_column("share", justify="right")
+    for part, n in p["by_part"].items():
+        if n:
+            t.add_row(part, f"{n:,}", f"{100 * n / p['total']:.1f} %")
+    t.add_row("[bold]total[/bold]", f"[bold]{p['total']:,}[/bold]", "100 %")
+    t.add_row("active per token", f"{p['active']:,}", f"{100 * p['active'] / p['total']:.1f} %")
+    con.print(t)
+    w = Table(title="Weight bytes by scheme (computed per tensor; layout per scheme below)")
+    w.add_column("scheme")
+    w.add_column("bytes", justify="right")
+    w.add_column("GiB", justify="right")
+    for name, n in s["weight_bytes"].items():
+        w.add_row(name, f"{n:,}", f"{n / 2**30:,.2f}")
+    con.print(w)
+    con.print("Layouts (what each scheme stores per tensor):")
+    for name, text in s["weight_bytes_layouts"].items():
+        con.print(f"  {name}: {text}")
+    cfgw = s["weight_bytes_config"]
+    con.print(f"As the config declares it: {cfgw['scheme']} = {cfgw['bytes']:,} B "
+              f"({gib(cfgw['bytes'])}) — {cfgw['source']}")
+    if "weight_bytes_selected" in s:
+        sel = s["weight_bytes_selected"]
+        parts = ", ".join(f"{k} {gib(v)}" for k, v in sel["by_part"].items() if v)
+        con.print(f"--dtype {sel['scheme']}: {sel['bytes']:,} B ({gib(sel['bytes'])}); by part: {parts}")
+    ck = s["checkpoint"]
+    if ck:
+        diff = ck["total_bytes"] - ck["config_derived_bytes"]
+        con.print(
+            f"Checkpoint on disk ({ck['source']}, {len(ck['files'])} files, {ck['tensor_count']} tensors): "
+            f"{ck['total_bytes']:,} B ({gib(ck['total_bytes'])}); config-derived {ck['config_derived_bytes']:,} B; "
+            f"difference {diff:+,} B"
+        )
+        con.print("  by dtype: " + ", ".join(f"{k} {v:,} B" for k, v in ck["bytes_by_dtype"].items()))
+    kv = s["kv"]
+    con.print(
+        f"KV cache ({kv['dtype']}): {kv['bytes_per_token']:,} B per token "
+        f"({kv['bytes_per_token'] / 2**10:,.1f} KiB; fp8 cache {kv['bytes_per_token_fp8']:,} B)"
+    )
+    if kv["sliding_window"]:
+        con.print(f"  beyond the {kv['sliding_window']:,}-token sliding window: "
+                  f"{kv['bytes_per_token_beyond_window']:,} B per token (full-attention layers only)")
+    if kv["linear_state_bytes_per_sequence"]:
+        con.print(f"  linear-attention state: {kv['linear_state_bytes_per_sequence']:,} B per sequence, "
+                  "independent of context length")
+    con.print(f"  formula: {kv['source']}")
+    for note in s["notes"]:
+        con.print(f"note: {note}")
+
+
+# ---------------------------------------------------------------------------------------
+# report (the main job; the capacity verdicts arrive with the ledger and report issues)
+# ---------------------------------------------------------------------------------------
+
+
+@app.command("report")
+def report(
+    machine: Annotated[
+        str | None, typer.Option("--machine", help="Preset name or profile file; default: reference machine.")
+    ] = None,
+    model: Annotated[
+        str, typer.Option("--model", help="Model to show beside the machine.")
+    ] = "Qwen/Qwen3-32B",
+    as_json: JsonOpt = False,
+) -> None:
+    """The machine and a model side by side (default: the bundled reference machine).
+
+    No accelerator probe exists yet, so the machine is the bundled reference preset unless
+    --machine names another.
+    """
+    from nodeledger.machine import resolve_machine
+    from nodeledger.model import load_model
+    from nodeledger.report.model_summary import model_summary
+
+    profile = resolve_machine(machine)
+    spec, src = load_model(model)
+    summary = model_summary(spec, src)
+    if as_json:
+        _print_json({"machine": profile.model_dump(mode="json"), "model": summary})
+        return
+    _render_machine(profile)
+    _console().rule()
+    _render_model(summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, prog_name="nodeledger", standalone_mode=True)
+    except NodeledgerError as exc:
+        sys.stderr.write(f"nodeledger: error: {exc}\n")
+        return exc.exit_code
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0

@@ -1,0 +1,112 @@
+"""Load and save machine profiles (TOML or JSON) and find the bundled presets.
+
+TOML has no null, so an unknown value is written as the string ``"unknown"``; JSON uses
+``null``.  Both load back to the same profile (round-trip equality is tested).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from pydantic import ValidationError
+
+from nodeledger.errors import ProfileError
+from nodeledger.machine.profile import UNKNOWN, MachineProfile
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_PRESET = "k100-ai-8x64g"
+_PRESET_PACKAGE = "nodeledger.machine"
+
+
+def _preset_dir():
+    return resources.files(_PRESET_PACKAGE) / "presets"
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled presets, sorted."""
+    return sorted(p.name[: -len(".toml")] for p in _preset_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def _validation_line(exc: ValidationError, where: str) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: field {loc}: {first['msg']}{more}"
+
+
+def parse_profile(text: str, fmt: str, where: str) -> MachineProfile:
+    """Parse profile text in ``fmt`` ("toml" or "json"); ``where`` names it in errors."""
+    try:
+        data = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"{where}: not valid {fmt.upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: a machine profile is a table/object, got {type(data).__name__}")
+    try:
+        return MachineProfile.model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(_validation_line(exc, where)) from None
+
+
+def load_profile(path: str | Path) -> MachineProfile:
+    """Load a profile file; the format follows the suffix (.json, else TOML)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"{p}: cannot read machine profile: {exc.strerror or exc}") from None
+    return parse_profile(text, "json" if p.suffix.lower() == ".json" else "toml", str(p))
+
+
+def load_preset(name: str) -> MachineProfile:
+    res = _preset_dir() / f"{name}.toml"
+    if not res.is_file():
+        raise ProfileError(
+            f"unknown machine preset {name!r}; bundled presets: {', '.join(list_presets())}"
+        )
+    return parse_profile(res.read_text(encoding="utf-8"), "toml", f"preset {name}")
+
+
+def resolve_machine(ref: str | None) -> MachineProfile:
+    """A preset name or a profile file path; ``None`` gives the bundled default preset."""
+    if ref is None:
+        return load_preset(DEFAULT_PRESET)
+    if ref in list_presets():
+        return load_preset(ref)
+    p = Path(ref)
+    if p.is_file():
+        return load_profile(p)
+    raise ProfileError(
+        f"machine {ref!r} is neither a bundled preset ({', '.join(list_presets())}) nor a file"
+    )
+
+
+def _none_to_unknown(value: Any) -> Any:
+    if value is None:
+        return UNKNOWN
+    if isinstance(value, dict):
+        return {k: _none_to_unknown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_none_to_unknown(v) for v in value]
+    return value
+
+
+def dump_profile(profile: MachineProfile, fmt: str = "toml") -> str:
+    data = profile.model_dump(mode="json")
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return tomli_w.dumps(_none_to_unknown(data))
+
+
+def save_profile(profile: MachineProfile, path: str | Path) -> None:
+    p = Path(path)
+    p.write_text(dump_profile(profile, "json" if p.suffix.lower() == ".json" else "toml"))

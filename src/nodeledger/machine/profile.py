@@ -1,0 +1,191 @@
+"""The machine profile: a typed model of one server.
+
+Units are in the field names (``_bytes``, ``_gbps`` = GB/s, ``_gbit`` = Gbit/s, ``_tflops``).
+An unknown value is ``None`` in Python, ``null`` in JSON and the string ``"unknown"`` in TOML
+(TOML has no null); it is rendered as "unknown" and never replaced by a guess.  Each object
+carries ``sources``: field name -> where the figure came from (datasheet, vendor tool field,
+measurement), so every printed number can say where it came from.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+UNKNOWN = "unknown"
+
+
+def _unknown_to_none(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == UNKNOWN:
+        return None
+    if isinstance(value, float) and value != value:  # NaN never enters a profile
+        raise ValueError("NaN is not a value; write \"unknown\"")
+    return value
+
+
+def _opt(tp: Any) -> Any:
+    """An optional field that also accepts the literal string "unknown"."""
+    return Annotated[tp | None, BeforeValidator(_unknown_to_none)]
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Vendor(str, Enum):
+    nvidia = "nvidia"
+    amd = "amd"
+    hygon = "hygon"
+    huawei = "huawei"
+    other = "other"
+
+
+class LinkKind(str, Enum):
+    """Normalised card-to-card path kind, best first (NVIDIA's topo legend for the PCIe levels)."""
+
+    nvlink = "nvlink"  # NVIDIA NVLink, `lanes` = number of bonded links (NV18 -> 18)
+    xgmi = "xgmi"  # AMD Infinity Fabric / Hygon xGMI-class in-box fabric
+    hccs = "hccs"  # Huawei Cache Coherence System (Ascend)
+    pix = "pix"  # at most one PCIe bridge
+    pxb = "pxb"  # multiple PCIe bridges, no host bridge
+    phb = "phb"  # through a PCIe host bridge (the CPU)
+    node = "node"  # across host bridges within one NUMA node
+    sys = "sys"  # across the SMP interconnect between NUMA nodes / sockets
+    unknown = "unknown"
+
+
+class Accelerator(_Strict):
+    index: NonNegInt
+    vendor: Vendor
+    product: str = Field(min_length=1)
+    memory_bytes: _opt(PositiveInt) = None
+    memory_bandwidth_gbps: _opt(PositiveFloat) = None
+    bf16_dense_tflops: _opt(PositiveFloat) = None  # dense bf16/fp16 peak (no sparsity)
+    fp8_dense_tflops: _opt(PositiveFloat) = None
+    int8_dense_tops: _opt(PositiveFloat) = None
+    numa_node: _opt(NonNegInt) = None
+    pci_bus_id: _opt(str) = None
+    partition: _opt(str) = None  # MIG / partition state: "disabled", "enabled: 3g.40gb x2", ...
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class Link(_Strict):
+    kind: LinkKind = LinkKind.unknown
+    lanes: _opt(PositiveInt) = None  # NVLink count (NV18 -> 18); None where not applicable
+    label: _opt(str) = None  # the vendor tool's own label: "NV18", "XGMI", "PIX", "HCCS"
+    bandwidth_gbps: _opt(PositiveFloat) = None  # GB/s per direction
+    source: _opt(str) = None
+
+
+class LinkPair(Link):
+    a: NonNegInt
+    b: NonNegInt
+
+    @model_validator(mode="after")
+    def _distinct(self) -> LinkPair:
+        if self.a == self.b:
+            raise ValueError(f"a link joins two different cards, got a=b={self.a}")
+        return self
+
+
+class Interconnect(_Strict):
+    """Card-to-card link matrix: ``default`` applies to every pair not listed in ``pairs``."""
+
+    default: Link = Field(default_factory=Link)
+    pairs: list[LinkPair] = Field(default_factory=list)
+
+    def link(self, a: int, b: int) -> Link:
+        for p in self.pairs:
+            if {p.a, p.b} == {a, b}:
+                return p
+        return self.default
+
+
+class NumaNode(_Strict):
+    id: NonNegInt
+    cpus: _opt(str) = None  # kernel cpulist syntax, e.g. "0-11,96-107"
+    memory_bytes: _opt(PositiveInt) = None
+
+
+class Host(_Strict):
+    sockets: _opt(PositiveInt) = None
+    cores: _opt(PositiveInt) = None  # physical cores, all sockets
+    threads: _opt(PositiveInt) = None  # logical CPUs
+    numa_nodes: list[NumaNode] = Field(default_factory=list)
+    ram_bytes: _opt(PositiveInt) = None
+    swap_bytes: _opt(NonNegInt) = None
+    thp_enabled: _opt(Literal["always", "madvise", "never"]) = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class Nic(_Strict):
+    name: str
+    kind: Literal["ethernet", "infiniband", "roce", "unknown"] = "unknown"
+    speed_gbit: _opt(PositiveFloat) = None  # Gbit/s per port
+    source: _opt(str) = None
+
+
+class Network(_Strict):
+    nics: list[Nic] = Field(default_factory=list)
+
+
+class Mount(_Strict):
+    path: str
+    kind: Literal["nvme", "ssd", "hdd", "network", "unknown"] = "unknown"
+    filesystem: _opt(str) = None
+    size_bytes: _opt(PositiveInt) = None
+    source: _opt(str) = None
+
+
+class Storage(_Strict):
+    mounts: list[Mount] = Field(default_factory=list)
+
+
+class MachineProfile(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    accelerators: list[Accelerator] = Field(default_factory=list)
+    interconnect: Interconnect = Field(default_factory=Interconnect)
+    host: Host = Field(default_factory=Host)
+    network: Network = Field(default_factory=Network)
+    storage: Storage = Field(default_factory=Storage)
+    notes: list[str] = Field(default_factory=list)  # provenance, caveats, probe notes
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MachineProfile:
+        indices = [a.index for a in self.accelerators]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"accelerator indices repeat: {indices}")
+        known = set(indices)
+        for i, p in enumerate(self.interconnect.pairs):
+            for end in (p.a, p.b):
+                if end not in known:
+                    raise ValueError(
+                        f"interconnect.pairs.{i}: card {end} is not among accelerators {sorted(known)}"
+                    )
+        numa_ids = {n.id for n in self.host.numa_nodes}
+        for a in self.accelerators:
+            if numa_ids and a.numa_node is not None and a.numa_node not in numa_ids:
+                raise ValueError(
+                    f"accelerators.{a.index}.numa_node: {a.numa_node} is not a host NUMA node "
+                    f"{sorted(numa_ids)}"
+                )
+        return self
+
+    # -- derived figures (never stored, so a profile cannot contradict itself) --
+    def total_accelerator_memory_bytes(self) -> int | None:
+        """Sum of card memory; None (unknown) if any card's memory is unknown."""
+        values = [a.memory_bytes for a in self.accelerators]
+        if not values or any(v is None for v in values):
+            return None
+        return sum(values)  # type: ignore[arg-type]
+
+    def link(self, a: int, b: int) -> Link:
+        return self.interconnect.link(a, b)

@@ -1,0 +1,85 @@
+"""Read safetensors headers (metadata only, never tensor data) for exact checkpoint bytes.
+
+Format (https://huggingface.co/docs/safetensors): 8 bytes little-endian u64 N, then N bytes of
+JSON: {tensor_name: {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]}, ...,
+"__metadata__": {...}}.  Only the first 8 + N bytes of each file are read.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeledger.errors import InputError
+
+# Element widths in bits; sub-byte formats are packed.
+DTYPE_BITS = {
+    "F64": 64, "I64": 64, "U64": 64,
+    "F32": 32, "I32": 32, "U32": 32,
+    "F16": 16, "BF16": 16, "I16": 16, "U16": 16,
+    "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "I8": 8, "U8": 8, "BOOL": 8,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}  # fmt: skip
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit (safetensors rejects larger)
+
+
+@dataclass
+class CheckpointBytes:
+    files: list[str]
+    tensor_count: int
+    total_bytes: int  # sum over tensors of data_offsets end - begin (the tensor bytes)
+    bytes_by_dtype: dict[str, int] = field(default_factory=dict)
+    elements_by_dtype: dict[str, int] = field(default_factory=dict)
+
+
+def read_header(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise InputError(f"{path}: truncated safetensors file (no header length)")
+            (n,) = struct.unpack("<Q", raw)
+            if n > MAX_HEADER_BYTES:
+                raise InputError(f"{path}: safetensors header length {n} is implausible")
+            body = fh.read(n)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(body) != n:
+        raise InputError(f"{path}: truncated safetensors header ({len(body)} of {n} bytes)")
+    try:
+        header = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: safetensors header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise InputError(f"{path}: safetensors header is not a JSON object")
+    return header
+
+
+def checkpoint_bytes(folder: Path) -> CheckpointBytes | None:
+    """Sum tensor bytes over every ``*.safetensors`` in ``folder``; None when there are none."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    out = CheckpointBytes(files=[f.name for f in files], tensor_count=0, total_bytes=0)
+    for f in files:
+        for name, info in read_header(f).items():
+            if name == "__metadata__":
+                continue
+            try:
+                dtype = info["dtype"]
+                begin, end = info["data_offsets"]
+                shape = info["shape"]
+            except (KeyError, TypeError, ValueError):
+                raise InputError(f"{f}: tensor {name!r} has a malformed header entry") from None
+            elements = 1
+            for d in shape:
+                elements *= int(d)
+            size = int(end) - int(begin)
+            out.tensor_count += 1
+            out.total_bytes += size
+            out.bytes_by_dtype[dtype] = out.bytes_by_dtype.get(dtype, 0) + size
+            out.elements_by_dtype[dtype] = out.elements_by_dtype.get(dtype, 0) + elements
+    return out

@@ -1,0 +1,134 @@
+"""The model spec: what a job runs, as tensors and attention layers, derived from config.json.
+
+A family builder (``families.py``) turns a config into a ``ModelSpec``: the list of weight
+tensor groups (shape, count, which part of the model, whether it is a quantisable linear
+weight) and the list of attention layers (for the KV cache).  Parameter counts, weight bytes
+and KV bytes are all computed *from* these lists, so they cannot disagree with each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Literal
+
+# The parts a parameter can belong to (``params.by_part`` keys, in display order).
+PARTS = (
+    "embeddings",
+    "attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "norms",
+    "lm_head",
+    "vision",
+)
+
+Part = Literal[
+    "embeddings",
+    "attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "norms",
+    "lm_head",
+    "vision",
+]
+
+# linear: a 2-D matmul weight (out, in) that weight quantisation schemes convert;
+# embedding / lm_head: vocab tables; vector: norms, biases, sinks, small state parameters;
+# conv: convolution kernels.
+TensorKind = Literal["linear", "embedding", "lm_head", "vector", "conv"]
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """``count`` tensors of ``shape`` (for a linear weight: (out_features, in_features))."""
+
+    name: str  # module path pattern, e.g. "layers.*.self_attn.q_proj.weight"
+    part: Part
+    kind: TensorKind
+    shape: tuple[int, ...]
+    count: int = 1
+    # Tensors that checkpoints keep in fp32 whatever the model dtype (e.g. ERNIE's router).
+    keep_fp32: bool = False
+    # Layer-type tag for quantisation rules: "attn", "mlp", "expert", "shared", "router", ...
+    module: str = ""
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape) * self.count
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One decoder layer's token mixer, as the KV cache sees it.
+
+    kind:
+      full     softmax attention over the whole context (MHA / GQA / MQA)
+      sliding  softmax attention over the last ``window`` tokens
+      mla      multi-head latent attention: caches the compressed latent + rope key
+      linear   linear attention / state-space layer: a fixed state per sequence, no per-token cache
+    """
+
+    kind: Literal["full", "sliding", "mla", "linear"]
+    kv_heads: int = 0
+    k_head_dim: int = 0
+    v_head_dim: int = 0
+    window: int | None = None
+    latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim elements per token
+    state_elements: int = 0  # linear: recurrent state elements per sequence
+    conv_state_elements: int = 0  # linear: short-convolution state elements per sequence
+
+
+@dataclass(frozen=True)
+class MoEInfo:
+    num_experts: int
+    top_k: int
+    moe_layers: int
+    expert_params: int  # parameters of one routed expert in one layer (incl. its biases)
+
+
+@dataclass
+class ModelSpec:
+    family: str  # model_type of the (text) model, e.g. "qwen3_moe"
+    model_type: str  # the config's own model_type (e.g. "gemma3" for the multimodal wrapper)
+    source: str  # where the config came from
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    num_attention_heads: int
+    tied_embeddings: bool
+    tensors: list[TensorGroup]
+    attention: list[AttentionLayer]
+    moe: MoEInfo | None = None
+    torch_dtype: str | None = None  # the config's declared dtype (checkpoint dtype)
+    quantization: dict | None = None  # the config's quantization_config, verbatim
+    notes: list[str] = field(default_factory=list)
+    # Parameters in the checkpoint that transformers does not build (multi-token prediction).
+    extra_checkpoint_tensors: list[TensorGroup] = field(default_factory=list)
+
+    # -- parameter counts ------------------------------------------------------------
+    def params_by_part(self) -> dict[str, int]:
+        out = dict.fromkeys(PARTS, 0)
+        for t in self.tensors:
+            out[t.part] += t.numel
+        return out
+
+    def params_total(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    def params_active(self) -> int:
+        """Parameters touched per generated text token.
+
+        total - vision encoder - routed experts + (top_k routed experts per MoE layer).
+        Embedding and lm_head are included (as in DeepSeek-V3's "37B activated" figure).
+        """
+        parts = self.params_by_part()
+        active = self.params_total() - parts["vision"]
+        if self.moe is not None:
+            active -= parts["routed_experts"]
+            active += self.moe.moe_layers * self.moe.top_k * self.moe.expert_params
+        return active
