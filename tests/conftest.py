@@ -16,7 +16,9 @@ SHARED_MODELS = SHARED / "fixtures" / "models"
 
 def shared_models_or_skip() -> Path:
     if not SHARED_MODELS.is_dir():
-        pytest.skip(f"../shared/fixtures/models not present at {SHARED_MODELS}: real-config checks skipped")
+        pytest.skip(
+            f"../shared/fixtures/models not present at {SHARED_MODELS}: real-config checks skipped"
+        )
     return SHARED_MODELS
 
 

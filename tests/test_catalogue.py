@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import shared_models_or_skip
 
+from conftest import shared_models_or_skip
 from nodeledger.model import build_spec, catalogue, load_model
 
 REQUIRED = [

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES, ROOT, shared_models_or_skip
 
+from conftest import FIXTURES, ROOT, shared_models_or_skip
 from nodeledger.model import build_spec
 
 REAL_REF = json.loads((ROOT / "benchmarks" / "reference_params.json").read_text())
@@ -46,7 +46,9 @@ def test_real_configs_match_transformers(name):
     models = shared_models_or_skip()
     ref = REAL_REF[name]
     if ref["status"] != "built":
-        pytest.skip(f"{name}: transformers does not build it without custom code ({ref['reason'][:80]})")
+        pytest.skip(
+            f"{name}: transformers does not build it without custom code ({ref['reason'][:80]})"
+        )
     spec = build_spec(_load(models / name), name)
     expected = ref["params_total"] + KNOWN_DEVIATIONS.get(name, 0)
     assert spec.params_total() == expected

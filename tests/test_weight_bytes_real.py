@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import shared_models_or_skip
 
+from conftest import shared_models_or_skip
 from nodeledger.ledger.weights import Scheme, config_scheme, weight_bytes
 from nodeledger.model import build_spec
 
@@ -76,7 +76,9 @@ def _check(name, key):
     truth = size[key]
     if extra:
         # the raw figure is off by more than the tolerance, for the stated reason, exactly
-        assert abs(ours - truth) / truth > TOLERANCE, f"{name}: deviation no longer needed ({reason})"
+        assert abs(ours - truth) / truth > TOLERANCE, (
+            f"{name}: deviation no longer needed ({reason})"
+        )
         assert ours + extra == truth, f"{name}: {reason}"
     else:
         assert abs(ours - truth) / truth <= TOLERANCE, f"{name}: {ours} vs {truth}"

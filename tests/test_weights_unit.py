@@ -45,7 +45,9 @@ def test_router_and_vectors_are_not_quantised():
 
 
 def test_modules_to_not_convert_skips():
-    t = TensorGroup("layers.*.self_attn.q_proj.weight", "attention", "linear", (64, 64), 1, module="attn")
+    t = TensorGroup(
+        "layers.*.self_attn.q_proj.weight", "attention", "linear", (64, 64), 1, module="attn"
+    )
     skip = w.Scheme("mxfp4", skip=("layers.*.self_attn",))
     assert w.tensor_bytes(t, skip) == 64 * 64 * 2
     assert w.tensor_bytes(t, w.Scheme("mxfp4")) == 64 * 2 * 17

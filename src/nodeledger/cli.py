@@ -23,8 +23,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-machine_app = typer.Typer(help="What the box is: bundled presets and profile files.", no_args_is_help=True)
-model_app = typer.Typer(help="What a job runs: model specs from HF config.json.", no_args_is_help=True)
+machine_app = typer.Typer(
+    help="What the box is: bundled presets and profile files.", no_args_is_help=True
+)
+model_app = typer.Typer(
+    help="What a job runs: model specs from HF config.json.", no_args_is_help=True
+)
 app.add_typer(machine_app, name="machine")
 app.add_typer(model_app, name="model")
 
@@ -120,7 +124,10 @@ def machine_list(as_json: JsonOpt = False) -> None:
 @machine_app.command("show")
 def machine_show(
     machine: Annotated[
-        str | None, typer.Argument(help="Preset name or profile file (.toml/.json); default: the reference machine.")
+        str | None,
+        typer.Argument(
+            help="Preset name or profile file (.toml/.json); default: the reference machine."
+        ),
     ] = None,
     as_json: JsonOpt = False,
     save: Annotated[
@@ -148,8 +155,19 @@ def _render_machine(p) -> None:
     con = _console()
     con.print(f"[bold]{p.name}[/bold] — {p.description}")
     t = Table(title="Accelerators")
-    cols = ("#", "vendor", "product", "memory", "mem bandwidth", "bf16 dense", "fp8 dense",
-            "int8 dense", "NUMA", "PCI bus", "partition")
+    cols = (
+        "#",
+        "vendor",
+        "product",
+        "memory",
+        "mem bandwidth",
+        "bf16 dense",
+        "fp8 dense",
+        "int8 dense",
+        "NUMA",
+        "PCI bus",
+        "partition",
+    )
     for c in cols:
         t.add_column(c)
     for a in p.accelerators:
@@ -174,8 +192,14 @@ def _render_machine(p) -> None:
         for c in ("a", "b", "kind", "label", "GB/s per direction", "source"):
             lt.add_column(c)
         for lp in p.interconnect.pairs:
-            lt.add_row(str(lp.a), str(lp.b), lp.kind.value + (f" x{lp.lanes}" if lp.lanes else ""),
-                       lp.label or UNKNOWN, _num(lp.bandwidth_gbps), lp.source or "")
+            lt.add_row(
+                str(lp.a),
+                str(lp.b),
+                lp.kind.value + (f" x{lp.lanes}" if lp.lanes else ""),
+                lp.label or UNKNOWN,
+                _num(lp.bandwidth_gbps),
+                lp.source or "",
+            )
         con.print(lt)
     h = p.host
     con.print(
@@ -186,12 +210,16 @@ def _render_machine(p) -> None:
     for n in h.numa_nodes:
         con.print(f"  NUMA {n.id}: CPUs {n.cpus or UNKNOWN}, memory {gib(n.memory_bytes)}")
     for nic in p.network.nics:
-        con.print(f"NIC {nic.name}: {nic.kind}, {_num(nic.speed_gbit, 'Gbit/s')}"
-                  + (f" — source: {nic.source}" if nic.source else ""))
+        con.print(
+            f"NIC {nic.name}: {nic.kind}, {_num(nic.speed_gbit, 'Gbit/s')}"
+            + (f" — source: {nic.source}" if nic.source else "")
+        )
     if not p.network.nics:
         con.print("Network: unknown (no NICs listed)")
     for m in p.storage.mounts:
-        con.print(f"Mount {m.path}: {m.kind}, {m.filesystem or 'filesystem unknown'}, {gib(m.size_bytes)}")
+        con.print(
+            f"Mount {m.path}: {m.kind}, {m.filesystem or 'filesystem unknown'}, {gib(m.size_bytes)}"
+        )
     if not p.storage.mounts:
         con.print("Storage: unknown (no mounts listed)")
     sources: dict[str, str] = {}
@@ -218,7 +246,9 @@ def model_list(as_json: JsonOpt = False) -> None:
     """List the bundled model catalogue and the supported families."""
     from nodeledger.model import catalogue, supported_families
 
-    entries = [{"id": e["id"], "aliases": e.get("aliases", []), "source": e["source"]} for e in catalogue()]
+    entries = [
+        {"id": e["id"], "aliases": e.get("aliases", []), "source": e["source"]} for e in catalogue()
+    ]
     if as_json:
         _print_json({"catalogue": entries, "families": supported_families()})
         return
@@ -245,7 +275,9 @@ def model_show(
     ],
     dtype: Annotated[
         str | None,
-        typer.Option("--dtype", help="Weight scheme to detail: bf16 fp16 fp32 fp8 int8 int4 nf4 mxfp4."),
+        typer.Option(
+            "--dtype", help="Weight scheme to detail: bf16 fp16 fp32 fp8 int8 int4 nf4 mxfp4."
+        ),
     ] = None,
     online: Annotated[
         bool, typer.Option("--online", help="Allow downloading config.json from the Hub.")
@@ -271,9 +303,11 @@ def _render_model(s: dict[str, Any]) -> None:
     arch = s["architecture"]
     con.print(f"[bold]{s['model']}[/bold]  family {s['family']}  (config: {s['source']})")
     layers = ", ".join(f"{v} {k}" for k, v in arch["attention_layers"].items())
-    line = (f"  {arch['num_layers']} layers ({layers}), hidden {arch['hidden_size']}, "
-            f"{arch['num_attention_heads']} heads, vocab {arch['vocab_size']:,}, "
-            f"embeddings {'tied' if arch['tied_embeddings'] else 'untied'}")
+    line = (
+        f"  {arch['num_layers']} layers ({layers}), hidden {arch['hidden_size']}, "
+        f"{arch['num_attention_heads']} heads, vocab {arch['vocab_size']:,}, "
+        f"embeddings {'tied' if arch['tied_embeddings'] else 'untied'}"
+    )
     if arch["moe"]:
         m = arch["moe"]
         line += f"; MoE {m['num_experts']} experts, top-{m['top_k']}, {m['moe_layers']} MoE layers"
@@ -300,12 +334,16 @@ def _render_model(s: dict[str, Any]) -> None:
     for name, text in s["weight_bytes_layouts"].items():
         con.print(f"  {name}: {text}")
     cfgw = s["weight_bytes_config"]
-    con.print(f"As the config declares it: {cfgw['scheme']} = {cfgw['bytes']:,} B "
-              f"({gib(cfgw['bytes'])}) — {cfgw['source']}")
+    con.print(
+        f"As the config declares it: {cfgw['scheme']} = {cfgw['bytes']:,} B "
+        f"({gib(cfgw['bytes'])}) — {cfgw['source']}"
+    )
     if "weight_bytes_selected" in s:
         sel = s["weight_bytes_selected"]
         parts = ", ".join(f"{k} {gib(v)}" for k, v in sel["by_part"].items() if v)
-        con.print(f"--dtype {sel['scheme']}: {sel['bytes']:,} B ({gib(sel['bytes'])}); by part: {parts}")
+        con.print(
+            f"--dtype {sel['scheme']}: {sel['bytes']:,} B ({gib(sel['bytes'])}); by part: {parts}"
+        )
     ck = s["checkpoint"]
     if ck:
         diff = ck["total_bytes"] - ck["config_derived_bytes"]
@@ -314,18 +352,24 @@ def _render_model(s: dict[str, Any]) -> None:
             f"{ck['total_bytes']:,} B ({gib(ck['total_bytes'])}); config-derived {ck['config_derived_bytes']:,} B; "
             f"difference {diff:+,} B"
         )
-        con.print("  by dtype: " + ", ".join(f"{k} {v:,} B" for k, v in ck["bytes_by_dtype"].items()))
+        con.print(
+            "  by dtype: " + ", ".join(f"{k} {v:,} B" for k, v in ck["bytes_by_dtype"].items())
+        )
     kv = s["kv"]
     con.print(
         f"KV cache ({kv['dtype']}): {kv['bytes_per_token']:,} B per token "
         f"({kv['bytes_per_token'] / 2**10:,.1f} KiB; fp8 cache {kv['bytes_per_token_fp8']:,} B)"
     )
     if kv["sliding_window"]:
-        con.print(f"  beyond the {kv['sliding_window']:,}-token sliding window: "
-                  f"{kv['bytes_per_token_beyond_window']:,} B per token (full-attention layers only)")
+        con.print(
+            f"  beyond the {kv['sliding_window']:,}-token sliding window: "
+            f"{kv['bytes_per_token_beyond_window']:,} B per token (full-attention layers only)"
+        )
     if kv["linear_state_bytes_per_sequence"]:
-        con.print(f"  linear-attention state: {kv['linear_state_bytes_per_sequence']:,} B per sequence, "
-                  "independent of context length")
+        con.print(
+            f"  linear-attention state: {kv['linear_state_bytes_per_sequence']:,} B per sequence, "
+            "independent of context length"
+        )
     con.print(f"  formula: {kv['source']}")
     for note in s["notes"]:
         con.print(f"note: {note}")
@@ -339,7 +383,8 @@ def _render_model(s: dict[str, Any]) -> None:
 @app.command("report")
 def report(
     machine: Annotated[
-        str | None, typer.Option("--machine", help="Preset name or profile file; default: reference machine.")
+        str | None,
+        typer.Option("--machine", help="Preset name or profile file; default: reference machine."),
     ] = None,
     model: Annotated[
         str, typer.Option("--model", help="Model to show beside the machine.")

@@ -37,12 +37,19 @@ def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int = 2) -> int:
 
 def kv_bytes_per_token_beyond_window(spec: ModelSpec, dtype_bytes: int = 2) -> int:
     """Bytes one more token adds once the context exceeds the sliding windows (full/MLA only)."""
-    return sum(
-        kv_elements_per_token(layer) for layer in spec.attention if layer.kind in ("full", "mla")
-    ) * dtype_bytes
+    return (
+        sum(
+            kv_elements_per_token(layer)
+            for layer in spec.attention
+            if layer.kind in ("full", "mla")
+        )
+        * dtype_bytes
+    )
 
 
-def linear_state_bytes_per_sequence(spec: ModelSpec, dtype_bytes: int = 2, state_bytes: int = 4) -> int:
+def linear_state_bytes_per_sequence(
+    spec: ModelSpec, dtype_bytes: int = 2, state_bytes: int = 4
+) -> int:
     """Fixed per-sequence state of linear-attention layers (recurrent state fp32 + conv state)."""
     return sum(
         layer.state_elements * state_bytes + layer.conv_state_elements * dtype_bytes

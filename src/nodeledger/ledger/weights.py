@@ -183,8 +183,9 @@ def config_scheme(spec: ModelSpec) -> Scheme:
         group = int(q.get("group_size", q.get("q_group_size", 128)))
         if bits == 8:
             return Scheme("int8", base, skip=skip, source=src)
-        return Scheme("int4", base, group_size=group, bits=bits, g_idx=method == "gptq", skip=skip,
-                      source=src)
+        return Scheme(
+            "int4", base, group_size=group, bits=bits, g_idx=method == "gptq", skip=skip, source=src
+        )
     if method == "bitsandbytes":
         if q.get("load_in_4bit") or q.get("bnb_4bit_quant_type"):
             return Scheme("nf4", base, skip=skip, source=src)

@@ -33,7 +33,9 @@ def _preset_dir():
 
 def list_presets() -> list[str]:
     """Names of the bundled presets, sorted."""
-    return sorted(p.name[: -len(".toml")] for p in _preset_dir().iterdir() if p.name.endswith(".toml"))
+    return sorted(
+        p.name[: -len(".toml")] for p in _preset_dir().iterdir() if p.name.endswith(".toml")
+    )
 
 
 def _validation_line(exc: ValidationError, where: str) -> str:
@@ -50,7 +52,9 @@ def parse_profile(text: str, fmt: str, where: str) -> MachineProfile:
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{where}: not valid {fmt.upper()}: {exc}") from None
     if not isinstance(data, dict):
-        raise ProfileError(f"{where}: a machine profile is a table/object, got {type(data).__name__}")
+        raise ProfileError(
+            f"{where}: a machine profile is a table/object, got {type(data).__name__}"
+        )
     try:
         return MachineProfile.model_validate(data)
     except ValidationError as exc:

@@ -21,7 +21,7 @@ def _unknown_to_none(value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() == UNKNOWN:
         return None
     if isinstance(value, float) and value != value:  # NaN never enters a profile
-        raise ValueError("NaN is not a value; write \"unknown\"")
+        raise ValueError('NaN is not a value; write "unknown"')
     return value
 
 

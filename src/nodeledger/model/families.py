@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from nodeledger.errors import UnknownFamilyError
 from nodeledger.model.cfg import Cfg
-from nodeledger.model.spec import AttentionLayer, MoEInfo, ModelSpec, Part, TensorGroup
+from nodeledger.model.spec import AttentionLayer, ModelSpec, MoEInfo, Part, TensorGroup
 
 
 class _B:
@@ -43,7 +43,9 @@ class _B:
             TensorGroup(f"{name}.weight", part, "linear", (out, inp), count, keep_fp32, module)
         )
         if bias:
-            self.tensors.append(TensorGroup(f"{name}.bias", part, "vector", (out,), count, False, module))
+            self.tensors.append(
+                TensorGroup(f"{name}.bias", part, "vector", (out,), count, False, module)
+            )
 
     def vec(self, name: str, part: Part, n: int, count: int, keep_fp32: bool = False) -> None:
         if count > 0 and n > 0:
@@ -72,7 +74,9 @@ def _embed_head(b: _B, vocab: int, hidden: int, tied: bool, head_bias: bool = Fa
             b.vec("lm_head.bias", "lm_head", vocab, 1)
 
 
-def _gated_mlp(b: _B, name: str, part: Part, hidden: int, inter: int, count: int, bias=False) -> None:
+def _gated_mlp(
+    b: _B, name: str, part: Part, hidden: int, inter: int, count: int, bias=False
+) -> None:
     """SwiGLU/GeGLU MLP: gate_proj, up_proj (hidden->inter), down_proj (inter->hidden)."""
     mod = {"dense_mlp": "mlp", "shared_experts": "shared", "routed_experts": "expert"}[part]
     b.linear(f"{name}.gate_proj", part, inter, hidden, count, bias, mod)
@@ -99,7 +103,13 @@ def _gqa_attention(b: _B, hidden: int, a: _Attn, count: int) -> None:
     b.linear("layers.*.self_attn.k_proj", "attention", kv_out, hidden, count, a.qkv_bias, "attn")
     b.linear("layers.*.self_attn.v_proj", "attention", kv_out, hidden, count, a.qkv_bias, "attn")
     b.linear(
-        "layers.*.self_attn.o_proj", "attention", hidden, a.heads * a.head_dim, count, a.o_bias, "attn"
+        "layers.*.self_attn.o_proj",
+        "attention",
+        hidden,
+        a.heads * a.head_dim,
+        count,
+        a.o_bias,
+        "attn",
     )
     if a.qk_norm:
         b.norm("layers.*.self_attn.q_norm", a.head_dim, count)
@@ -202,7 +212,11 @@ def _dialect_attn(c: Cfg, d: _Dialect) -> _Attn:
     heads, kv, head_dim = _heads(c)
     qkv_bias = c.bool(d.qkv_bias_key, False) if d.qkv_bias_key else d.qkv_bias_fixed
     return _Attn(
-        heads, kv, head_dim, qkv_bias=qkv_bias, o_bias=qkv_bias and d.o_bias_follows_qkv,
+        heads,
+        kv,
+        head_dim,
+        qkv_bias=qkv_bias,
+        o_bias=qkv_bias and d.o_bias_follows_qkv,
         qk_norm=d.qk_norm,
     )
 
@@ -232,7 +246,9 @@ def _llama_like(c: Cfg, family: str) -> ModelSpec:
         moe = _qwen_moe(c, b, hidden, n_layers, shared=family == "qwen2_moe")
     else:
         mlp_bias = c.bool(d.mlp_bias_key, False) if d.mlp_bias_key else False
-        _gated_mlp(b, "layers.*.mlp", "dense_mlp", hidden, c.int("intermediate_size"), n_layers, mlp_bias)
+        _gated_mlp(
+            b, "layers.*.mlp", "dense_mlp", hidden, c.int("intermediate_size"), n_layers, mlp_bias
+        )
 
     sliding_default = None
     if family == "gemma2":  # Gemma2: every other layer (even index) is sliding
@@ -269,8 +285,14 @@ def _qwen_moe(c: Cfg, b: _B, hidden: int, n_layers: int, shared: bool) -> MoEInf
     if shared:
         sh = c.int("shared_expert_intermediate_size")
         _gated_mlp(b, "layers.*.mlp.shared_expert", "shared_experts", hidden, sh, moe_layers)
-        b.linear("layers.*.mlp.shared_expert_gate", "shared_experts", 1, hidden, moe_layers,
-                 module="router")
+        b.linear(
+            "layers.*.mlp.shared_expert_gate",
+            "shared_experts",
+            1,
+            hidden,
+            moe_layers,
+            module="router",
+        )
     return MoEInfo(experts, top_k, moe_layers, 3 * hidden * moe_inter)
 
 
@@ -289,7 +311,8 @@ def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
     if types is None:  # Qwen3NextConfig: every full_attention_interval-th layer is full attention
         interval = c.int("full_attention_interval", default=4)
         types = [
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(n_layers)
         ]
     if len(types) != n_layers:
         raise c.error("layer_types", f"has {len(types)} entries for num_hidden_layers={n_layers}")
@@ -309,7 +332,9 @@ def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
     _gqa_attention(b, hidden, _Attn(heads, kv, head_dim, qk_norm=True, q_gate=True), n_full)
     la = "layers.*.linear_attn"
-    b.linear(f"{la}.in_proj_qkvz", "attention", 2 * key_dim + 2 * value_dim, hidden, n_lin, module="attn")
+    b.linear(
+        f"{la}.in_proj_qkvz", "attention", 2 * key_dim + 2 * value_dim, hidden, n_lin, module="attn"
+    )
     b.linear(f"{la}.in_proj_ba", "attention", 2 * nv, hidden, n_lin, module="attn")
     b.add(TensorGroup(f"{la}.conv1d.weight", "attention", "conv", (conv_dim, 1, kernel), n_lin))
     b.vec(f"{la}.dt_bias", "attention", nv, n_lin)
@@ -445,7 +470,11 @@ def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
     heads, kv, head_dim = _heads(c)
     # Glm4MoeAttention: q/k/v bias = attention_bias, o_proj without bias, q/k norm if use_qk_norm
     attn = _Attn(
-        heads, kv, head_dim, qkv_bias=c.bool("attention_bias", False), qk_norm=c.bool("use_qk_norm", False)
+        heads,
+        kv,
+        head_dim,
+        qkv_bias=c.bool("attention_bias", False),
+        qk_norm=c.bool("use_qk_norm", False),
     )
     b = _B()
     _embed_head(b, vocab, hidden, tied)
@@ -483,7 +512,9 @@ def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
     b.linear("layers.*.mlp.router", "router", experts, hidden, n_layers, bias=True, module="router")
     # GptOssExperts: gate_up_proj (E, H, 2I) + bias (E, 2I); down_proj (E, I, H) + bias (E, H)
     e = "layers.*.mlp.experts"
-    b.linear(f"{e}.gate_up_proj", "routed_experts", 2 * inter, hidden, n_layers * experts, True, "expert")
+    b.linear(
+        f"{e}.gate_up_proj", "routed_experts", 2 * inter, hidden, n_layers * experts, True, "expert"
+    )
     b.linear(f"{e}.down_proj", "routed_experts", hidden, inter, n_layers * experts, True, "expert")
     moe = MoEInfo(experts, top_k, n_layers, 3 * hidden * inter + 2 * inter + hidden)
     attention = _softmax_layers(c, n_layers, kv, head_dim, lambda i: i % 2 == 0)
@@ -512,14 +543,22 @@ def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
     _gqa_attention(b, hidden, _Attn(heads, kv, head_dim, bias, bias), n_layers)
-    _gated_mlp(b, "layers.*.mlp", "dense_mlp", hidden, c.int("intermediate_size"), n_layers - n_moe, bias)
+    _gated_mlp(
+        b, "layers.*.mlp", "dense_mlp", hidden, c.int("intermediate_size"), n_layers - n_moe, bias
+    )
     # router weight (E, H) and moe_statics (E,) are float32 parameters in transformers
     b.linear("layers.*.mlp.gate", "router", experts, hidden, n_moe, module="router", keep_fp32=True)
     b.vec("layers.*.mlp.gate.moe_statics", "router", experts, n_moe, keep_fp32=True)
     _gated_mlp(b, "layers.*.mlp.experts", "routed_experts", hidden, moe_inter, n_moe * experts)
     if n_shared:
         _gated_mlp(
-            b, "layers.*.mlp.shared_experts", "shared_experts", hidden, moe_inter * n_shared, n_moe, bias
+            b,
+            "layers.*.mlp.shared_experts",
+            "shared_experts",
+            hidden,
+            moe_inter * n_shared,
+            n_moe,
+            bias,
         )
     moe = MoEInfo(experts, top_k, n_moe, 3 * hidden * moe_inter)
     return _spec(c, family, b, _softmax_layers(c, n_layers, kv, head_dim), tied, moe)
@@ -597,7 +636,15 @@ def _bloom(c: Cfg, family: str) -> ModelSpec:
     b.norm("word_embeddings_layernorm", hidden, 1, bias=True)
     b.norm("ln_f", hidden, 1, bias=True)
     b.norm("h.*.layernorm", hidden, 2 * n_layers, bias=True)
-    b.linear("h.*.self_attention.query_key_value", "attention", 3 * hidden, hidden, n_layers, True, "attn")
+    b.linear(
+        "h.*.self_attention.query_key_value",
+        "attention",
+        3 * hidden,
+        hidden,
+        n_layers,
+        True,
+        "attn",
+    )
     b.linear("h.*.self_attention.dense", "attention", hidden, hidden, n_layers, True, "attn")
     b.linear("h.*.mlp.dense_h_to_4h", "dense_mlp", 4 * hidden, hidden, n_layers, True, "mlp")
     b.linear("h.*.mlp.dense_4h_to_h", "dense_mlp", hidden, 4 * hidden, n_layers, True, "mlp")
@@ -636,7 +683,9 @@ def _falcon(c: Cfg, family: str) -> ModelSpec:
         b.norm("h.*.post_attention_layernorm", hidden, 0 if parallel else n_layers, bias=True)
     if new_arch and c.int("num_ln_in_parallel_attn", default=2) == 2:
         b.norm("h.*.ln_mlp", hidden, n_layers, bias=True)
-    b.linear("h.*.self_attention.query_key_value", "attention", qkv_out, hidden, n_layers, bias, "attn")
+    b.linear(
+        "h.*.self_attention.query_key_value", "attention", qkv_out, hidden, n_layers, bias, "attn"
+    )
     b.linear("h.*.self_attention.dense", "attention", hidden, hidden, n_layers, bias, "attn")
     b.linear("h.*.mlp.dense_h_to_4h", "dense_mlp", ffn, hidden, n_layers, bias, "mlp")
     b.linear("h.*.mlp.dense_4h_to_h", "dense_mlp", hidden, ffn, n_layers, bias, "mlp")
@@ -657,9 +706,15 @@ def _siglip_vision(v: Cfg, b: _B) -> int:
     image = v.int("image_size", default=224)
     channels = v.int("num_channels", default=3)
     p = "vision_tower"
-    b.add(TensorGroup(f"{p}.patch_embedding.weight", "vision", "conv", (vh, channels, patch, patch)))
+    b.add(
+        TensorGroup(f"{p}.patch_embedding.weight", "vision", "conv", (vh, channels, patch, patch))
+    )
     b.vec(f"{p}.patch_embedding.bias", "vision", vh, 1)
-    b.add(TensorGroup(f"{p}.position_embedding.weight", "vision", "embedding", ((image // patch) ** 2, vh)))
+    b.add(
+        TensorGroup(
+            f"{p}.position_embedding.weight", "vision", "embedding", ((image // patch) ** 2, vh)
+        )
+    )
     for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
         b.linear(f"{p}.layers.*.self_attn.{name}", "vision", vh, vh, layers, True, "vision")
     b.linear(f"{p}.layers.*.mlp.fc1", "vision", vi, vh, layers, True, "vision")
@@ -704,7 +759,11 @@ def _multimodal(c: Cfg, family: str) -> ModelSpec:
     if family == "gemma3":
         vh = _siglip_vision(vision, b)
         # Gemma3MultiModalProjector: mm_input_projection_weight (vh, th) + mm_soft_emb_norm (vh)
-        b.add(TensorGroup("multi_modal_projector.mm_input_projection_weight", "vision", "linear", (th, vh)))
+        b.add(
+            TensorGroup(
+                "multi_modal_projector.mm_input_projection_weight", "vision", "linear", (th, vh)
+            )
+        )
         b.vec("multi_modal_projector.mm_soft_emb_norm.weight", "vision", vh, 1)
     else:
         vh = _pixtral_vision(vision, b)
@@ -714,7 +773,9 @@ def _multimodal(c: Cfg, family: str) -> ModelSpec:
         pbias = c.bool("multimodal_projector_bias", False)
         m = "multi_modal_projector"
         b.vec(f"{m}.norm.weight", "vision", vh, 1)
-        b.linear(f"{m}.patch_merger.merging_layer", "vision", vh, vh * merge * merge, 1, False, "vision")
+        b.linear(
+            f"{m}.patch_merger.merging_layer", "vision", vh, vh * merge * merge, 1, False, "vision"
+        )
         b.linear(f"{m}.linear_1", "vision", th, vh * n_feat, 1, pbias, "vision")
         b.linear(f"{m}.linear_2", "vision", th, th, 1, pbias, "vision")
     spec.tensors.extend(b.tensors)
@@ -780,7 +841,9 @@ def build_spec(config: dict, where: str) -> ModelSpec:
     c = Cfg(config, where)
     model_type = c.str("model_type")
     if not model_type:
-        raise c.error("model_type", "is missing; supported families: " + ", ".join(supported_families()))
+        raise c.error(
+            "model_type", "is missing; supported families: " + ", ".join(supported_families())
+        )
     builder = FAMILIES.get(model_type)
     if builder is None:
         raise UnknownFamilyError(

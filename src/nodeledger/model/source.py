@@ -114,11 +114,15 @@ def resolve_config(ref: str, online: bool = False) -> ConfigSource:
     entry = find_in_catalogue(ref)
     if entry is not None:
         return ConfigSource(
-            dict(entry["config"]), f"catalogue {entry['id']} ({entry['source']})", catalogue_entry=entry
+            dict(entry["config"]),
+            f"catalogue {entry['id']} ({entry['source']})",
+            catalogue_entry=entry,
         )
     cached = find_in_hf_cache(ref)
     if cached is not None:
-        return ConfigSource(read_config_file(cached), f"HF cache {ref} ({cached})", folder=cached.parent)
+        return ConfigSource(
+            read_config_file(cached), f"HF cache {ref} ({cached})", folder=cached.parent
+        )
     if online:
         return _download(ref)
     looked = [
