@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from nodeledger.errors import ConfigError
+from nodeledger.model.cfg import Cfg
 from nodeledger.model.spec import PARTS, ModelSpec, TensorGroup
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -145,17 +146,27 @@ def weight_bytes(spec: ModelSpec, scheme: Scheme) -> WeightBytes:
     return WeightBytes(scheme, sum(by_part.values()), by_part)
 
 
-def _strip_model(patterns) -> tuple[str, ...]:
-    out = []
-    for p in patterns or ():
-        if isinstance(p, str):
-            out.append(p.removeprefix("model.language_model.").removeprefix("model."))
-    return tuple(out)
+def _strip_model(patterns: list[str] | None) -> tuple[str, ...]:
+    return tuple(
+        p.removeprefix("model.language_model.").removeprefix("model.") for p in patterns or ()
+    )
+
+
+_TORCH_DTYPES = {"float16": "fp16", "float32": "fp32", "bfloat16": "bf16",
+                 "half": "fp16", "float": "fp32", "fp16": "fp16", "fp32": "fp32", "bf16": "bf16"}  # fmt: skip
 
 
 def _base_dtype(spec: ModelSpec) -> str:
-    d = (spec.torch_dtype or "").lower()
-    return {"float16": "fp16", "float32": "fp32", "bfloat16": "bf16"}.get(d, "bf16")
+    """The checkpoint dtype the config declares; bf16 when it declares none."""
+    if not spec.torch_dtype:
+        return "bf16"
+    d = spec.torch_dtype.lower().removeprefix("torch.")
+    if d not in _TORCH_DTYPES:
+        raise ConfigError(
+            f"{spec.source}: field torch_dtype {spec.torch_dtype!r} is not a weight dtype "
+            "nodeledger models (float32, float16, bfloat16)"
+        )
+    return _TORCH_DTYPES[d]
 
 
 def config_scheme(spec: ModelSpec) -> Scheme:
@@ -169,25 +180,30 @@ def config_scheme(spec: ModelSpec) -> Scheme:
         if spec.torch_dtype:
             return Scheme(base, source=f"config.json torch_dtype={spec.torch_dtype}")
         return Scheme("bf16", source="config.json gives no torch_dtype: assumed bf16")
-    method = str(q.get("quant_method", "")).lower()
-    skip = _strip_model(q.get("modules_to_not_convert") or q.get("ignore"))
+    qc = Cfg(q, spec.source, "quantization_config.")
+    method = (qc.str("quant_method") or "").lower()
+    skip = _strip_model(qc.str_list("modules_to_not_convert") or qc.str_list("ignore"))
     src = f"config.json quantization_config quant_method={method}"
     if method == "fp8":
-        blk = q.get("weight_block_size")
-        block = (int(blk[0]), int(blk[1])) if isinstance(blk, list) and len(blk) == 2 else None
+        blk = qc.int_list("weight_block_size")
+        if blk is not None and (len(blk) != 2 or min(blk) < 1):
+            raise qc.error("weight_block_size", f"must be two positive integers, got {blk}")
+        block = (blk[0], blk[1]) if blk else None
         return Scheme("fp8", base, block=block, skip=skip, source=src)
     if method == "mxfp4":
         return Scheme("mxfp4", base, skip=skip, source=src)
     if method in ("gptq", "awq"):
-        bits = int(q.get("bits", q.get("w_bit", 4)))
-        group = int(q.get("group_size", q.get("q_group_size", 128)))
+        bits = qc.int("bits", "w_bit", default=4)
+        group = qc.int("group_size", "q_group_size", default=128, min_value=-1)
+        if bits not in (2, 3, 4, 8) or group == 0:
+            raise qc.error("bits", f"/ group_size {bits}/{group} is not a GPTQ/AWQ layout")
         if bits == 8:
             return Scheme("int8", base, skip=skip, source=src)
         return Scheme(
             "int4", base, group_size=group, bits=bits, g_idx=method == "gptq", skip=skip, source=src
         )
     if method == "bitsandbytes":
-        if q.get("load_in_4bit") or q.get("bnb_4bit_quant_type"):
+        if qc.bool("load_in_4bit", False) or qc.str("bnb_4bit_quant_type"):
             return Scheme("nf4", base, skip=skip, source=src)
         return Scheme("int8", base, skip=skip, source=src)
     raise ConfigError(

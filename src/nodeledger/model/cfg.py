@@ -7,6 +7,8 @@ from typing import Any
 from nodeledger.errors import ConfigError
 
 _MISSING = object()
+MAX_INT = 2**40  # any size field beyond this is nonsense (a vocab or hidden size of 10^12)
+MAX_LAYERS = 100_000
 
 
 class Cfg:
@@ -39,8 +41,10 @@ class Cfg:
                 return k, self.data[k]
         return keys[0], _MISSING
 
-    def int(self, *keys: str, default: Any = _MISSING, min_value: int = 1) -> int:
-        """An integer field (first of ``keys`` present); must be >= ``min_value``."""
+    def int(
+        self, *keys: str, default: Any = _MISSING, min_value: int = 1, max_value: int = MAX_INT
+    ) -> int:
+        """An integer field (first of ``keys`` present), ``min_value`` <= value <= ``max_value``."""
         key, value = self._first(keys)
         if value is _MISSING:
             if default is _MISSING:
@@ -53,7 +57,13 @@ class Cfg:
                 raise self.error(key, f"must be an integer, got {value!r}")
         if value < min_value:
             raise self.error(key, f"must be >= {min_value}, got {value}")
+        if value > max_value:
+            raise self.error(key, f"must be <= {max_value:,}, got {value:,}")
         return value
+
+    def layers(self, *keys: str, default: Any = _MISSING) -> int:
+        """A layer count: at most MAX_LAYERS (no real model comes near it)."""
+        return self.int(*keys, default=default, max_value=MAX_LAYERS)
 
     def opt_int(self, *keys: str, min_value: int = 1) -> int | None:
         return self.int(*keys, default=None, min_value=min_value)

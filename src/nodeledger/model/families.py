@@ -156,13 +156,13 @@ def _softmax_layers(c: Cfg, n_layers: int, kv: int, head_dim: int, default_slidi
 
 
 def _spec(c: Cfg, family: str, b: _B, attention, tied: bool, moe=None, **kw) -> ModelSpec:
-    quant = c.raw("quantization_config")
+    quant = c.sub("quantization_config")
     return ModelSpec(
         family=family,
         model_type=family,
         source=c.where,
         hidden_size=c.int("hidden_size", "n_embd", "n_embed"),
-        num_layers=c.int("num_hidden_layers", "n_layer"),
+        num_layers=c.layers("num_hidden_layers", "n_layer"),
         vocab_size=c.int("vocab_size"),
         num_attention_heads=c.int("num_attention_heads", "n_head"),
         tied_embeddings=tied,
@@ -170,7 +170,7 @@ def _spec(c: Cfg, family: str, b: _B, attention, tied: bool, moe=None, **kw) -> 
         attention=attention,
         moe=moe,
         torch_dtype=c.str("torch_dtype") or c.str("dtype"),
-        quantization=quant if isinstance(quant, dict) else None,
+        quantization=quant.data if quant is not None else None,
         **kw,
     )
 
@@ -224,7 +224,7 @@ def _dialect_attn(c: Cfg, d: _Dialect) -> _Attn:
 def _llama_like(c: Cfg, family: str) -> ModelSpec:
     d = _DIALECTS[family]
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", d.tie_default)
     attn = _dialect_attn(c, d)
@@ -303,7 +303,7 @@ def _qwen_moe(c: Cfg, b: _B, hidden: int, n_layers: int, shared: bool) -> MoEInf
 
 def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", False)
     heads, kv, head_dim = _heads(c)
@@ -432,7 +432,7 @@ def _mtp_note(c: Cfg, spec: ModelSpec, layer_params: int) -> None:
 
 def _deepseek(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", False)
     b = _B()
@@ -464,7 +464,7 @@ def _one_moe_layer_params(spec: ModelSpec) -> int:
 
 def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", False)
     heads, kv, head_dim = _heads(c)
@@ -496,7 +496,7 @@ def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
 
 def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", False)
     heads, kv, head_dim = _heads(c)
@@ -523,7 +523,7 @@ def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
 
 def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", True)  # Ernie4_5_MoeConfig default
     heads, kv, head_dim = _heads(c)
@@ -533,7 +533,7 @@ def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
     moe_inter = c.int("moe_intermediate_size", default=1536)
     n_shared = c.int("moe_num_shared_experts", default=2, min_value=0)
     start = c.int("moe_layer_start_index", default=1, min_value=0)
-    end = c.raw("moe_layer_end_index", -1)
+    end = c.int("moe_layer_end_index", default=-1, min_value=-1)
     end = n_layers - 1 if end == -1 else end
     interval = c.int("moe_layer_interval", default=1)
     flags = [(i + 1) % interval == 0 and start <= i <= end for i in range(n_layers)]
@@ -571,7 +571,7 @@ def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
 
 def _gpt2(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("n_embd", "hidden_size")
-    n_layers = c.int("n_layer", "num_hidden_layers")
+    n_layers = c.layers("n_layer", "num_hidden_layers")
     heads = c.int("n_head", "num_attention_heads")
     head_dim = c.divides("n_embd", hidden, "n_head", heads)
     vocab = c.int("vocab_size")
@@ -594,7 +594,7 @@ def _gpt2(c: Cfg, family: str) -> ModelSpec:
 
 def _opt(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     heads = c.int("num_attention_heads")
     head_dim = c.divides("hidden_size", hidden, "num_attention_heads", heads)
     vocab = c.int("vocab_size")
@@ -626,7 +626,7 @@ def _opt(c: Cfg, family: str) -> ModelSpec:
 
 def _bloom(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size", "n_embed")
-    n_layers = c.int("n_layer", "num_hidden_layers")
+    n_layers = c.layers("n_layer", "num_hidden_layers")
     heads = c.int("num_attention_heads", "n_head")
     head_dim = c.divides("hidden_size", hidden, "num_attention_heads", heads)
     vocab = c.int("vocab_size")
@@ -654,7 +654,7 @@ def _bloom(c: Cfg, family: str) -> ModelSpec:
 
 def _falcon(c: Cfg, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
-    n_layers = c.int("num_hidden_layers")
+    n_layers = c.layers("num_hidden_layers")
     heads = c.int("num_attention_heads")
     head_dim = c.divides("hidden_size", hidden, "num_attention_heads", heads)
     vocab = c.int("vocab_size")
@@ -701,7 +701,7 @@ def _falcon(c: Cfg, family: str) -> ModelSpec:
 def _siglip_vision(v: Cfg, b: _B) -> int:
     vh = v.int("hidden_size", default=768)
     vi = v.int("intermediate_size", default=3072)
-    layers = v.int("num_hidden_layers", default=12)
+    layers = v.layers("num_hidden_layers", default=12)
     patch = v.int("patch_size", default=16)
     image = v.int("image_size", default=224)
     channels = v.int("num_channels", default=3)
@@ -729,7 +729,7 @@ def _siglip_vision(v: Cfg, b: _B) -> int:
 def _pixtral_vision(v: Cfg, b: _B) -> int:
     vh = v.int("hidden_size", default=1024)
     vi = v.int("intermediate_size", default=4096)
-    layers = v.int("num_hidden_layers", default=24)
+    layers = v.layers("num_hidden_layers", default=24)
     patch = v.int("patch_size", default=16)
     channels = v.int("num_channels", default=3)
     p = "vision_tower"
@@ -794,8 +794,8 @@ def _multimodal(c: Cfg, family: str) -> ModelSpec:
             "transformers >= 5 defaults Mistral3Config to tied and would count one vocab table less."
         )
     spec.torch_dtype = c.str("torch_dtype") or c.str("dtype") or spec.torch_dtype
-    q = c.raw("quantization_config")
-    spec.quantization = q if isinstance(q, dict) else spec.quantization
+    q = c.sub("quantization_config")
+    spec.quantization = q.data if q is not None else spec.quantization
     return spec
 
 
