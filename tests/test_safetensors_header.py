@@ -35,3 +35,20 @@ def test_truncated_header_is_input_error(tmp_path):
     f.write_bytes(len(header).to_bytes(8, "little") + header[:10])
     with pytest.raises(InputError, match="truncated safetensors header"):
         read_header(f)
+
+
+def test_index_total_size_when_shards_absent(tmp_path):
+    index = {
+        "metadata": {"total_size": 1234},
+        "weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors"},
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    ck = checkpoint_bytes(tmp_path)
+    assert ck.total_bytes == 1234 and ck.tensor_count == 2
+    assert "index.json" in ck.source
+
+
+def test_broken_index_is_input_error(tmp_path):
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(InputError, match="total_size"):
+        checkpoint_bytes(tmp_path)

@@ -149,30 +149,49 @@ def machine_show(
     _render_machine(profile)
 
 
+def _group_cards(cards):
+    """[(indices, card)] with cards equal in every field but the index grouped together."""
+    groups: list[tuple[list[int], Any, dict]] = []
+    for a in cards:
+        key = a.model_dump(exclude={"index"})
+        for indices, _, k in groups:
+            if k == key:
+                indices.append(a.index)
+                break
+        else:
+            groups.append(([a.index], a, key))
+    return [(i, a) for i, a, _ in groups]
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0,1,2,3,5] -> "0-3,5"."""
+    out, start, prev = [], None, None
+    for i in sorted(indices):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(out)
+
+
 def _render_machine(p) -> None:
     from rich.table import Table
 
     con = _console()
     con.print(f"[bold]{p.name}[/bold] — {p.description}")
-    t = Table(title="Accelerators")
-    cols = (
-        "#",
-        "vendor",
-        "product",
-        "memory",
-        "mem bandwidth",
-        "bf16 dense",
-        "fp8 dense",
-        "int8 dense",
-        "NUMA",
-        "PCI bus",
-        "partition",
-    )
+    t = Table(title="Accelerators (identical cards share a row)")
+    cols = ("cards", "vendor", "product", "memory", "mem bandwidth", "bf16 dense", "fp8 dense",
+            "int8 dense", "NUMA", "PCI bus", "partition")  # fmt: skip
     for c in cols:
         t.add_column(c)
-    for a in p.accelerators:
+    for indices, a in _group_cards(p.accelerators):
         t.add_row(
-            str(a.index), a.vendor.value, a.product, gib(a.memory_bytes),
+            _ranges(indices), a.vendor.value, a.product, gib(a.memory_bytes),
             _num(a.memory_bandwidth_gbps, "GB/s"), _num(a.bf16_dense_tflops, "TFLOPS"),
             _num(a.fp8_dense_tflops, "TFLOPS"), _num(a.int8_dense_tops, "TOPS"),
             _num(a.numa_node), a.pci_bus_id or UNKNOWN, a.partition or UNKNOWN,
@@ -204,11 +223,16 @@ def _render_machine(p) -> None:
     h = p.host
     con.print(
         f"Host: {_num(h.sockets)} sockets, {_num(h.cores)} cores, {_num(h.threads)} threads, "
-        f"{len(h.numa_nodes)} NUMA nodes, RAM {gib(h.ram_bytes)}, swap {gib(h.swap_bytes)}, "
+        f"{len(h.numa_nodes) or UNKNOWN} NUMA nodes, RAM {gib(h.ram_bytes)}, swap {gib(h.swap_bytes)}, "
         f"THP {h.thp_enabled or UNKNOWN}"
     )
-    for n in h.numa_nodes:
-        con.print(f"  NUMA {n.id}: CPUs {n.cpus or UNKNOWN}, memory {gib(n.memory_bytes)}")
+    if h.numa_nodes and all(n.cpus is None and n.memory_bytes is None for n in h.numa_nodes):
+        con.print(
+            f"  NUMA nodes {_ranges([n.id for n in h.numa_nodes])}: CPU lists and memory unknown"
+        )
+    else:
+        for n in h.numa_nodes:
+            con.print(f"  NUMA {n.id}: CPUs {n.cpus or UNKNOWN}, memory {gib(n.memory_bytes)}")
     for nic in p.network.nics:
         con.print(
             f"NIC {nic.name}: {nic.kind}, {_num(nic.speed_gbit, 'Gbit/s')}"

@@ -33,6 +33,7 @@ class CheckpointBytes:
     total_bytes: int  # sum over tensors of data_offsets end - begin (the tensor bytes)
     bytes_by_dtype: dict[str, int] = field(default_factory=dict)
     elements_by_dtype: dict[str, int] = field(default_factory=dict)
+    source: str = "safetensors headers (metadata only, no tensor data read)"
 
 
 def read_header(path: Path) -> dict:
@@ -58,11 +59,31 @@ def read_header(path: Path) -> dict:
     return header
 
 
+def index_total_size(folder: Path) -> CheckpointBytes | None:
+    """``metadata.total_size`` of ``model.safetensors.index.json`` (shards not downloaded)."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return None
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        total = int(data["metadata"]["total_size"])
+        weight_map = data.get("weight_map") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise InputError(f"{index}: no readable metadata.total_size") from None
+    return CheckpointBytes(
+        files=[index.name],
+        tensor_count=len(weight_map),
+        total_bytes=total,
+        source="model.safetensors.index.json metadata.total_size (shards not present)",
+    )
+
+
 def checkpoint_bytes(folder: Path) -> CheckpointBytes | None:
-    """Sum tensor bytes over every ``*.safetensors`` in ``folder``; None when there are none."""
+    """Sum tensor bytes over every ``*.safetensors`` in ``folder``; without shards, the index's
+    ``metadata.total_size``; None when there is neither."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        return None
+        return index_total_size(folder)
     out = CheckpointBytes(files=[f.name for f in files], tensor_count=0, total_bytes=0)
     for f in files:
         for name, info in read_header(f).items():

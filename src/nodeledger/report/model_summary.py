@@ -101,7 +101,7 @@ def model_summary(
                 "elements_by_dtype": ck.elements_by_dtype,
                 "tensor_count": ck.tensor_count,
                 "files": ck.files,
-                "source": "safetensors headers (metadata only)",
+                "source": ck.source,
                 "config_derived_bytes": out["weight_bytes_config"]["bytes"],
             }
     return out
