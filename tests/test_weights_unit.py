@@ -56,3 +56,47 @@ def test_modules_to_not_convert_skips():
 def test_keep_fp32_tensor_stays_fp32_in_bf16():
     t = TensorGroup("gate.weight", "router", "linear", (8, 64), 2, keep_fp32=True, module="router")
     assert w.bytes_plain(t, "bf16") == 2 * 8 * 64 * 4
+
+
+def _spec_with_quant(q):
+    from nodeledger.model import build_spec
+
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 512, "vocab_size": 1000, "torch_dtype": "bfloat16", "quantization_config": q}  # fmt: skip
+    return build_spec(cfg, "q")
+
+
+def test_bnb_double_quant_flag_is_honoured():
+    on = _spec_with_quant(
+        {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True}
+    )
+    off = _spec_with_quant({"quant_method": "bitsandbytes", "load_in_4bit": True})
+    s_on, s_off = w.config_scheme(on), w.config_scheme(off)
+    assert s_on.double_quant and not s_off.double_quant
+    t = lin(256, 512)
+    assert w.tensor_bytes(t, s_off) - w.tensor_bytes(t, s_on) == 2048 * 3 - 4 * 8
+
+
+def test_gptq_8bit_keeps_group_layout():
+    spec = _spec_with_quant({"quant_method": "gptq", "bits": 8, "group_size": 128})
+    s = w.config_scheme(spec)
+    t = lin(256, 512)
+    assert w.tensor_bytes(t, s) == 256 * 512 + 4 * 256 * 2 + 4 * 256 + 512 * 4
+
+
+def test_fp8_config_without_block_size_uses_transformers_default():
+    s = w.config_scheme(_spec_with_quant({"quant_method": "fp8"}))
+    assert s.block == (128, 128) and "default" in s.source
+
+
+def test_both_bnb_flags_is_an_error():
+    import pytest
+
+    from nodeledger.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="both true"):
+        w.config_scheme(
+            _spec_with_quant(
+                {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": True}
+            )
+        )

@@ -7,6 +7,7 @@ Heavy imports stay inside the commands so ``nodeledger model show`` starts fast.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated, Any
 
@@ -138,11 +139,8 @@ def machine_show(
     from nodeledger.machine import resolve_machine, save_profile
 
     profile = resolve_machine(machine)
-    if save:
-        try:
-            save_profile(profile, save)
-        except OSError as exc:
-            raise NodeledgerError(f"{save}: cannot write profile: {exc.strerror or exc}") from None
+    if save is not None:
+        save_profile(profile, save)
     if as_json:
         _print_json(profile.model_dump(mode="json"))
         return
@@ -346,7 +344,10 @@ def _render_model(s: dict[str, Any]) -> None:
             t.add_row(part, f"{n:,}", f"{100 * n / p['total']:.1f} %")
     t.add_row("[bold]total[/bold]", f"[bold]{p['total']:,}[/bold]", "100 %")
     t.add_row("active per token", f"{p['active']:,}", f"{100 * p['active'] / p['total']:.1f} %")
+    ane = p["active_non_embedding"]
+    t.add_row("active, input embeddings excluded", f"{ane:,}", f"{100 * ane / p['total']:.1f} %")
     con.print(t)
+    con.print(f"  {p['active_convention']}")
     w = Table(title="Weight bytes by scheme (computed per tensor; layout per scheme below)")
     w.add_column("scheme")
     w.add_column("bytes", justify="right")
@@ -391,8 +392,8 @@ def _render_model(s: dict[str, Any]) -> None:
         )
     if kv["linear_state_bytes_per_sequence"]:
         con.print(
-            f"  linear-attention state: {kv['linear_state_bytes_per_sequence']:,} B per sequence, "
-            "independent of context length"
+            f"  linear-attention state: {kv['linear_state_bytes_per_sequence']:,} B per sequence "
+            "(recurrent state fp32, conv state bf16), independent of context length"
         )
     con.print(f"  formula: {kv['source']}")
     for note in s["notes"]:
@@ -444,4 +445,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        sys.stderr.write("nodeledger: interrupted\n")
+        return 130
+    except Exception as exc:  # a bug, not bad input: one line, and the traceback on request
+        if os.environ.get("NODELEDGER_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"nodeledger: internal error: {type(exc).__name__}: {exc} "
+            "(a bug; set NODELEDGER_DEBUG=1 for the traceback and please report it)\n"
+        )
+        return 70
     return 0

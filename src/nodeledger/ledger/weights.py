@@ -26,14 +26,15 @@ SCHEMES: dict[str, str] = {
     "bf16": "2 B/param (bfloat16)",
     "fp16": "2 B/param (float16)",
     "fp32": "4 B/param (float32)",
-    "fp8": "linear weights 1 B/param (e4m3) + one fp32 scale per tensor, or per block when the "
-    "config gives weight_block_size (DeepSeek-V3: 128x128); other tensors bf16",
+    "fp8": "linear weights 1 B/param (e4m3) + one fp32 scale per 128x128 block, or per the "
+    "config's weight_block_size (DeepSeek-V3 layout); other tensors bf16",
     "int8": "linear weights 1 B/param + one bf16 scale per output channel (W8A16 per-channel); "
     "other tensors bf16",
     "int4": "GPTQ/AWQ 4-bit: packed 0.5 B/param + per group (default 128 inputs) an fp16 scale "
     "and a packed 4-bit zero per output channel, + GPTQ's int32 g_idx per input; other tensors bf16",
     "nf4": "bitsandbytes NF4 with double quantisation (QLoRA): 0.5 B/param + 1 B absmax per "
-    "64-value block + one fp32 per 256 blocks; other tensors bf16",
+    "64-value block + one fp32 per 256 blocks (a config without double quant: fp32 absmax); "
+    "other tensors bf16",
     "mxfp4": "OCP MX FP4: 0.5 B/param + one E8M0 byte per 32 values (gpt-oss experts); other "
     "tensors bf16",
 }
@@ -48,7 +49,8 @@ class Scheme:
     block: tuple[int, int] | None = None  # fp8 weight_block_size (out, in)
     group_size: int = 128  # int4 group size; -1 = one group per output channel
     bits: int = 4
-    g_idx: bool = True  # GPTQ stores an int32 g_idx per input feature; AWQ does not
+    g_idx: bool = True
+    double_quant: bool = True  # nf4: bitsandbytes bnb_4bit_use_double_quant  # GPTQ stores an int32 g_idx per input feature; AWQ does not
     skip: tuple[str, ...] = ()  # modules_to_not_convert patterns (without the "model." prefix)
     source: str = ""
 
@@ -56,7 +58,9 @@ class Scheme:
         if self.name == "fp8" and self.block:
             return f"fp8 (block {self.block[0]}x{self.block[1]})"
         if self.name == "int4":
-            return f"int{self.bits} (group {self.group_size})"
+            return f"int{self.bits} GPTQ/AWQ (group {self.group_size})"
+        if self.name == "nf4" and not self.double_quant:
+            return "nf4 (no double quantisation)"
         return self.name
 
 
@@ -106,12 +110,14 @@ def bytes_int4_grouped(t: TensorGroup, group: int, bits: int, g_idx: bool) -> in
     return t.count * int(packed + scales + zeros + gidx)
 
 
-def bytes_nf4(t: TensorGroup) -> int:
-    """bitsandbytes NF4 + double quant: 0.5 B/weight, 1 B absmax per 64 weights, fp32 per
-    256 absmax blocks (Dettmers et al. 2023, QLoRA, sec. 3)."""
+def bytes_nf4(t: TensorGroup, double_quant: bool = True) -> int:
+    """bitsandbytes NF4: 0.5 B/weight and one absmax per 64-weight block.  With double
+    quantisation the absmax is 1 B plus one fp32 per 256 blocks (Dettmers et al. 2023, QLoRA,
+    sec. 3); without it the absmax is fp32 (4 B)."""
     n = t.shape[-2] * t.shape[-1]
     blocks = ceil(n / 64)
-    return t.count * (ceil(n / 2) + blocks + 4 * ceil(blocks / 256))
+    absmax = blocks + 4 * ceil(blocks / 256) if double_quant else 4 * blocks
+    return t.count * (ceil(n / 2) + absmax)
 
 
 def bytes_mxfp4(t: TensorGroup) -> int:
@@ -133,7 +139,7 @@ def tensor_bytes(t: TensorGroup, scheme: Scheme) -> int:
     if scheme.name == "int4":
         return bytes_int4_grouped(t, scheme.group_size, scheme.bits, scheme.g_idx)
     if scheme.name == "nf4":
-        return bytes_nf4(t)
+        return bytes_nf4(t, scheme.double_quant)
     if scheme.name == "mxfp4":
         return bytes_mxfp4(t)
     raise ValueError(f"unknown scheme {scheme.name}")
@@ -188,8 +194,10 @@ def config_scheme(spec: ModelSpec) -> Scheme:
         blk = qc.int_list("weight_block_size")
         if blk is not None and (len(blk) != 2 or min(blk) < 1):
             raise qc.error("weight_block_size", f"must be two positive integers, got {blk}")
-        block = (blk[0], blk[1]) if blk else None
-        return Scheme("fp8", base, block=block, skip=skip, source=src)
+        if blk is None:  # transformers FineGrainedFP8Config default
+            blk = [128, 128]
+            src += " (weight_block_size not given: transformers' default 128x128)"
+        return Scheme("fp8", base, block=(blk[0], blk[1]), skip=skip, source=src)
     if method == "mxfp4":
         return Scheme("mxfp4", base, skip=skip, source=src)
     if method in ("gptq", "awq"):
@@ -197,14 +205,20 @@ def config_scheme(spec: ModelSpec) -> Scheme:
         group = qc.int("group_size", "q_group_size", default=128, min_value=-1)
         if bits not in (2, 3, 4, 8) or group == 0:
             raise qc.error("bits", f"/ group_size {bits}/{group} is not a GPTQ/AWQ layout")
-        if bits == 8:
-            return Scheme("int8", base, skip=skip, source=src)
+        if qc.defaults:
+            src += (
+                " (defaults applied: " + ", ".join(f"{k}={v}" for k, v in qc.defaults.items()) + ")"
+            )
         return Scheme(
             "int4", base, group_size=group, bits=bits, g_idx=method == "gptq", skip=skip, source=src
         )
     if method == "bitsandbytes":
-        if qc.bool("load_in_4bit", False) or qc.str("bnb_4bit_quant_type"):
-            return Scheme("nf4", base, skip=skip, source=src)
+        four, eight = qc.bool("load_in_4bit", False), qc.bool("load_in_8bit", False)
+        if four and eight:
+            raise qc.error("load_in_4bit", "and load_in_8bit are both true")
+        if four or qc.str("bnb_4bit_quant_type"):
+            dq = qc.bool("bnb_4bit_use_double_quant", False)  # BitsAndBytesConfig default
+            return Scheme("nf4", base, skip=skip, double_quant=dq, source=src)
         return Scheme("int8", base, skip=skip, source=src)
     raise ConfigError(
         f"{spec.source}: quantization_config.quant_method {method!r} is not modelled "
@@ -221,5 +235,7 @@ def scheme_for(name: str, spec: ModelSpec) -> Scheme:
     if declared is not None and declared.name == name:
         return declared
     if name == "fp8":
-        return Scheme("fp8", block=(128, 128), source="default fp8 layout: 128x128 blocks")
+        return Scheme(
+            "fp8", block=(128, 128), source="fp8 with 128x128 block scales (transformers' default)"
+        )
     return Scheme(name, source=SCHEMES[name])

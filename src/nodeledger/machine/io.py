@@ -51,6 +51,8 @@ def parse_profile(text: str, fmt: str, where: str) -> MachineProfile:
         data = tomllib.loads(text) if fmt == "toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{where}: not valid {fmt.upper()}: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"{where}: nested too deeply to be a machine profile") from None
     if not isinstance(data, dict):
         raise ProfileError(
             f"{where}: a machine profile is a table/object, got {type(data).__name__}"
@@ -68,6 +70,8 @@ def load_profile(path: str | Path) -> MachineProfile:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"{p}: cannot read machine profile: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{p}: not a text file (not UTF-8): not a machine profile") from None
     return parse_profile(text, "json" if p.suffix.lower() == ".json" else "toml", str(p))
 
 
@@ -112,5 +116,10 @@ def dump_profile(profile: MachineProfile, fmt: str = "toml") -> str:
 
 
 def save_profile(profile: MachineProfile, path: str | Path) -> None:
+    if not str(path).strip():
+        raise ProfileError("--save needs a file name")
     p = Path(path)
-    p.write_text(dump_profile(profile, "json" if p.suffix.lower() == ".json" else "toml"))
+    try:
+        p.write_text(dump_profile(profile, "json" if p.suffix.lower() == ".json" else "toml"))
+    except OSError as exc:
+        raise ProfileError(f"{p}: cannot write machine profile: {exc.strerror or exc}") from None

@@ -20,8 +20,12 @@ UNKNOWN = "unknown"
 def _unknown_to_none(value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() == UNKNOWN:
         return None
+    if isinstance(value, bool):
+        raise ValueError('true/false is not a value here; write a number, a text or "unknown"')
     if isinstance(value, float) and value != value:  # NaN never enters a profile
         raise ValueError('NaN is not a value; write "unknown"')
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        raise ValueError('infinity is not a value; write a finite number or "unknown"')
     return value
 
 
@@ -31,7 +35,7 @@ def _opt(tp: Any) -> Any:
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
@@ -163,6 +167,20 @@ class MachineProfile(_Strict):
         indices = [a.index for a in self.accelerators]
         if len(set(indices)) != len(indices):
             raise ValueError(f"accelerator indices repeat: {indices}")
+        seen_pairs: set[frozenset[int]] = set()
+        for i, p in enumerate(self.interconnect.pairs):
+            key = frozenset((p.a, p.b))
+            if key in seen_pairs:
+                raise ValueError(f"interconnect.pairs.{i}: cards {p.a}-{p.b} are listed twice")
+            seen_pairs.add(key)
+        numa = [n.id for n in self.host.numa_nodes]
+        if len(set(numa)) != len(numa):
+            raise ValueError(f"host.numa_nodes: ids repeat: {numa}")
+        h = self.host
+        if h.threads is not None and h.cores is not None and h.threads < h.cores:
+            raise ValueError(f"host.threads: {h.threads} logical CPUs < {h.cores} cores")
+        if h.cores is not None and h.sockets is not None and h.cores < h.sockets:
+            raise ValueError(f"host.cores: {h.cores} cores < {h.sockets} sockets")
         known = set(indices)
         for i, p in enumerate(self.interconnect.pairs):
             for end in (p.a, p.b):

@@ -12,10 +12,18 @@ MAX_LAYERS = 100_000
 
 
 class Cfg:
-    def __init__(self, data: dict[str, Any], where: str, prefix: str = "") -> None:
+    def __init__(
+        self,
+        data: dict[str, Any],
+        where: str,
+        prefix: str = "",
+        defaults: dict[str, Any] | None = None,
+    ) -> None:
         self.data = data
         self.where = where
         self.prefix = prefix
+        # field -> default value applied because the config omits it (reported, never silent)
+        self.defaults: dict[str, Any] = {} if defaults is None else defaults
 
     def sub(self, key: str) -> Cfg | None:
         value = self.data.get(key)
@@ -23,7 +31,7 @@ class Cfg:
             return None
         if not isinstance(value, dict):
             raise self.error(key, f"must be an object, got {type(value).__name__}")
-        return Cfg(value, self.where, f"{self.prefix}{key}.")
+        return Cfg(value, self.where, f"{self.prefix}{key}.", self.defaults)
 
     def error(self, key: str, problem: str) -> ConfigError:
         return ConfigError(f"{self.where}: field {self.prefix}{key} {problem}")
@@ -49,6 +57,8 @@ class Cfg:
         if value is _MISSING:
             if default is _MISSING:
                 raise self.error(key, "is missing")
+            if default is not None:
+                self.defaults[self.prefix + key] = default
             return default
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
@@ -71,6 +81,7 @@ class Cfg:
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key)
         if value is None:
+            self.defaults[self.prefix + key] = default
             return default
         if not isinstance(value, bool):
             raise self.error(key, f"must be true or false, got {value!r}")
@@ -94,12 +105,16 @@ class Cfg:
             raise self.error(key, f"must be a list of integers, got {value!r}")
         return value
 
-    def str_list(self, key: str) -> list[str] | None:
+    def str_list(self, key: str, allowed: set[str] | None = None) -> list[str] | None:
         value = self.data.get(key)
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.error(key, f"must be a list of strings, got {value!r}")
+        if allowed is not None:
+            bad = sorted(set(value) - allowed)
+            if bad:
+                raise self.error(key, f"has entries {bad}; allowed: {sorted(allowed)}")
         return value
 
     def divides(self, big_key: str, big: int, small_key: str, small: int) -> int:

@@ -134,10 +134,19 @@ def _heads(c: Cfg) -> tuple[int, int, int]:
     return heads, kv, head_dim
 
 
-def _softmax_layers(c: Cfg, n_layers: int, kv: int, head_dim: int, default_sliding=None):
-    """Attention layers from ``layer_types`` / ``sliding_window`` settings."""
-    window = c.opt_int("sliding_window")
-    types = c.str_list("layer_types")
+SOFTMAX_LAYER_TYPES = {"full_attention", "sliding_attention"}
+
+
+def _softmax_layers(
+    c: Cfg, n_layers: int, kv: int, head_dim: int, default_sliding=None, default_window=None
+):
+    """Attention layers from ``layer_types`` / ``sliding_window`` settings.
+
+    ``default_window``: the family's own sliding window when the config omits it
+    (transformers' config default), recorded as an applied default.
+    """
+    window = c.int("sliding_window", default=default_window)
+    types = c.str_list("layer_types", allowed=SOFTMAX_LAYER_TYPES)
     if types is not None and len(types) != n_layers:
         raise c.error("layer_types", f"has {len(types)} entries for num_hidden_layers={n_layers}")
     out = []
@@ -264,7 +273,11 @@ def _llama_like(c: Cfg, family: str) -> ModelSpec:
             sliding_default = lambda i: i >= max_window_layers  # noqa: E731
         elif use:
             sliding_default = lambda i: True  # noqa: E731
-    attention = _softmax_layers(c, n_layers, attn.kv_heads, attn.head_dim, sliding_default)
+    # transformers' defaults: Gemma2Config / Gemma3TextConfig sliding_window = 4096
+    default_window = 4096 if family in ("gemma2", "gemma3_text") else None
+    attention = _softmax_layers(
+        c, n_layers, attn.kv_heads, attn.head_dim, sliding_default, default_window
+    )
     return _spec(c, family, b, attention, tied, moe)
 
 
@@ -307,7 +320,7 @@ def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", False)
     heads, kv, head_dim = _heads(c)
-    types = c.str_list("layer_types")
+    types = c.str_list("layer_types", allowed={"full_attention", "linear_attention"})
     if types is None:  # Qwen3NextConfig: every full_attention_interval-th layer is full attention
         interval = c.int("full_attention_interval", default=4)
         types = [
@@ -517,7 +530,8 @@ def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
     )
     b.linear(f"{e}.down_proj", "routed_experts", hidden, inter, n_layers * experts, True, "expert")
     moe = MoEInfo(experts, top_k, n_layers, 3 * hidden * inter + 2 * inter + hidden)
-    attention = _softmax_layers(c, n_layers, kv, head_dim, lambda i: i % 2 == 0)
+    # GptOssConfig defaults: sliding_window 128, even layers sliding
+    attention = _softmax_layers(c, n_layers, kv, head_dim, lambda i: i % 2 == 0, 128)
     return _spec(c, family, b, attention, tied, moe)
 
 
@@ -850,4 +864,11 @@ def build_spec(config: dict, where: str) -> ModelSpec:
             f"{where}: model_type {model_type!r} is not supported (no guessing); "
             f"supported families: {', '.join(supported_families())}"
         )
-    return builder(c, model_type)
+    spec = builder(c, model_type)
+    if c.defaults:
+        applied = ", ".join(f"{k}={v}" for k, v in c.defaults.items())
+        spec.notes.append(
+            f"config.json omits these fields; the family's defaults (transformers' config class) "
+            f"were applied: {applied}"
+        )
+    return spec

@@ -52,11 +52,37 @@ def read_header(path: Path) -> dict:
         raise InputError(f"{path}: truncated safetensors header ({len(body)} of {n} bytes)")
     try:
         header = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"{path}: safetensors header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):
         raise InputError(f"{path}: safetensors header is not a JSON object")
     return header
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _entry(f: Path, name: str, info) -> tuple[str, int, int]:
+    """(dtype, elements, bytes) of one header entry, validated."""
+    bad = InputError(f"{f}: tensor {name!r} has a malformed header entry")
+    if not isinstance(info, dict):
+        raise bad
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(offsets, list):
+        raise bad
+    if not all(_is_int(d) and d >= 0 for d in shape):
+        raise bad
+    if (
+        len(offsets) != 2
+        or not all(_is_int(o) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        raise bad
+    elements = 1
+    for d in shape:
+        elements *= d
+    return dtype, elements, offsets[1] - offsets[0]
 
 
 def index_total_size(folder: Path) -> CheckpointBytes | None:
@@ -66,10 +92,12 @@ def index_total_size(folder: Path) -> CheckpointBytes | None:
         return None
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
-        total = int(data["metadata"]["total_size"])
+        total = data["metadata"]["total_size"]
         weight_map = data.get("weight_map") or {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise InputError(f"{index}: no readable metadata.total_size") from None
+    if not _is_int(total) or total < 0 or not isinstance(weight_map, dict):
+        raise InputError(f"{index}: metadata.total_size must be a non-negative integer")
     return CheckpointBytes(
         files=[index.name],
         tensor_count=len(weight_map),
@@ -89,16 +117,7 @@ def checkpoint_bytes(folder: Path) -> CheckpointBytes | None:
         for name, info in read_header(f).items():
             if name == "__metadata__":
                 continue
-            try:
-                dtype = info["dtype"]
-                begin, end = info["data_offsets"]
-                shape = info["shape"]
-            except (KeyError, TypeError, ValueError):
-                raise InputError(f"{f}: tensor {name!r} has a malformed header entry") from None
-            elements = 1
-            for d in shape:
-                elements *= int(d)
-            size = int(end) - int(begin)
+            dtype, elements, size = _entry(f, name, info)
             out.tensor_count += 1
             out.total_bytes += size
             out.bytes_by_dtype[dtype] = out.bytes_by_dtype.get(dtype, 0) + size

@@ -31,6 +31,8 @@ class ConfigSource:
 def parse_config_text(text: str, where: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested too deeply to be a config.json") from None
     except json.JSONDecodeError as exc:
         hint = " (truncated?)" if exc.pos >= len(text.rstrip()) - 1 else ""
         raise ConfigError(

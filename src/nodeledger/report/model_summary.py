@@ -57,6 +57,13 @@ def model_summary(
         "params": {
             "total": spec.params_total(),
             "active": spec.params_active(),
+            "active_non_embedding": spec.params_active() - by_part["embeddings"],
+            "active_convention": (
+                "active = parameters touched per generated text token: routed experts at top-k, "
+                "vision tower excluded, input embeddings and lm_head included (as Qwen, Mixtral "
+                "and DeepSeek count); active_non_embedding leaves the input embedding tables out "
+                "(as OpenAI counts gpt-oss)"
+            ),
             "by_part": by_part,
             "unit": "parameters",
             "source": PARAMS_SOURCE,
