@@ -401,6 +401,275 @@ def _render_model(s: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# fit: the memory ledger of one job
+# ---------------------------------------------------------------------------------------
+
+SERVE_OPTS = {"engine", "kv_dtype", "context", "concurrency", "new_tokens", "replicas",
+              "gpu_memory_utilization", "max_num_batched_tokens"}  # fmt: skip
+TRAIN_OPTS = {"precision", "optimizer", "optimizer_impl", "micro_batch", "seq", "grad_accum",
+              "checkpointing", "shard", "offload", "workers", "prefetch", "dp"}  # fmt: skip
+LORA_OPTS = {"rank", "lora_targets"}
+LOAD_OPTS = {"load_format", "load_strategy", "ranks"}
+
+
+def _build_job(kind: str, o: dict):
+    from nodeledger.ledger.jobs import HostSide, JobError, LoadJob, Parallel, ServeJob, TrainJob
+
+    given = {k for k, v in o.items() if v is not None}
+    allowed = {"tp", "pp", "dtype", "attention"}
+    if kind == "serve":
+        allowed |= SERVE_OPTS
+    elif kind in ("train", "lora", "qlora"):
+        allowed |= TRAIN_OPTS | (LORA_OPTS if kind != "train" else set())
+    elif kind == "load":
+        allowed = {"dtype"} | LOAD_OPTS
+    else:
+        raise JobError(f"--job {kind!r} is not one of serve, train, lora, qlora, load")
+    stray = sorted(given - allowed)
+    if stray:
+        names = ", ".join("--" + s.replace("_", "-") for s in stray)
+        raise JobError(f"{names} does not apply to --job {kind}")
+    pick = {k: v for k, v in o.items() if v is not None}
+    par = Parallel(tp=pick.get("tp", 1), pp=pick.get("pp", 1), dp=pick.get("dp", 1))
+    if kind == "serve":
+        conc = pick.get("concurrency", "1")
+        if conc == "max":
+            concurrency = None
+        else:
+            try:
+                concurrency = int(conc)
+            except ValueError:
+                raise JobError(f"--concurrency must be an integer or 'max', got {conc!r}") from None
+        return ServeJob(
+            engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
+            context=pick.get("context", 4096), concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
+            parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
+            gpu_memory_utilization=pick.get("gpu_memory_utilization", 0.9),
+            max_num_batched_tokens=pick.get("max_num_batched_tokens", 8192),
+        )  # fmt: skip
+    if kind == "load":
+        return LoadJob(dtype=pick.get("dtype"), format=pick.get("load_format", "safetensors"),
+                       strategy=pick.get("load_strategy", "every_rank"), ranks=pick.get("ranks", 1))  # fmt: skip
+    if kind in ("lora", "qlora") and "rank" not in pick:
+        raise JobError(f"--job {kind} needs --rank")
+    if "dtype" in pick:
+        raise JobError("--dtype does not apply to training; use --precision bf16|mixed")
+    targets = (
+        tuple(t.strip() for t in pick["lora_targets"].split(","))
+        if "lora_targets" in pick
+        else None
+    )
+    return TrainJob(
+        precision=pick.get("precision", "bf16"), optimizer=pick.get("optimizer", "adamw"),
+        optimizer_impl=pick.get("optimizer_impl", "foreach"), micro_batch=pick.get("micro_batch", 1),
+        seq=pick.get("seq", 2048), grad_accum=pick.get("grad_accum", 1),
+        checkpointing=pick.get("checkpointing", "none"), attention=pick.get("attention", "sdpa"),
+        shard=pick.get("shard", "none"), offload=pick.get("offload", "none"), parallel=par,
+        host=HostSide(workers=pick.get("workers", 0), prefetch=pick.get("prefetch", 2)),
+        rank=pick.get("rank"), qlora=kind == "qlora",
+        **({"lora_targets": targets} if targets else {}),
+    )  # fmt: skip
+
+
+@app.command("fit")
+def fit_cmd(
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="config.json path, checkpoint folder, catalogue name or cached Hub id."
+        ),
+    ],
+    job: Annotated[
+        str, typer.Option("--job", help="serve | train | lora | qlora | load")
+    ] = "serve",
+    machine: Annotated[
+        str | None,
+        typer.Option("--machine", help="Preset or profile file; default: reference machine."),
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="Tensor-parallel cards per replica.")
+    ] = None,
+    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline stages per replica.")] = None,
+    dp: Annotated[int | None, typer.Option("--dp", help="Data-parallel ranks (training).")] = None,
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", help="Serving replicas (e.g. 8 x TP1).")
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype", help="Weight scheme for serve/load: bf16 fp16 fp32 fp8 int8 int4 nf4 mxfp4."
+        ),
+    ] = None,
+    kv_dtype: Annotated[
+        str | None, typer.Option("--kv-dtype", help="KV cache dtype: bf16 fp16 fp32 fp8.")
+    ] = None,
+    context: Annotated[
+        int | None, typer.Option("--context", help="Tokens per sequence (prompt + generated).")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Concurrent sequences, or 'max'.")
+    ] = None,
+    new_tokens: Annotated[
+        int | None,
+        typer.Option("--new-tokens", help="hf engine: tokens generated after the prompt."),
+    ] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help="hf | vllm")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option("--gpu-memory-utilization", help="vLLM budget fraction (default 0.9)."),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option("--max-num-batched-tokens", help="vLLM tokens per step (default 8192)."),
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option("--micro-batch", help="Sequences per micro-batch per rank.")
+    ] = None,
+    seq: Annotated[int | None, typer.Option("--seq", help="Training sequence length.")] = None,
+    grad_accum: Annotated[
+        int | None, typer.Option("--grad-accum", help="Gradient accumulation steps.")
+    ] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option("--precision", help="bf16 (pure) | mixed (fp32 master + bf16 autocast)."),
+    ] = None,
+    optimizer: Annotated[
+        str | None, typer.Option("--optimizer", help="adamw | adamw8bit | sgd | adafactor")
+    ] = None,
+    optimizer_impl: Annotated[
+        str | None, typer.Option("--optimizer-impl", help="foreach | fused | forloop")
+    ] = None,
+    attention: Annotated[str | None, typer.Option("--attention", help="sdpa | eager")] = None,
+    checkpointing: Annotated[
+        str | None, typer.Option("--checkpointing", help="none | selective | full")
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard", help="none | zero1 | zero2 | zero3 | fsdp | fsdp_grad_op | fsdp_hybrid"
+        ),
+    ] = None,
+    offload: Annotated[
+        str | None, typer.Option("--offload", help="none | optimizer | params")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="DataLoader workers per rank.")
+    ] = None,
+    prefetch: Annotated[
+        int | None, typer.Option("--prefetch", help="DataLoader prefetch_factor.")
+    ] = None,
+    rank: Annotated[int | None, typer.Option("--rank", help="LoRA rank.")] = None,
+    lora_targets: Annotated[
+        str | None,
+        typer.Option("--lora-targets", help="Comma-separated module names (default q,k,v,o_proj)."),
+    ] = None,
+    load_format: Annotated[
+        str | None, typer.Option("--format", help="load: safetensors | bin")
+    ] = None,
+    load_strategy: Annotated[
+        str | None, typer.Option("--load-strategy", help="load: every_rank | rank0 | meta")
+    ] = None,
+    ranks: Annotated[
+        int | None, typer.Option("--ranks", help="load: processes on this host that load.")
+    ] = None,
+    online: Annotated[
+        bool, typer.Option("--online", help="Allow downloading config.json from the Hub.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Account every byte of one job on each card and in host RAM; say whether it fits."""
+    opts = {
+        k: v
+        for k, v in locals().items()
+        if k not in ("model", "job", "machine", "online", "as_json")
+    }
+    from nodeledger.machine import resolve_machine
+    from nodeledger.model import load_model
+    from nodeledger.report.fit import fit
+
+    job_obj = _build_job(job, opts)
+    profile = resolve_machine(machine)
+    spec, src = load_model(model, online=online)
+    result = fit(spec, job_obj, profile)
+    data = _fit_json(result, src, profile, job)
+    if as_json:
+        _print_json(data)
+        return
+    _render_fit(data)
+
+
+def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    lg, v = result.ledger, result.verdict
+    return {
+        "model": src.catalogue_entry["id"] if src.catalogue_entry else src.where,
+        "machine": profile.name,
+        "job": job_kind,
+        "cards": [asdict(c) for c in lg.cards],
+        "host": asdict(lg.host),
+        "verdict": asdict(v),
+        "extras": lg.extras,
+        "notes": lg.notes,
+        "units": "bytes",
+    }
+
+
+def _render_fit(d: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    v = d["verdict"]
+    colour = {"fits": "green", "tight": "yellow", "cannot": "red"}.get(v["tier"], "white")
+    con.print(
+        f"[bold]{d['model']}[/bold] --job {d['job']} on {d['machine']}: "
+        f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {v['reason']}"
+    )
+    for c in d["cards"]:
+        t = Table(title=f"Per card (cards {_ranges(c['cards'])}; peak in: {c['peak_phase']})")
+        t.add_column("item")
+        t.add_column("GiB", justify="right")
+        t.add_column("in torch peak")
+        t.add_column("formula / source")
+        for it in c["items"]:
+            t.add_row(
+                it["name"],
+                f"{it['bytes'] / 2**30:,.2f}",
+                "yes" if it["torch"] else "no",
+                it["source"],
+            )
+        con.print(t)
+        phases = ", ".join(f"{k} {val / 2**30:,.2f} GiB" for k, val in c["phases"].items())
+        con.print(
+            f"  torch_peak_bytes {c['torch_peak_bytes']:,} B ({gib(c['torch_peak_bytes'])}; phases: {phases})"
+        )
+        con.print(
+            f"  total_bytes {c['total_bytes']:,} B ({gib(c['total_bytes'])}) of {gib(c['capacity_bytes'])} per card"
+        )
+    h = d["host"]
+    t = Table(title="Host RAM")
+    t.add_column("item")
+    t.add_column("GiB", justify="right")
+    t.add_column("formula / source")
+    for it in h["items"]:
+        t.add_row(it["name"], f"{it['bytes'] / 2**30:,.2f}", it["source"])
+    con.print(t)
+    con.print(f"  host peak {gib(h['peak_bytes'])} of {gib(h['capacity_bytes'])}")
+    for r in v["resources"]:
+        pct = "unknown" if r["headroom_pct"] is None else f"{r['headroom_pct']} %"
+        head = (
+            "unknown" if r["headroom_bytes"] is None else f"{r['headroom_bytes'] / 2**30:,.2f} GiB"
+        )
+        con.print(f"  {r['resource']}: {r['tier']}, headroom {head} ({pct})")
+    for k, val in d["extras"].items():
+        con.print(f"  {k}: {val if not isinstance(val, int) else f'{val:,}'}")
+    for s in v["suggestions"]:
+        con.print(f"  would fit: {s['change']} — {s['reason']}")
+    for n in d["notes"]:
+        con.print(f"  note: {n}")
+
+
+# ---------------------------------------------------------------------------------------
 # report (the main job; the capacity verdicts arrive with the ledger and report issues)
 # ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,106 @@
+"""Per-layer dimensions the activation formulas need, read off a ModelSpec's tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nodeledger.model.spec import ModelSpec
+
+_DENSE_FIRST = (
+    "gate_proj.weight",
+    "fc1.weight",
+    "c_fc.weight",
+    "dense_h_to_4h.weight",
+    "gate_up_proj.weight",
+)
+
+
+@dataclass(frozen=True)
+class Dims:
+    hidden: int
+    layers: int
+    vocab: int
+    heads: int
+    q_dim: int  # heads x head_dim (MLA: heads x (nope + rope))
+    kv_dim: int  # kv_heads x head_dim (MLA: heads x (nope + v) after up-projection)
+    intermediate: int  # dense MLP width (0 if none)
+    gated: bool  # SwiGLU/GeGLU (3 matrices) vs classic 2-matrix MLP
+    dense_layers: int
+    moe_layers: int
+    moe_intermediate: int
+    experts: int
+    top_k: int
+    shared_intermediate: int
+    layernorm_bias: bool  # LayerNorm with bias (GPT-2/OPT/BLOOM/Falcon) vs RMSNorm
+    qk_norm: bool
+    mla: bool
+
+
+def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
+    for t in spec.tensors:
+        if t.part == part and t.kind == "linear" and t.name.endswith(suffixes):
+            return t.shape[-2], t.count
+    return None
+
+
+def dims_of(spec: ModelSpec) -> Dims:
+    a0 = next((a for a in spec.attention if a.kind != "linear"), spec.attention[0])
+    mla = a0.kind == "mla"
+    heads = spec.num_attention_heads
+    q_dim = kv_dim = 0
+    for t in spec.tensors:
+        if t.part != "attention" or t.kind != "linear":
+            continue
+        if t.name.endswith(("q_proj.weight", "q_b_proj.weight")) and not q_dim:
+            q_dim = t.shape[0]
+        if t.name.endswith(("k_proj.weight",)) and not kv_dim:
+            kv_dim = t.shape[0]
+        if t.name.endswith("kv_b_proj.weight"):
+            kv_dim = t.shape[0] // 2
+    if not q_dim:  # fused qkv (phi3, gpt2, bloom, falcon)
+        q_dim = spec.hidden_size
+        kv_dim = a0.kv_heads * a0.k_head_dim or spec.hidden_size
+    if not kv_dim:
+        kv_dim = a0.kv_heads * a0.k_head_dim
+    dense = _first(spec, "dense_mlp", _DENSE_FIRST)
+    inter, dense_layers = (0, 0)
+    gated = True
+    if dense is not None:
+        inter, count = dense
+        name = next(t.name for t in spec.tensors if t.part == "dense_mlp" and t.kind == "linear")
+        gated = "gate" in name
+        if name.endswith("gate_up_proj.weight"):
+            inter //= 2
+        dense_layers = count
+    moe = spec.moe
+    moe_inter = 0
+    if moe is not None:
+        e = _first(spec, "routed_experts", ("gate_proj.weight", "gate_up_proj.weight"))
+        if e is not None:
+            moe_inter = e[0] // (
+                2
+                if any("gate_up_proj" in t.name for t in spec.tensors if t.part == "routed_experts")
+                else 1
+            )
+    shared = _first(spec, "shared_experts", ("gate_proj.weight",))
+    norm_bias = any(t.part == "norms" and t.name.endswith(".bias") for t in spec.tensors)
+    qk_norm = any(t.name.endswith(("q_norm.weight", "k_norm.weight")) for t in spec.tensors)
+    return Dims(
+        hidden=spec.hidden_size,
+        layers=spec.num_layers,
+        vocab=spec.vocab_size,
+        heads=heads,
+        q_dim=q_dim,
+        kv_dim=kv_dim,
+        intermediate=inter,
+        gated=gated,
+        dense_layers=dense_layers,
+        moe_layers=moe.moe_layers if moe else 0,
+        moe_intermediate=moe_inter,
+        experts=moe.num_experts if moe else 0,
+        top_k=moe.top_k if moe else 0,
+        shared_intermediate=shared[0] if shared else 0,
+        layernorm_bias=norm_bias,
+        qk_norm=qk_norm,
+        mla=mla,
+    )

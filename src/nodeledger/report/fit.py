@@ -1,0 +1,191 @@
+"""Verdicts on a ledger: fits / tight / cannot per resource, the binding resource, and what
+would fit instead (each suggestion re-checked by the ledger itself).
+
+Margins for "tight" (documented in the README):
+  card memory: used > 90 % of the card's memory (the allocator, fragmentation and run-to-run
+               variance eat the last 10 %);
+  host RAM:    used > 80 % of RAM (page cache, the OS and other processes share it; MISSION.md:
+               host RAM is the machine's shortest plank).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from nodeledger.errors import NodeledgerError
+from nodeledger.ledger.build import Ledger, load_ledger, serve_ledger, train_ledger
+from nodeledger.ledger.jobs import LoadJob, Parallel, ServeJob, TrainJob
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.model.spec import ModelSpec
+
+TIGHT = {"card memory": 0.90, "host RAM": 0.80}
+TIERS = ("fits", "tight", "cannot")
+
+
+@dataclass
+class ResourceVerdict:
+    resource: str
+    used_bytes: int
+    capacity_bytes: int | None
+    tier: str  # fits / tight / cannot / unknown
+    headroom_bytes: int | None
+    headroom_pct: float | None
+
+
+@dataclass
+class Verdict:
+    tier: str
+    binding: str | None
+    resources: list[ResourceVerdict]
+    reason: str
+    suggestions: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class FitResult:
+    ledger: Ledger
+    verdict: Verdict
+
+
+def ledger_for(spec: ModelSpec, job, machine: MachineProfile) -> Ledger:
+    if isinstance(job, ServeJob):
+        return serve_ledger(spec, job, machine)
+    if isinstance(job, TrainJob):
+        return train_ledger(spec, job, machine)
+    return load_ledger(spec, job, machine)
+
+
+def _judge(resource: str, used: int, cap: int | None) -> ResourceVerdict:
+    if cap is None:
+        return ResourceVerdict(resource, used, None, "unknown", None, None)
+    head = cap - used
+    ratio = used / cap
+    tier = "cannot" if ratio > 1 else ("tight" if ratio > TIGHT[resource] else "fits")
+    return ResourceVerdict(resource, used, cap, tier, head, round(100 * head / cap, 1))
+
+
+def verdict_of(ledger: Ledger) -> Verdict:
+    card = max(ledger.cards, key=lambda c: c.total_bytes)
+    res = [_judge("card memory", card.total_bytes, card.capacity_bytes),
+           _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes)]  # fmt: skip
+    known = [r for r in res if r.capacity_bytes]
+    if not known:
+        return Verdict("unknown", None, res, "capacities unknown: no verdict")
+    worst = max(known, key=lambda r: r.used_bytes / r.capacity_bytes)
+    order = {"fits": 0, "tight": 1, "cannot": 2}
+    tier = max((r.tier for r in known), key=order.get)
+    if any(r.tier == "unknown" for r in res) and tier == "fits":
+        tier = "fits"  # the unknown resource is named in the reason
+    gib = 2**30
+    reason = (
+        f"{worst.resource}: {worst.used_bytes / gib:.1f} GiB of {worst.capacity_bytes / gib:.1f} GiB "
+        f"({100 * worst.used_bytes / worst.capacity_bytes:.0f} %)"
+    )
+    if ledger.job_kind == "serve" and "max_concurrency" in ledger.extras:
+        reason += f"; at most {ledger.extras['max_concurrency']} sequences of this context fit"
+    unknown = [r.resource for r in res if r.tier == "unknown"]
+    if unknown:
+        reason += f"; {', '.join(unknown)} unknown"
+    return Verdict(tier, worst.resource, res, reason)
+
+
+def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> FitResult:
+    ledger = ledger_for(spec, job, machine)
+    v = verdict_of(ledger)
+    if suggest and v.tier in ("cannot", "tight"):
+        v.suggestions = suggestions(spec, job, machine, v)
+    return FitResult(ledger, v)
+
+
+def _try(spec, job, machine, what: str) -> dict | None:
+    try:
+        lg = ledger_for(spec, job, machine)
+    except NodeledgerError:
+        return None
+    v = verdict_of(lg)
+    if v.tier != "fits":
+        return None
+    return {"change": what, "tier": v.tier, "reason": v.reason}
+
+
+def _variants(job, machine: MachineProfile):
+    n = len(machine.accelerators)
+    p = getattr(job, "parallel", None)
+    if isinstance(job, ServeJob):
+        for tp in (2, 4, 8):
+            if tp > p.tp and tp * p.pp * job.replicas <= n:
+                yield f"--tp {tp}", dataclasses.replace(job, parallel=dataclasses.replace(p, tp=tp))
+        if job.kv_dtype != "fp8":
+            yield "--kv-dtype fp8", dataclasses.replace(job, kv_dtype="fp8")
+        for dt in ("fp8", "int4"):
+            yield f"--dtype {dt}", dataclasses.replace(job, dtype=dt)
+        if job.concurrency and job.concurrency > 1:
+            yield (
+                f"--concurrency {job.concurrency // 2}",
+                dataclasses.replace(job, concurrency=job.concurrency // 2),
+            )
+        if job.context > 2048:
+            yield (
+                f"--context {job.context // 2}",
+                dataclasses.replace(
+                    job, context=job.context // 2, new_tokens=min(job.new_tokens, job.context // 4)
+                ),
+            )
+    elif isinstance(job, TrainJob):
+        if job.checkpointing != "full":
+            yield "--checkpointing full", dataclasses.replace(job, checkpointing="full")
+        if job.micro_batch > 1:
+            mb = job.micro_batch // 2
+            yield (
+                f"--micro-batch {mb} --grad-accum {job.grad_accum * 2}",
+                dataclasses.replace(job, micro_batch=mb, grad_accum=job.grad_accum * 2),
+            )
+        dp = n // (p.tp * p.pp)
+        if dp > 1:
+            for shard in ("zero2", "zero3"):
+                if shard != job.shard:
+                    yield (
+                        f"--shard {shard} --dp {dp}",
+                        dataclasses.replace(
+                            job, shard=shard, parallel=dataclasses.replace(p, dp=dp)
+                        ),
+                    )
+            yield (
+                f"--shard zero3 --dp {dp} --checkpointing full",
+                dataclasses.replace(
+                    job, shard="zero3", checkpointing="full", parallel=dataclasses.replace(p, dp=dp)
+                ),
+            )
+        if job.optimizer == "adamw":
+            yield "--optimizer adamw8bit", dataclasses.replace(job, optimizer="adamw8bit")
+        if not job.is_lora:
+            yield "--job lora --rank 16", dataclasses.replace(job, rank=16)
+            yield "--job qlora --rank 16", dataclasses.replace(job, rank=16, qlora=True)
+        if job.host.workers > 2:
+            yield (
+                f"--workers {job.host.workers // 2}",
+                dataclasses.replace(
+                    job, host=dataclasses.replace(job.host, workers=job.host.workers // 2)
+                ),
+            )
+    elif isinstance(job, LoadJob):
+        if job.strategy == "every_rank" and job.ranks > 1:
+            yield "--load-strategy rank0", dataclasses.replace(job, strategy="rank0")
+        yield "--load-strategy meta", dataclasses.replace(job, strategy="meta")
+        if job.format == "bin":
+            yield "--format safetensors", dataclasses.replace(job, format="safetensors")
+
+
+def suggestions(spec, job, machine, v: Verdict, limit: int = 5) -> list[dict]:
+    out = []
+    for what, variant in _variants(job, machine):
+        r = _try(spec, variant, machine, what)
+        if r is not None:
+            out.append(r)
+        if len(out) >= limit:
+            break
+    return out
+
+
+_ = Parallel  # re-exported for callers building jobs

@@ -1,0 +1,88 @@
+"""`nodeledger fit`: JSON contract, verdicts, suggestions, and bad options (one line, exit 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import cli_json, run_cli
+
+
+def _one_line_exit_2(proc, expected):
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--job", "serve", "--tp", "2", "--context", "8192", "--concurrency", "4"],
+        ["--job", "serve", "--engine", "vllm", "--tp", "2", "--concurrency", "max"],
+        ["--job", "train", "--dp", "8", "--shard", "zero3", "--checkpointing", "full"],
+        ["--job", "lora", "--rank", "16", "--micro-batch", "2", "--seq", "1024"],
+        ["--job", "qlora", "--rank", "8", "--seq", "1024"],
+        ["--job", "load", "--ranks", "2"],
+    ],
+)
+def test_fit_json_contract(args):
+    d = cli_json("fit", "qwen3-32b", *args)
+    card = d["cards"][0]
+    assert isinstance(card["torch_peak_bytes"], int) and isinstance(card["total_bytes"], int)
+    assert card["total_bytes"] >= card["torch_peak_bytes"] > 0
+    assert card["items"] and all({"name", "bytes", "source"} <= set(i) for i in card["items"])
+    assert isinstance(d["host"]["peak_bytes"], int) and d["host"]["items"]
+    assert d["verdict"]["tier"] in ("fits", "tight", "cannot")
+    assert d["verdict"]["binding"] in ("card memory", "host RAM")
+
+
+def test_32b_full_finetune_alone_cannot_and_sharded_fits():
+    alone = cli_json("fit", "qwen3-32b", "--job", "train", "--seq", "2048")
+    assert alone["verdict"]["tier"] == "cannot"
+    assert alone["verdict"]["binding"] == "card memory"
+    assert any("zero3" in s["change"] for s in alone["verdict"]["suggestions"])
+    sharded = cli_json("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "zero3",
+                       "--checkpointing", "full", "--seq", "2048")  # fmt: skip
+    assert sharded["verdict"]["tier"] in ("fits", "tight")
+
+
+def test_suggestions_are_rechecked():
+    d = cli_json("fit", "qwen3-32b", "--job", "serve", "--context", "32768", "--concurrency", "16")
+    assert d["verdict"]["tier"] == "cannot"
+    for s in d["verdict"]["suggestions"]:
+        assert s["tier"] == "fits"
+
+
+def test_8b_serving_fits_one_card_of_reference_machine():
+    d = cli_json("fit", "qwen3-8b", "--job", "serve", "--context", "8192", "--concurrency", "4")
+    assert d["verdict"]["tier"] == "fits"
+
+
+def test_two_concurrent_62gb_loads_bind_host_ram():
+    d = cli_json("fit", "qwen3-32b", "--job", "load", "--ranks", "2")
+    assert d["verdict"]["binding"] == "host RAM"
+    assert d["verdict"]["tier"] in ("tight", "cannot")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--job", "serve", "--tp", "3"], "--tp 3 does not divide the model's 64 attention heads"),
+        (["--job", "serve", "--tp", "16"], "needs 16 cards"),
+        (["--job", "train", "--micro-batch", "-2"], "--micro-batch must be > 0"),
+        (["--job", "serve", "--rank", "8"], "--rank does not apply to --job serve"),
+        (["--job", "serve", "--concurrency", "lots"], "--concurrency must be an integer or 'max'"),
+        (["--job", "dance"], "--job 'dance' is not one of"),
+        (["--job", "train", "--optimizer", "lion"], "--optimizer 'lion' is not one of"),
+        (["--job", "train", "--shard", "zero3"], "--shard zero3 needs --dp > 1"),
+        (["--job", "lora"], "--job lora needs --rank"),
+        (
+            ["--job", "serve", "--context", "100", "--new-tokens", "200"],
+            "--new-tokens 200 must be smaller",
+        ),
+        (["--job", "train", "--dtype", "int4"], "--dtype does not apply to training"),
+        (["--job", "serve", "--machine", "nope"], "neither a bundled preset"),
+    ],
+)
+def test_bad_job_options(args, expected):
+    _one_line_exit_2(run_cli("fit", "qwen3-32b", *args), expected)
