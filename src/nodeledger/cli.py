@@ -572,6 +572,12 @@ def fit_cmd(
     ranks: Annotated[
         int | None, typer.Option("--ranks", help="load: processes on this host that load.")
     ] = None,
+    search: Annotated[
+        bool, typer.Option("--search", help="Also search the layouts that fit; print the best few.")
+    ] = False,
+    lifeboat: Annotated[
+        int, typer.Option("--lifeboat", help="Cards --search keeps free for triage (default 1).")
+    ] = 1,
     online: Annotated[
         bool, typer.Option("--online", help="Allow downloading config.json from the Hub.")
     ] = False,
@@ -581,7 +587,7 @@ def fit_cmd(
     opts = {
         k: v
         for k, v in locals().items()
-        if k not in ("model", "job", "machine", "online", "as_json")
+        if k not in ("model", "job", "machine", "online", "as_json", "search", "lifeboat")
     }
     from nodeledger.machine import resolve_machine
     from nodeledger.model import load_model
@@ -592,10 +598,31 @@ def fit_cmd(
     spec, src = load_model(model, online=online)
     result = fit(spec, job_obj, profile)
     data = _fit_json(result, src, profile, job)
+    if search:
+        data["search"] = _search(spec, job_obj, profile, lifeboat)
     if as_json:
         _print_json(data)
         return
     _render_fit(data)
+
+
+def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from nodeledger.ledger.jobs import JobError, ServeJob, TrainJob
+    from nodeledger.report.search import search_serve, search_train
+
+    if lifeboat < 0 or lifeboat >= len(profile.accelerators):
+        raise JobError(
+            f"--lifeboat {lifeboat} must leave at least one of {len(profile.accelerators)} cards"
+        )
+    if isinstance(job_obj, TrainJob):
+        found, tried = search_train(spec, job_obj, profile, lifeboat=lifeboat)
+    elif isinstance(job_obj, ServeJob):
+        found, tried = search_serve(spec, job_obj, profile, lifeboat=lifeboat)
+    else:
+        raise JobError("--search applies to serve and train/lora/qlora jobs")
+    return {"tried": tried, "lifeboat": lifeboat, "best": [asdict(x) for x in found]}
 
 
 def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
@@ -667,6 +694,18 @@ def _render_fit(d: dict[str, Any]) -> None:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
     for n in d["notes"]:
         con.print(f"  note: {n}")
+    if "search" in d:
+        sr = d["search"]
+        st = Table(
+            title=f"Layouts that fit ({sr['tried']:,} tried, {sr['lifeboat']} lifeboat card(s) kept free)"
+        )
+        for col in ("options", "per card", "host", "what you get"):
+            st.add_column(col)
+        for x in sr["best"]:
+            st.add_row(x["options"], gib(x["peak_card_bytes"]), gib(x["host_bytes"]), x["detail"])
+        con.print(st)
+        if not sr["best"]:
+            con.print("  no layout fits on this machine")
 
 
 # ---------------------------------------------------------------------------------------

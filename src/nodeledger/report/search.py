@@ -1,0 +1,109 @@
+"""Search the layouts (TP / sharding / micro-batch / checkpointing; serving TP and KV dtype)
+that fit, and rank them.
+
+Ranking is a stated preference order, not a throughput model:
+  training: most tokens per optimizer step across the box (micro_batch x seq x dp), then the
+            least recomputation (none < selective < full), then the lowest sharding stage, then
+            the lowest TP (each of these costs communication or compute);
+  serving:  most concurrent sequences across the box at the requested context, keeping the
+            lifeboat card free (replicas = (cards - lifeboat) // cards per replica), then the
+            lowest TP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from nodeledger.errors import InputError
+from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.model.spec import ModelSpec
+from nodeledger.report.fit import ledger_for, verdict_of
+
+CKPT_COST = {"none": 0, "selective": 1, "full": 2}
+SHARD_ORDER = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+
+
+@dataclass
+class Layout:
+    options: str
+    tier: str
+    score: tuple
+    peak_card_bytes: int
+    host_bytes: int
+    detail: str
+
+
+def _train_layouts(job: TrainJob, cards: int):
+    for tp in (1, 2, 4, 8):
+        for dp in range(1, cards // tp + 1):
+            for shard in ("none", "zero1", "zero2", "zero3"):
+                if shard != "none" and dp == 1:
+                    continue
+                for mb in (1, 2, 4, 8, 16, 32):
+                    for ckpt in ("none", "selective", "full"):
+                        yield dataclasses.replace(
+                            job, micro_batch=mb, checkpointing=ckpt, shard=shard, offload="none",
+                            parallel=Parallel(tp=tp, pp=1, dp=dp),
+                        )  # fmt: skip
+
+
+def search_train(
+    spec: ModelSpec, job: TrainJob, machine: MachineProfile, top: int = 5, lifeboat: int = 1
+):
+    cards = max(1, len(machine.accelerators) - lifeboat)
+    found: list[Layout] = []
+    tried = 0
+    for cand in _train_layouts(job, cards):
+        tried += 1
+        try:
+            lg = ledger_for(spec, cand, machine)
+        except InputError:
+            continue
+        v = verdict_of(lg)
+        if v.tier != "fits":
+            continue
+        p = cand.parallel
+        tokens = cand.micro_batch * cand.seq * p.dp
+        score = (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp)
+        opts = (f"--tp {p.tp} --dp {p.dp} --shard {cand.shard} --micro-batch {cand.micro_batch} "
+                f"--checkpointing {cand.checkpointing}")  # fmt: skip
+        card = max(c.total_bytes for c in lg.cards)
+        found.append(
+            Layout(opts, v.tier, score, card, lg.host.peak_bytes, f"{tokens:,} tokens per step")
+        )
+    found.sort(key=lambda x: x.score, reverse=True)
+    return found[:top], tried
+
+
+def search_serve(
+    spec: ModelSpec, job: ServeJob, machine: MachineProfile, top: int = 5, lifeboat: int = 1
+):
+    cards = max(1, len(machine.accelerators) - lifeboat)
+    found: list[Layout] = []
+    tried = 0
+    for tp in (1, 2, 4, 8):
+        if tp > cards:
+            continue
+        for kv in ("bf16", "fp8"):
+            cand = dataclasses.replace(
+                job, parallel=Parallel(tp=tp), kv_dtype=kv, concurrency=None, replicas=1
+            )
+            tried += 1
+            try:
+                lg = ledger_for(spec, cand, machine)
+            except InputError:
+                continue
+            per_replica = lg.extras.get("max_concurrency") or 0
+            if per_replica < 1:
+                continue
+            replicas = cards // tp
+            total = per_replica * replicas
+            score = (total, -tp, kv == "bf16")
+            opts = f"--tp {tp} --replicas {replicas} --kv-dtype {kv} --concurrency {per_replica}"
+            card = max(c.total_bytes for c in lg.cards)
+            found.append(Layout(opts, "fits", score, card, lg.host.peak_bytes,
+                                f"{total:,} sequences of {job.context:,} tokens on {replicas * tp} cards"))  # fmt: skip
+    found.sort(key=lambda x: x.score, reverse=True)
+    return found[:top], tried
