@@ -6,6 +6,7 @@ and a sweep of >= 10,000 configurations.  Prints a table; exits 1 when a target 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
@@ -50,10 +52,9 @@ def sweep_s(spec, machine) -> tuple[float, int]:
             shard = "none"
         job = dataclasses.replace(base, micro_batch=mb, seq=seq, checkpointing=ckpt, shard=shard, precision=prec,
                                   optimizer=opt, parallel=Parallel(tp=tp, dp=dp))  # fmt: skip
-        try:
+        # invalid layouts (more cards than the machine) raise JobError and count as tried
+        with contextlib.suppress(InputError):
             fit(spec, job, machine, suggest=False)
-        except Exception:  # invalid layouts (more cards than the machine) count as tried
-            pass
         n += 1
     return time.perf_counter() - t0, n
 
