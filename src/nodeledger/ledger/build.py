@@ -174,9 +174,14 @@ def serve_ledger(
                 "--engine hf with concurrency 'max': shown for 1 sequence; see max_concurrency"
             )
         prompt = job.context - job.new_tokens
-        kv_prompt = ceil(kv_bytes_per_sequence(spec, prompt, kvb) * b / kv_split)
+        backend = act.attention_backend(dims, job.attention)
+        kv_prompt = ceil(kv_bytes_per_sequence(spec, prompt, kvb, cap_window=False) * b / kv_split)
         kv_full = ceil(kv_bytes_per_sequence(spec, job.context, kvb) * b / kv_split)
-        prefill_t = ceil(act.inference_layer_transient_bytes(dims, b * prompt) / tp)
+        mlp_t = act.inference_layer_transient_bytes(dims, b * prompt)
+        attn_t = act.inference_attention_transient_bytes(dims, b, prompt, prompt, backend)
+        if attn_t:
+            attn_t += b * prompt * (6 * dims.hidden + 4 * dims.q_dim)
+        prefill_t = ceil(max(mlp_t, attn_t) / tp)
         logits = act.inference_logits_bytes(dims, b)
         # DynamicCache grows by torch.cat: the grown K and V of one layer coexist with the old ones
         grow = ceil(
@@ -198,9 +203,9 @@ def serve_ledger(
                 "kv_bytes_per_sequence(context) x concurrency / tp (DynamicCache)",
             ),
             Item(
-                "prefill activations (widest layer moment)",
+                f"prefill activations (widest moment, {backend} attention)",
                 prefill_t,
-                "activations.inference_layer_transient_bytes(B x prompt tokens)",
+                "activations.inference_layer_transient_bytes / inference_attention_transient_bytes (B x prompt tokens)",
             ),
             Item(
                 "logits of the last position (bf16 + fp32)",
@@ -213,6 +218,14 @@ def serve_ledger(
                 "old and new K/V of one layer coexist during a decode step",
             ),
         ]
+        if kv_prompt > kv_full:
+            items.append(
+                Item(
+                    "prompt KV before the sliding window trims it",
+                    kv_prompt - kv_full,
+                    "transformers' DynamicSlidingWindowLayer keeps the whole prompt until the first decode step",
+                )
+            )
         phases = {
             "prefill": w_card + kv_prompt + prefill_t + logits,
             "decode": w_card
@@ -373,10 +386,22 @@ def train_ledger(
     held, recompute = act.saved_activations_bytes(
         dims, job.micro_batch, job.seq, job.attention, job.checkpointing, 1 / p.pp
     )
+    if job.is_lora:
+        per_layer = act.saved_lora_layer_bytes(
+            dims, job.micro_batch, job.seq, job.attention, job.lora_targets, job.rank
+        )
+        layers = round(dims.layers / p.pp)
+        if job.checkpointing == "full":
+            held, recompute = layers * 2 * dims.hidden * tokens, per_layer
+        else:
+            held, recompute = layers * per_layer, 0
     held, recompute = ceil(held / split), ceil(recompute / split)
-    if job.precision == "mixed" and not job.is_lora:
-        # autocast: linear outputs are bf16 but the residual stream and norms run in fp32
-        held = ceil(held * 1.0)
+    if job.precision == "mixed" and not job.is_lora and job.checkpointing == "full":
+        # autocast keeps the residual stream in fp32: checkpointed layer inputs are 4h, not 2h;
+        # checkpointed layers run their forward without saving, so autocast's bf16 weight
+        # copies stay alive only for the lm_head, which is outside the checkpoints
+        held *= 2
+        A_cache = ceil(dims.vocab * dims.hidden * 2 / split)
     last_stage = True
     loss_saved = ceil(act.loss_saved_bytes(dims, tokens) / split) if last_stage else 0
     loss_peak = ceil(act.loss_transient_bytes(dims, tokens) / split) if last_stage else 0
@@ -468,8 +493,23 @@ def train_ledger(
     base = W_card + O_card + gathered
     phases = {
         "forward (loss)": base + G_accum + A_cache + held + loss_peak,
-        "backward": base + G_accum + A_cache + held + loss_saved + 2 * loss_saved + recompute,
+        # the loss backward (saved log_softmax + its incoming and outgoing fp32 grads) and, with
+        # checkpointing, the recompute of the last layer once the loss tensors are freed
+        "backward": base
+        + G_accum
+        + A_cache
+        + held
+        + max(3 * loss_saved, recompute + 4 * dims.hidden * tokens),
         "optimizer step": base + G + T,
+        # end of backward: every other gradient exists while the embedding's dense gradient is
+        # built in fp32 and cast (embedding_dense_backward; measured on the tied Gemma-2 table)
+        "backward (embedding grad)": base
+        + G
+        + (
+            ceil(4 * dims.vocab * dims.hidden / split)
+            if job.precision == "bf16" and not job.is_lora
+            else 0
+        ),
     }
     comms = (1 if p.tp > 1 else 0) + (1 if p.dp > 1 else 0) + (1 if p.pp > 1 else 0)
     card = _finish(list(range(p.cards)), items, phases, _capacity(machine, p.cards), comms, d)

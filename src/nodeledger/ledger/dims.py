@@ -34,6 +34,9 @@ class Dims:
     layernorm_bias: bool  # LayerNorm with bias (GPT-2/OPT/BLOOM/Falcon) vs RMSNorm
     qk_norm: bool
     mla: bool
+    family: str = ""
+    activation: str = ""
+    attention_dropout: float = 0.0
 
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
@@ -103,4 +106,7 @@ def dims_of(spec: ModelSpec) -> Dims:
         layernorm_bias=norm_bias,
         qk_norm=qk_norm,
         mla=mla,
+        family=spec.family,
+        activation="bloom_gelu" if spec.family == "bloom" else (spec.activation or ""),
+        attention_dropout=spec.attention_dropout,
     )

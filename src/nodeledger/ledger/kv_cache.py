@@ -58,12 +58,17 @@ def linear_state_bytes_per_sequence(
     )
 
 
-def kv_bytes_per_sequence(spec: ModelSpec, context_tokens: int, dtype_bytes: int = 2) -> int:
-    """Cache bytes of one sequence of ``context_tokens`` tokens, all layer types."""
+def kv_bytes_per_sequence(
+    spec: ModelSpec, context_tokens: int, dtype_bytes: int = 2, cap_window: bool = True
+) -> int:
+    """Cache bytes of one sequence of ``context_tokens`` tokens, all layer types.
+
+    ``cap_window=False``: sliding layers hold the whole prompt, as transformers'
+    DynamicSlidingWindowLayer does right after prefill (it trims at the next update)."""
     total = 0
     for layer in spec.attention:
         per = kv_elements_per_token(layer) * dtype_bytes
-        if layer.kind == "sliding" and layer.window:
+        if layer.kind == "sliding" and layer.window and cap_window:
             total += per * min(context_tokens, layer.window)
         else:
             total += per * context_tokens

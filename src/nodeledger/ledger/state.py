@@ -24,6 +24,9 @@ from nodeledger.ledger.weights import Scheme, weight_bytes
 from nodeledger.model.spec import ModelSpec, TensorGroup
 
 PARAM_BYTES = {"bf16": 2, "mixed": 4}
+# peft keeps LoRA adapter weights in fp32 over a bf16/fp16 base (get_peft_model's
+# autocast_adapter_dtype=True, the default since peft 0.12): weights, grads and states fp32.
+LORA_ADAPTER_BYTES = 4
 
 
 def shard_factor(job: TrainJob, what: str) -> int:
@@ -55,7 +58,7 @@ def param_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
     split = job.parallel.tp * job.parallel.pp
     if job.is_lora:
         base = weight_bytes(spec, Scheme("nf4") if job.qlora else Scheme("bf16")).total_bytes
-        adapters = trainable_params(spec, job) * 2
+        adapters = trainable_params(spec, job) * LORA_ADAPTER_BYTES
         return ceil(base / split / shard_factor(job, "params")) + ceil(adapters / split)
     full = spec.params_total() * PARAM_BYTES[job.precision]
     return ceil(full / split / shard_factor(job, "params"))
@@ -64,14 +67,14 @@ def param_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
 def grad_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
     """Gradients in the parameter dtype (trainable parameters only)."""
     split = job.parallel.tp * job.parallel.pp
-    dtype = 2 if job.is_lora else PARAM_BYTES[job.precision]
+    dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
     return ceil(trainable_params(spec, job) * dtype / split / shard_factor(job, "grads"))
 
 
 def optimizer_state_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
     """Optimizer states for the trainable parameters, sharded by ZeRO stage >= 1."""
     n = trainable_params(spec, job)
-    dtype = 2 if job.is_lora else PARAM_BYTES[job.precision]
+    dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
     if job.optimizer == "adamw":
         b = 2 * n * dtype
     elif job.optimizer == "adamw8bit":
@@ -109,7 +112,7 @@ def optimizer_step_temp_bytes(spec: ModelSpec, job: TrainJob) -> int:
         return 0
     if job.optimizer == "sgd" and job.optimizer_impl != "forloop":
         return 0
-    dtype = 2 if job.is_lora else PARAM_BYTES[job.precision]
+    dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
     split = job.parallel.tp * job.parallel.pp * shard_factor(job, "optimizer")
     if job.optimizer_impl == "fused":
         return 0

@@ -164,6 +164,19 @@ def _softmax_layers(
     return out
 
 
+def _dropout(c: Cfg) -> float:
+    for key in ("attention_dropout", "attn_pdrop"):
+        v = c.raw(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1:
+            return float(v)
+    # GPT-2's config class defaults attn_pdrop to 0.1
+    return 0.1 if c.str("model_type") == "gpt2" else 0.0
+
+
+# families whose transformers implementation has no SDPA path (transformers 5.24)
+EAGER_ONLY = {"gemma2", "bloom"}
+
+
 def _spec(c: Cfg, family: str, b: _B, attention, tied: bool, moe=None, **kw) -> ModelSpec:
     quant = c.sub("quantization_config")
     return ModelSpec(
@@ -179,6 +192,11 @@ def _spec(c: Cfg, family: str, b: _B, attention, tied: bool, moe=None, **kw) -> 
         attention=attention,
         moe=moe,
         torch_dtype=c.str("torch_dtype") or c.str("dtype"),
+        activation=c.str("hidden_act")
+        or c.str("hidden_activation")
+        or c.str("activation_function"),
+        sdpa_supported=family not in EAGER_ONLY,
+        attention_dropout=_dropout(c),
         quantization=quant.data if quant is not None else None,
         **kw,
     )

@@ -105,6 +105,11 @@ class ModelSpec:
     attention: list[AttentionLayer]
     moe: MoEInfo | None = None
     torch_dtype: str | None = None  # the config's declared dtype (checkpoint dtype)
+    activation: str | None = None  # MLP activation as the config names it (silu, gelu_new, ...)
+    # transformers' attention implementations for this family: eager-only families (Gemma-2 in
+    # transformers 5, BLOOM) materialise the attention probabilities whatever is asked.
+    sdpa_supported: bool = True
+    attention_dropout: float = 0.0  # dropout on attention probabilities in training
     quantization: dict | None = None  # the config's quantization_config, verbatim
     notes: list[str] = field(default_factory=list)
     # Parameters in the checkpoint that transformers does not build (multi-token prediction).
