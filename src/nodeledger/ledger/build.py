@@ -84,18 +84,23 @@ def _capacity(machine: MachineProfile, n: int) -> int | None:
     return min(mems)  # type: ignore[type-var]
 
 
-def _runtime_items(torch_peak: int, communicators: int, d: rt.RuntimeDefaults) -> list[Item]:
+def _runtime_items(
+    torch_peak: int, communicators: int, d: rt.RuntimeDefaults, checkpointed: bool = False
+) -> list[Item]:
+    frac = d.allocator_fraction_checkpointed if checkpointed else d.allocator_fraction
     items = [
         Item(
-            "CUDA/HIP context",
+            "CUDA/HIP context and libraries",
             d.context_bytes,
-            "driver context + lazily loaded kernels per process; default 500 MiB (300-600 MiB reported for CUDA 12)",
+            f"driver context, kernel images, cuBLAS/cuDNN handles: {d.context_bytes / 2**20:.0f} MiB "
+            "(measured on H200, CUDA 13: nvidia-smi used - torch reserved)",
             torch=False,
         ),
         Item(
             "allocator reserve",
-            rt.allocator_reserve_bytes(torch_peak, d),
-            f"caching allocator reserved - allocated; default {d.allocator_fraction:.0%} of the torch peak",
+            rt.allocator_reserve_bytes(torch_peak, d, checkpointed),
+            f"caching allocator reserved - allocated: {frac:.1%} of the torch peak (measured on H200: "
+            "median 5.4 %, checkpointed training 25 %)",
             torch=False,
         ),
     ]
@@ -112,11 +117,17 @@ def _runtime_items(torch_peak: int, communicators: int, d: rt.RuntimeDefaults) -
 
 
 def _finish(
-    cards: list[int], items: list[Item], phases: dict[str, int], capacity, communicators, d
+    cards: list[int],
+    items: list[Item],
+    phases: dict[str, int],
+    capacity,
+    communicators,
+    d,
+    checkpointed: bool = False,
 ) -> CardLedger:
     peak_phase = max(phases, key=phases.get)
     torch_peak = phases[peak_phase]
-    runtime = _runtime_items(torch_peak, communicators, d)
+    runtime = _runtime_items(torch_peak, communicators, d, checkpointed)
     return CardLedger(
         cards=cards,
         items=items + runtime,
@@ -340,7 +351,14 @@ def _vllm_card(
     else:
         items.append(Item("KV cache needed", need_kv, "concurrency x context x KV per token"))
     torch_total = sum(i.bytes for i in items)
-    runtime = [Item("CUDA/HIP context", d.context_bytes, "default 500 MiB", torch=False)]
+    runtime = [
+        Item(
+            "CUDA/HIP context and libraries",
+            d.context_bytes,
+            "measured on H200, CUDA 13: nvidia-smi used - torch reserved",
+            torch=False,
+        )
+    ]
     if graphs:
         runtime.append(
             Item("CUDA graph pool", graphs, "vLLM graph capture; default 1 GiB", torch=False)
@@ -512,7 +530,15 @@ def train_ledger(
         ),
     }
     comms = (1 if p.tp > 1 else 0) + (1 if p.dp > 1 else 0) + (1 if p.pp > 1 else 0)
-    card = _finish(list(range(p.cards)), items, phases, _capacity(machine, p.cards), comms, d)
+    card = _finish(
+        list(range(p.cards)),
+        items,
+        phases,
+        _capacity(machine, p.cards),
+        comms,
+        d,
+        checkpointed=job.checkpointing != "none",
+    )
     hs = job.host
     if hs.workers:
         sample = hs.sample_bytes or job.seq * 8 * 3  # input_ids, attention_mask, labels (int64)
