@@ -62,3 +62,21 @@ def test_total_adds_only_non_torch_items():
     assert card.total_bytes - card.torch_peak_bytes == sum(
         i.bytes for i in card.items if not i.torch
     )
+
+
+def test_largest_serving_is_the_boundary():
+    import dataclasses
+
+    from nodeledger.report.fit import _within, largest_serving
+
+    spec, _ = load_model("qwen3-8b")
+    machine = resolve_machine(None)
+    job = ServeJob(context=8192, concurrency=4)
+    big = largest_serving(spec, job, machine)
+    n = big["max_concurrency_at_context"]
+    assert n >= 4
+    assert _within(spec, dataclasses.replace(job, concurrency=n), machine)
+    assert not _within(spec, dataclasses.replace(job, concurrency=n + 1), machine)
+    c = big["max_context_at_concurrency"]
+    assert _within(spec, dataclasses.replace(job, context=c), machine)
+    assert not _within(spec, dataclasses.replace(job, context=c + 1), machine)

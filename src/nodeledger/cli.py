@@ -689,7 +689,14 @@ def _render_fit(d: dict[str, Any]) -> None:
         )
         con.print(f"  {r['resource']}: {r['tier']}, headroom {head} ({pct})")
     for k, val in d["extras"].items():
-        con.print(f"  {k}: {val if not isinstance(val, int) else f'{val:,}'}")
+        if k == "largest":
+            con.print(
+                f"  largest that fits ({val['criterion']}): {val['max_concurrency_at_context']:,} "
+                f"sequences of {val['context']:,} tokens; at {val['concurrency']:,} sequences, up to "
+                f"{val['max_context_at_concurrency']:,} tokens each"
+            )
+        elif val is not None:
+            con.print(f"  {k}: {val if not isinstance(val, int) else f'{val:,}'}")
     for s in v["suggestions"]:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
     for n in d["notes"]:

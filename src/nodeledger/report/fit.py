@@ -90,8 +90,59 @@ def verdict_of(ledger: Ledger) -> Verdict:
     return Verdict(tier, worst.resource, res, reason)
 
 
+def _within(spec, job, machine) -> bool:
+    """The job's busiest card stays within its memory (tier fits or tight)."""
+    try:
+        lg = ledger_for(spec, job, machine)
+    except NodeledgerError:
+        return False
+    card = max(lg.cards, key=lambda c: c.total_bytes)
+    return card.capacity_bytes is not None and card.total_bytes <= card.capacity_bytes
+
+
+def _largest(ok, lo: int, hi: int) -> int:
+    """Largest n in [lo, hi] with ok(n), assuming ok is monotone; lo - 1 if none."""
+    if not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def largest_serving(spec: ModelSpec, job: ServeJob, machine: MachineProfile) -> dict:
+    """The largest concurrency at the job's context and the largest context at its
+    concurrency that keep every card within its memory (binary search over the ledger)."""
+    conc = _largest(
+        lambda n: _within(spec, dataclasses.replace(job, concurrency=n), machine), 1, 1 << 16
+    )
+    b = job.concurrency or 1
+    ctx = _largest(
+        lambda n: _within(spec, dataclasses.replace(job, context=n, concurrency=b), machine),
+        job.new_tokens + 1,
+        1 << 24,
+    )
+    return {
+        "max_concurrency_at_context": max(conc, 0),
+        "context": job.context,
+        "max_context_at_concurrency": ctx if ctx > job.new_tokens else 0,
+        "concurrency": b,
+        "criterion": "busiest card's total_bytes <= its memory (tier fits or tight)",
+    }
+
+
 def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> FitResult:
+    largest = None
+    if isinstance(job, ServeJob) and suggest:
+        largest = largest_serving(spec, job, machine)
+        if job.concurrency is None and job.engine == "hf" and largest["max_concurrency_at_context"]:
+            job = dataclasses.replace(job, concurrency=largest["max_concurrency_at_context"])
     ledger = ledger_for(spec, job, machine)
+    if largest is not None:
+        ledger.extras["largest"] = largest
     v = verdict_of(ledger)
     if suggest and v.tier in ("cannot", "tight"):
         v.suggestions = suggestions(spec, job, machine, v)
