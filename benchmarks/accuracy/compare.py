@@ -66,10 +66,16 @@ def job_for(case: dict, backend: str):
 
 
 def nodeledger_peak(case: dict, record: dict, cfg: dict, machine) -> int:
+    """torch_peak_bytes; for fake-tensor measurements without the cuBLAS workspace item (a CUDA
+    allocation the CPU run does not make), so like is compared with like."""
     spec = build_spec(cfg, case["model"])
     job = job_for(case, str(record.get("sdpa_backend", "")))
     fn = serve_ledger if case["job"] == "serve" else train_ledger
-    return fn(spec, job, machine).cards[0].torch_peak_bytes
+    card = fn(spec, job, machine).cards[0]
+    peak = card.torch_peak_bytes
+    if record.get("device") != "cuda":
+        peak -= sum(i.bytes for i in card.items if i.name.startswith("cuBLAS"))
+    return peak
 
 
 def accelerate_peak(case: dict, cfg: dict) -> int | None:
