@@ -539,7 +539,10 @@ def fit_cmd(
     optimizer_impl: Annotated[
         str | None, typer.Option("--optimizer-impl", help="foreach | fused | forloop")
     ] = None,
-    attention: Annotated[str | None, typer.Option("--attention", help="sdpa | eager")] = None,
+    attention: Annotated[
+        str | None,
+        typer.Option("--attention", help="sdpa (flash path) | eager | math (SDPA fallback)"),
+    ] = None,
     checkpointing: Annotated[
         str | None, typer.Option("--checkpointing", help="none | selective | full")
     ] = None,
