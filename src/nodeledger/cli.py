@@ -122,6 +122,31 @@ def machine_list(as_json: JsonOpt = False) -> None:
     _console().print(t)
 
 
+@machine_app.command("probe")
+def machine_probe(
+    as_json: JsonOpt = False,
+    save: Annotated[
+        str | None, typer.Option("--save", help="Write the profile to FILE (.toml or .json).")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds each vendor tool may run.")
+    ] = 5.0,
+) -> None:
+    """Probe this machine (Linux /proc and /sys, nvidia-smi): cards, links, NUMA, RAM, NICs, mounts."""
+    from nodeledger.machine import save_profile
+    from nodeledger.machine.probe import Runner, probe_machine
+
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    profile = probe_machine(Runner(timeout=timeout))
+    if save is not None:
+        save_profile(profile, save)
+    if as_json:
+        _print_json(profile.model_dump(mode="json"))
+        return
+    _render_machine(profile)
+
+
 @machine_app.command("show")
 def machine_show(
     machine: Annotated[
@@ -256,6 +281,69 @@ def _render_machine(p) -> None:
             con.print(f"  {k}: {v}")
     for note in p.notes:
         con.print(f"  note: {note}")
+
+
+@app.command("parse")
+def parse_cmd(
+    kind: Annotated[
+        str, typer.Argument(help="nvidia-smi-topo | nvidia-smi-query-csv | numactl | lscpu")
+    ],
+    file: Annotated[str, typer.Argument(help="A recorded output ('-' for standard input).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Explain one recorded tool output (parsed field by field)."""
+    from nodeledger.machine.parsers import parse_kind
+
+    try:
+        if file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(file, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise NodeledgerError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    data = parse_kind(kind, text)
+    if as_json:
+        _print_json(data)
+        return
+    _render_parsed(kind, data)
+
+
+def _render_parsed(kind: str, data: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    if kind == "nvidia-smi-topo":
+        t = Table(title="Cards (nvidia-smi topo -m)")
+        for c in ("GPU", "CPU affinity", "NUMA node", "GPU NUMA ID"):
+            t.add_column(c)
+        for c in data["cards"]:
+            t.add_row(
+                str(c["index"]),
+                c["cpu_affinity"] or UNKNOWN,
+                _num(c["numa_node"]),
+                c["gpu_numa_id"] or "-",
+            )
+        con.print(t)
+        idx = [c["index"] for c in data["cards"]]
+        m = Table(title="Card-to-card links: vendor label (normalised kind)")
+        m.add_column("")
+        for i in idx:
+            m.add_column(f"GPU{i}")
+        lab = {(lk["a"], lk["b"]): f"{lk['label']} ({lk['kind']})" for lk in data["links"]}
+        for a in idx:
+            m.add_row(
+                f"GPU{a}",
+                *["X" if a == b else lab.get((a, b)) or lab.get((b, a), "?") for b in idx],
+            )
+        con.print(m)
+        for n in data["nics"]:
+            near = ", ".join(f"GPU{g}:{v}" for g, v in n["links"].items())
+            con.print(f"NIC {n['name']} ({n['device'] or 'device unknown'}, {n['kind']}): {near}")
+    else:
+        con.print_json(json.dumps(data))
+    for note in data.get("notes", []):
+        con.print(f"note: {note}")
 
 
 # ---------------------------------------------------------------------------------------

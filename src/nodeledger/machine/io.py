@@ -85,9 +85,14 @@ def load_preset(name: str) -> MachineProfile:
 
 
 def resolve_machine(ref: str | None) -> MachineProfile:
-    """A preset name or a profile file path; ``None`` gives the bundled default preset."""
+    """A preset name, a profile file path, or "probe" (this machine, live); ``None`` gives the
+    bundled default preset."""
     if ref is None:
         return load_preset(DEFAULT_PRESET)
+    if ref == "probe":
+        from nodeledger.machine.probe import probe_machine
+
+        return probe_machine()
     if ref in list_presets():
         return load_preset(ref)
     p = Path(ref)

@@ -1,0 +1,50 @@
+"""Pure parsers of recorded vendor-tool and OS outputs (text in, typed data out)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from nodeledger.machine.parsers import numa, nvidia_topo
+from nodeledger.machine.parsers.common import ParseError
+
+
+def _topo(text: str) -> dict[str, Any]:
+    t = nvidia_topo.parse(text)
+    return {
+        "cards": [asdict(c) for c in t.cards],
+        "links": [asdict(lk) for lk in t.links],
+        "nics": [asdict(n) for n in t.nics],
+        "notes": t.notes,
+    }
+
+
+def _query_csv(text: str) -> dict[str, Any]:
+    from nodeledger.machine.probe.nvidia import parse_query_csv
+
+    return {"cards": parse_query_csv(text)}
+
+
+def _plain(obj: Any) -> Any:
+    return asdict(obj) if is_dataclass(obj) else obj
+
+
+PARSERS: dict[str, Callable[[str], Any]] = {
+    "nvidia-smi-topo": _topo,
+    "nvidia-smi-query-csv": _query_csv,
+    "numactl": lambda text: _plain(numa.parse_numactl(text)),
+    "lscpu": lambda text: _plain(numa.parse_lscpu(text)),
+}
+
+
+def parse_kind(kind: str, text: str) -> Any:
+    fn = PARSERS.get(kind)
+    if fn is None:
+        raise ParseError(
+            f"unknown output kind {kind!r}; parsers available: {', '.join(sorted(PARSERS))}"
+        )
+    return fn(text)
+
+
+__all__ = ["PARSERS", "ParseError", "parse_kind"]

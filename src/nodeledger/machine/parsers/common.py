@@ -1,0 +1,46 @@
+"""Helpers shared by the vendor-tool parsers (pure functions of text)."""
+
+from __future__ import annotations
+
+import re
+
+from nodeledger.errors import InputError
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class ParseError(InputError):
+    """A recorded tool output that does not have the expected shape (truncated, garbage)."""
+
+
+def clean(text: str) -> str:
+    """Strip ANSI escapes and carriage returns."""
+    return ANSI.sub("", text).replace("\r", "")
+
+
+def cpulist_count(cpus: str | None) -> int | None:
+    """Number of CPUs in a kernel cpulist ("0-31,64-95" -> 64); None if not a cpulist."""
+    if not cpus:
+        return None
+    total = 0
+    for part in cpus.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            return None
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            return None
+        total += hi - lo + 1
+    return total
+
+
+def size_to_bytes(value: float, unit: str) -> int:
+    unit = unit.strip().lower().rstrip("b") or "b"
+    mult = {"": 1, "b": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20, "g": 2**30, "gi": 2**30,
+            "t": 2**40, "ti": 2**40}.get(unit)  # fmt: skip
+    if mult is None:
+        raise ParseError(f"unknown size unit {unit!r}")
+    return round(value * mult)

@@ -1,0 +1,143 @@
+"""Linux host backend: /proc and /sys (through the Runner, so tests can point at a fake tree)."""
+
+from __future__ import annotations
+
+import re
+
+from nodeledger.machine.parsers.common import cpulist_count
+from nodeledger.machine.probe.runner import Runner
+from nodeledger.machine.profile import Host, Mount, Network, Nic, NumaNode, Storage
+
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
+              "fuse.sshfs", "fuse.juicefs", "9p", "virtiofs"}  # fmt: skip
+
+
+def _kb(text: str | None, key: str) -> int | None:
+    if not text:
+        return None
+    m = re.search(rf"^{re.escape(key)}:\s*(\d+)\s*kB", text, flags=re.M)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def host(r: Runner, notes: list[str]) -> Host:
+    src: dict[str, str] = {}
+    meminfo = r.read("/proc/meminfo")
+    if meminfo is None:
+        notes.append(
+            f"host RAM unknown: /proc/meminfo unreadable ({r.problems.get('/proc/meminfo')})"
+        )
+    ram = _kb(meminfo, "MemTotal")
+    swap = _kb(meminfo, "SwapTotal")
+    if ram:
+        src["ram_bytes"] = "/proc/meminfo MemTotal"
+    nodes = []
+    for d in r.glob("/sys/devices/system/node/node[0-9]*"):
+        nid = int(d.rsplit("node", 1)[1])
+        cpus = (r.read(f"{d}/cpulist") or "").strip() or None
+        mem = _kb(re.sub(r"^Node \d+ ", "", r.read(f"{d}/meminfo") or "", flags=re.M), "MemTotal")
+        nodes.append(NumaNode(id=nid, cpus=cpus, memory_bytes=mem or None))
+    if nodes:
+        src["numa_nodes"] = "/sys/devices/system/node/node*/{cpulist,meminfo}"
+    else:
+        notes.append("NUMA layout unknown: /sys/devices/system/node not readable")
+    thp_text = r.read("/sys/kernel/mm/transparent_hugepage/enabled")
+    thp = None
+    if thp_text:
+        m = re.search(r"\[(\w+)\]", thp_text)
+        thp = m.group(1) if m and m.group(1) in ("always", "madvise", "never") else None
+        src["thp_enabled"] = "/sys/kernel/mm/transparent_hugepage/enabled"
+    threads = cores = sockets = None
+    online = (r.read("/sys/devices/system/cpu/online") or "").strip()
+    threads = cpulist_count(online) if online else None
+    pkgs, core_ids = set(), set()
+    for cpu in r.glob("/sys/devices/system/cpu/cpu[0-9]*/topology"):
+        pkg = (r.read(f"{cpu}/physical_package_id") or "").strip()
+        core = (r.read(f"{cpu}/core_id") or "").strip()
+        if pkg.lstrip("-").isdigit():
+            pkgs.add(pkg)
+            if core.isdigit():
+                core_ids.add((pkg, core))
+    if pkgs:
+        sockets, cores = len(pkgs), len(core_ids) or None
+        src["cores"] = "/sys/devices/system/cpu/cpu*/topology"
+    if threads:
+        src["threads"] = "/sys/devices/system/cpu/online"
+    if cores and threads and threads < cores:
+        cores = None  # inconsistent sysfs (containers): keep unknown rather than invent
+    return Host(sockets=sockets, cores=cores, threads=threads, numa_nodes=nodes, ram_bytes=ram,
+                swap_bytes=swap, thp_enabled=thp, sources=src)  # fmt: skip
+
+
+def network(r: Runner, notes: list[str]) -> Network:
+    nics = []
+    roce_nets: set[str] = set()
+    for ib in r.glob("/sys/class/infiniband/*"):
+        layer = (r.read(f"{ib}/ports/1/link_layer") or "").strip().lower()
+        for net in r.glob(f"{ib}/device/net/*"):
+            if layer == "ethernet":
+                roce_nets.add(net.rsplit("/", 1)[1])
+        if layer == "infiniband":
+            rate = (r.read(f"{ib}/ports/1/rate") or "").strip()
+            m = re.match(r"(\d+)", rate)
+            nics.append(Nic(name=ib.rsplit("/", 1)[1], kind="infiniband",
+                            speed_gbit=float(m.group(1)) if m and int(m.group(1)) > 0 else None,
+                            source=f"{ib}/ports/1/{{link_layer,rate}}"))  # fmt: skip
+    for d in r.glob("/sys/class/net/*"):
+        name = d.rsplit("/", 1)[1]
+        if name == "lo" or not r.glob(f"{d}/device"):
+            continue  # loopback and virtual interfaces (bridges, veth, docker) have no device
+        typ = (r.read(f"{d}/type") or "").strip()
+        speed_txt = (r.read(f"{d}/speed") or "").strip()
+        speed = (
+            int(speed_txt) / 1000
+            if speed_txt.lstrip("-").isdigit() and int(speed_txt) > 0
+            else None
+        )
+        kind = (
+            "roce"
+            if name in roce_nets
+            else ("infiniband" if typ == "32" else "ethernet" if typ == "1" else "unknown")
+        )
+        nics.append(Nic(name=name, kind=kind, speed_gbit=speed, source=f"{d}/{{type,speed}}"))
+    if not nics:
+        notes.append("no physical NIC found under /sys/class/net (virtual interfaces only)")
+    return Network(nics=nics)
+
+
+def storage(r: Runner, notes: list[str]) -> Storage:
+    text = r.read("/proc/mounts")
+    if text is None:
+        notes.append("storage unknown: /proc/mounts unreadable")
+        return Storage()
+    mounts = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        dev, path, fs = parts[0], parts[1].replace("\\040", " "), parts[2]
+        if fs in NETWORK_FS or (fs.startswith("fuse.") and fs != "fuse.lxcfs"):
+            kind = "network"
+        elif dev.startswith("/dev/"):
+            kind = _block_kind(r, dev)
+        else:
+            continue  # proc, sysfs, tmpfs, overlay internals ...
+        if path.startswith(("/proc", "/sys", "/dev", "/run")):
+            continue
+        mounts.append(
+            Mount(
+                path=path,
+                kind=kind,
+                filesystem=fs,
+                source="/proc/mounts + /sys/block/*/queue/rotational",
+            )
+        )
+    return Storage(mounts=mounts)
+
+
+def _block_kind(r: Runner, dev: str) -> str:
+    name = dev.rsplit("/", 1)[1]
+    if name.startswith("nvme"):
+        return "nvme"
+    base = re.sub(r"p?\d+$", "", name) if not name.startswith(("dm-", "md")) else name
+    rot = (r.read(f"/sys/block/{base}/queue/rotational") or "").strip()
+    return {"0": "ssd", "1": "hdd"}.get(rot, "unknown")

@@ -1,0 +1,85 @@
+"""NVIDIA backend through nvidia-smi (NVML through nvidia-ml-py is the next step; the text
+parsers here also serve `nodeledger parse` and support bundles)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from nodeledger.errors import InputError
+from nodeledger.machine.parsers import nvidia_topo
+from nodeledger.machine.probe.runner import Runner
+from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
+
+QUERY = "index,name,memory.total,pci.bus_id,mig.mode.current"
+
+
+def parse_query_csv(text: str) -> list[dict]:
+    """``nvidia-smi --query-gpu=index,name,memory.total,pci.bus_id,mig.mode.current
+    --format=csv,noheader,nounits`` -> rows (memory in MiB)."""
+    rows = []
+    for rec in csv.reader(io.StringIO(text.strip())):
+        if not rec:
+            continue
+        if len(rec) < 4:
+            raise InputError(f"nvidia-smi query row has {len(rec)} fields, expected 5: {rec}")
+        idx, name, mem, bus = (x.strip() for x in rec[:4])
+        mig = rec[4].strip() if len(rec) > 4 else None
+        if not idx.isdigit():
+            raise InputError(f"nvidia-smi query row has a non-numeric index: {rec}")
+        rows.append({"index": int(idx), "name": name, "memory_mib": int(mem) if mem.isdigit() else None,
+                     "pci_bus_id": bus, "mig": mig})  # fmt: skip
+    return rows
+
+
+def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect | None]:
+    q = r.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
+    if not q.ok:
+        notes.append(f"NVIDIA backend: nvidia-smi {q.problem}")
+        return [], None
+    try:
+        rows = parse_query_csv(q.stdout)
+    except InputError as exc:
+        notes.append(f"NVIDIA backend: nvidia-smi output not understood ({exc}); cards unknown")
+        return [], None
+    cards = []
+    for row in rows:
+        mem = row["memory_mib"] * 2**20 if row["memory_mib"] else None
+        cards.append(Accelerator(
+            index=row["index"], vendor="nvidia", product=row["name"] or "unknown NVIDIA GPU",
+            memory_bytes=mem, pci_bus_id=row["pci_bus_id"] or None,
+            partition=f"MIG {row['mig']}" if row["mig"] and row["mig"] != "[N/A]" else None,
+            sources={"memory_bytes": "nvidia-smi memory.total (MiB)", "product": "nvidia-smi name"},
+        ))  # fmt: skip
+    t = r.run(["nvidia-smi", "topo", "-m"])
+    inter = None
+    if not t.ok:
+        notes.append(f"NVIDIA topology: nvidia-smi topo -m {t.problem}; links unknown")
+    else:
+        try:
+            topo = nvidia_topo.parse(t.stdout)
+        except InputError as exc:
+            notes.append(f"NVIDIA topology not understood ({exc}); links unknown")
+            topo = None
+        if topo is not None:
+            by_index = {c.index: c for c in topo.cards}
+            for card in cards:
+                tc = by_index.get(card.index)
+                if tc is not None and tc.numa_node is not None:
+                    card.numa_node = tc.numa_node
+                    card.sources["numa_node"] = "nvidia-smi topo -m NUMA Affinity"
+            pairs = [
+                LinkPair(
+                    a=lk.a,
+                    b=lk.b,
+                    kind=LinkKind(lk.kind)
+                    if lk.kind in LinkKind._value2member_map_
+                    else LinkKind.unknown,
+                    lanes=lk.lanes,
+                    label=lk.label,
+                    source="nvidia-smi topo -m",
+                )
+                for lk in topo.links
+            ]
+            inter = Interconnect(default=Link(), pairs=pairs)
+    return cards, inter

@@ -1,0 +1,51 @@
+"""Assemble a live MachineProfile from every backend; none is required."""
+
+from __future__ import annotations
+
+import socket
+
+from nodeledger.machine.probe import linux, nvidia
+from nodeledger.machine.probe.runner import Runner
+from nodeledger.machine.profile import Interconnect, MachineProfile
+
+OTHER_VENDOR_TOOLS = ("rocm-smi", "amd-smi", "hy-smi", "npu-smi")
+
+
+def probe_machine(runner: Runner | None = None) -> MachineProfile:
+    r = runner or Runner()
+    notes: list[str] = []
+    host = linux.host(r, notes)
+    net = linux.network(r, notes)
+    disks = linux.storage(r, notes)
+    cards, inter = nvidia.probe(r, notes)
+    for tool in OTHER_VENDOR_TOOLS:
+        if r.which(tool) is None:
+            notes.append(f"{tool}: absent (not on PATH)")
+        else:
+            notes.append(
+                f"{tool}: present, but its backend is not implemented yet; its cards are not listed"
+            )
+    if not cards:
+        notes.append("no accelerator found: host-only profile")
+    # NUMA ids the cards report must exist in the host map; else keep them unknown
+    numa_ids = {n.id for n in host.numa_nodes}
+    for c in cards:
+        if numa_ids and c.numa_node is not None and c.numa_node not in numa_ids:
+            notes.append(
+                f"card {c.index}: NUMA node {c.numa_node} not in the host's map; set unknown"
+            )
+            c.numa_node = None
+    try:
+        name = socket.gethostname() or "this-host"
+    except OSError:
+        name = "this-host"
+    return MachineProfile(
+        name=f"probed-{name}",
+        description=f"live probe of {name}",
+        accelerators=cards,
+        interconnect=inter or Interconnect(),
+        host=host,
+        network=net,
+        storage=disks,
+        notes=notes,
+    )

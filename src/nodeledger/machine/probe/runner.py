@@ -1,0 +1,91 @@
+"""The single choke point for running vendor tools and reading /proc and /sys."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RawResult:
+    """One command's outcome, kept verbatim (stdout, stderr, exit code, duration)."""
+
+    argv: list[str]
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+    seconds: float = 0.0
+    problem: str | None = (
+        None  # "absent", "timed out after 5 s", "exit 1: ...", "permission denied"
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass
+class Runner:
+    """Runs commands and reads files under ``root`` (``/`` live; a fake tree in tests)."""
+
+    timeout: float = 5.0
+    root: Path = Path("/")
+    path: str | None = None  # PATH used to find tools (None: the process PATH)
+    log: list[RawResult] = field(default_factory=list)
+    files: dict[str, str | None] = field(default_factory=dict)  # path -> text (None: unreadable)
+
+    def which(self, tool: str) -> str | None:
+        return shutil.which(tool, path=self.path)
+
+    def run(self, argv: list[str]) -> RawResult:
+        exe = self.which(argv[0])
+        res = RawResult(list(argv))
+        if exe is None:
+            res.problem = "absent (not on PATH)"
+            self.log.append(res)
+            return res
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [exe, *argv[1:]], capture_output=True, text=True, timeout=self.timeout,
+                stdin=subprocess.DEVNULL, errors="replace",
+            )  # fmt: skip
+            res.stdout, res.stderr, res.returncode = proc.stdout, proc.stderr, proc.returncode
+            if proc.returncode != 0:
+                first = (proc.stderr or proc.stdout).strip().splitlines()[:1]
+                res.problem = f"exit {proc.returncode}" + (f": {first[0][:160]}" if first else "")
+        except subprocess.TimeoutExpired as exc:
+            res.stdout = (
+                exc.stdout.decode(errors="replace")
+                if isinstance(exc.stdout, bytes)
+                else (exc.stdout or "")
+            )
+            res.problem = f"timed out after {self.timeout:g} s (hung tool; killed)"
+        except PermissionError:
+            res.problem = "permission denied"
+        except OSError as exc:
+            res.problem = f"cannot run: {exc.strerror or exc}"
+        res.seconds = time.perf_counter() - t0
+        self.log.append(res)
+        return res
+
+    def read(self, path: str) -> str | None:
+        """Text of ``root``/path, or None (the reason is kept in ``problems``)."""
+        p = self.root / path.lstrip("/")
+        try:
+            text = p.read_text(errors="replace")
+        except OSError as exc:
+            self.files[path] = None
+            self.problems[path] = exc.strerror or type(exc).__name__
+            return None
+        self.files[path] = text
+        return text
+
+    def glob(self, pattern: str) -> list[str]:
+        base = self.root
+        return sorted("/" + str(p.relative_to(base)) for p in base.glob(pattern.lstrip("/")))
+
+    problems: dict[str, str] = field(default_factory=dict)
