@@ -1,0 +1,144 @@
+"""Live probe: host-only on this machine, fake /sys trees and fake vendor tools for faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, cli_json
+from nodeledger.machine.probe import Runner, probe_machine
+
+
+def test_live_probe_host_only_under_a_second():
+    t0 = time.perf_counter()
+    p = probe_machine(Runner(timeout=2))
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0
+    assert p.host.ram_bytes and p.host.ram_bytes > 0
+    assert p.host.threads and p.host.threads >= 1
+    if not p.accelerators:
+        assert any("no accelerator found" in n for n in p.notes)
+        assert any("nvidia-smi absent" in n for n in p.notes)
+
+
+def test_probe_cli_json_is_a_valid_profile(tmp_path):
+    data = cli_json("machine", "probe")
+    assert data["name"].startswith("probed-")
+    out = tmp_path / "me.toml"
+    from conftest import run_cli
+
+    assert run_cli("machine", "probe", "--save", str(out)).returncode == 0
+    assert cli_json("machine", "show", str(out))["host"]["ram_bytes"] == data["host"]["ram_bytes"]
+
+
+def _tool(bindir: Path, name: str, script: str) -> None:
+    p = bindir / name
+    p.write_text("#!/bin/sh\n" + script)
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+
+
+def _fake_root(root: Path) -> None:
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "meminfo").write_text(
+        "MemTotal:       131072000 kB\nSwapTotal:       8388608 kB\n"
+    )
+    (root / "proc" / "mounts").write_text(
+        "/dev/nvme0n1p2 / ext4 rw 0 0\nserver:/data /data nfs4 rw 0 0\nproc /proc proc rw 0 0\n"
+    )
+    for n, cpus in ((0, "0-15,32-47"), (1, "16-31,48-63")):
+        d = root / f"sys/devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+        (d / "meminfo").write_text(f"Node {n} MemTotal:       65536000 kB\n")
+    (root / "sys/devices/system/cpu").mkdir(parents=True, exist_ok=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-63\n")
+    for cpu in range(64):
+        t = root / f"sys/devices/system/cpu/cpu{cpu}/topology"
+        t.mkdir(parents=True)
+        (t / "physical_package_id").write_text(str(cpu // 16 % 2))
+        (t / "core_id").write_text(str(cpu % 16))
+    thp = root / "sys/kernel/mm/transparent_hugepage"
+    thp.mkdir(parents=True)
+    (thp / "enabled").write_text("always madvise [never]\n")
+    eth = root / "sys/class/net/eth0"
+    (eth / "device").mkdir(parents=True)
+    (eth / "type").write_text("1\n")
+    (eth / "speed").write_text("25000\n")
+    (root / "sys/class/net/docker0").mkdir(parents=True)
+
+
+H200_QUERY = "\n".join(
+    f"{i}, NVIDIA H200, 143771, 00000000:{i:02X}:00.0, Disabled" for i in range(2)
+)
+TOPO = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV18\t0-15,32-47\t0\nGPU1\tNV18\t X \t16-31,48-63\t1\n"
+
+
+def _runner(tmp_path, tool_script: str | None, timeout=0.5) -> Runner:
+    root = tmp_path / "root"
+    _fake_root(root)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    if tool_script is not None:
+        _tool(bindir, "nvidia-smi", tool_script)
+    return Runner(timeout=timeout, root=root, path=str(bindir))
+
+
+def test_fake_box_with_working_nvidia_smi(tmp_path):
+    (tmp_path / "q.txt").write_text(H200_QUERY + "\n")
+    (tmp_path / "t.txt").write_text(TOPO)
+    script = f'case "$1" in topo) cat {tmp_path}/t.txt;; *) cat {tmp_path}/q.txt;; esac\n'
+    p = probe_machine(_runner(tmp_path, script))
+    assert [a.memory_bytes for a in p.accelerators] == [143771 * 2**20] * 2
+    assert [a.numa_node for a in p.accelerators] == [0, 1]
+    assert p.link(0, 1).label == "NV18" and p.link(0, 1).lanes == 18
+    assert p.host.ram_bytes == 131072000 * 1024 and p.host.swap_bytes == 8388608 * 1024
+    assert (p.host.sockets, p.host.cores, p.host.threads) == (2, 32, 64)
+    assert [(n.id, n.cpus) for n in p.host.numa_nodes] == [(0, "0-15,32-47"), (1, "16-31,48-63")]
+    assert p.host.thp_enabled == "never"
+    assert [(n.name, n.kind, n.speed_gbit) for n in p.network.nics] == [("eth0", "ethernet", 25.0)]
+    assert {(m.path, m.kind) for m in p.storage.mounts} == {("/", "nvme"), ("/data", "network")}
+
+
+@pytest.mark.parametrize(
+    ("script", "note"),
+    [
+        ("sleep 30\n", "timed out after 0.5 s"),
+        ("echo 'NVIDIA-SMI has failed' >&2; exit 1\n", "exit 1: NVIDIA-SMI has failed"),
+        ("head -c 300 /dev/urandom | base64\n", "not understood"),
+        (None, "nvidia-smi absent"),
+    ],
+)
+def test_faulty_vendor_tool_still_gives_a_profile(tmp_path, script, note):
+    t0 = time.perf_counter()
+    p = probe_machine(_runner(tmp_path, script))
+    assert time.perf_counter() - t0 < 5
+    assert p.accelerators == []
+    assert p.host.ram_bytes == 131072000 * 1024  # what the host backend found is kept
+    assert any(note in n for n in p.notes), p.notes
+
+
+def test_unreadable_sys_files_become_notes(tmp_path):
+    r = _runner(tmp_path, None)
+    meminfo = r.root / "proc" / "meminfo"
+    meminfo.unlink()
+    meminfo.mkdir()  # reading a directory fails like an unreadable file, even as root
+    (r.root / "proc" / "mounts").unlink()
+    p = probe_machine(r)
+    assert p.host.ram_bytes is None
+    assert any("/proc/meminfo unreadable" in n for n in p.notes)
+    assert any("/proc/mounts unreadable" in n for n in p.notes)
+    assert len(p.host.numa_nodes) == 2  # the rest of the inventory survives
+
+
+def test_own_h200_recording_parses():
+    from nodeledger.machine.parsers import nvidia_topo
+
+    t = nvidia_topo.parse((FIXTURES / "h200" / "nvidia_smi_topo__m_.txt").read_text())
+    assert [(c.index, c.cpu_affinity, c.numa_node) for c in t.cards] == [(0, "0-15", 0)]
+    assert json.loads((FIXTURES / "h200" / "pynvml.txt").read_text())["mem_total"] == 143771 * 2**20
+    assert os.path.exists(FIXTURES / "h200" / "PROVENANCE.md")
