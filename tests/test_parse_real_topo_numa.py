@@ -157,3 +157,76 @@ def test_parse_cli_json_and_errors(tmp_path):
     )
     unknown = run_cli("parse", "nvidia-smi-q-xmlz", str(f))
     assert unknown.returncode == 2 and "parsers available" in unknown.stderr
+
+
+# nvidia-smi table: (driver, cards, first name, first total MiB, persistence, MIG, processes, MIG devices)
+SMI_TABLE = {
+    "gengwg-10x-quadro-rtx8000-drv470-legacy.txt": ("470.63.01", 10, "Quadro RTX 8000", 48601, "On", "N/A", 0, 0),
+    "gls-h100-sxm-x8.txt": ("565.57.01", 8, "NVIDIA H100 80GB HBM3", 81559, "On", "Disabled", 0, 0),
+    "gls-rtx4090-x8.txt": ("550.127.05", 8, "NVIDIA GeForce RTX 4090", 24564, "On", "N/A", 0, 0),
+    "gpuexporter-h100-drv590-load-processes.txt": ("590.48.01", 1, "NVIDIA H100 80GB HBM3", 81559, "On", "Disabled", 3, 0),
+    "gpuexporter-h200-mig-drv590-load.txt": ("590.48.01", 1, "NVIDIA H200", 143771, "On", "Enabled", 3, 5),
+    "gpuexporter-rtx2080super-linux-drv610-kmd-umd.txt": ("610.57.04", 1, "NVIDIA GeForce RTX 2080 ...", 8192, "Off", "N/A", 4, 0),
+    "gpuexporter-rtx4080super-drv595-desktop-mixed-procs.txt": ("595.71.05", 1, "NVIDIA GeForce RTX 4080 ...", 16376, "Off", "N/A", 7, 0),
+    "gpuexporter-windows-rtx2080super-drv610-wddm-processes.txt": ("610.62", 1, "NVIDIA GeForce RTX 2080 ...", 8192, "WDDM", "N/A", 21, 0),
+    "stelline-asus-esc8000a-4x-rtx6000ada.txt": ("575.51.03", 4, "NVIDIA RTX 6000 Ada Gene...", 49140, "Off", "N/A", 0, 0),
+}  # fmt: skip
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", sorted(SMI_TABLE))
+def test_nvidia_smi_table(name):
+    from nodeledger.machine.parsers import nvidia_smi
+
+    driver, cards, first, mib, pers, mig, procs, migs = SMI_TABLE[name]
+    info = nvidia_smi.parse_table(_real(f"nvidia-smi-table/{name}"))
+    assert info.driver == driver and len(info.cards) == cards
+    c = info.cards[0]
+    assert (c.name, c.memory_total_bytes, c.persistence, c.mig) == (first, mib * 2**20, pers, mig)
+    assert [x.index for x in info.cards] == list(range(cards))
+    assert len(info.processes) == procs and info.mig_devices == migs
+
+
+def test_every_smi_table_fixture_has_expectations():
+    folder = REAL / "nvidia-smi-table"
+    if not folder.is_dir():
+        pytest.skip("../shared absent")
+    assert {p.name for p in folder.glob("*.txt")} == set(SMI_TABLE)
+
+
+SMI_XML = {
+    "netdata-a100-sxm4-40gb-mig-q-x.xml.txt": ("510.47.03", "NVIDIA A100-SXM4-40GB", 40960, "00000000:00:04.0", "Enabled", 0, 2),
+    "netdata-rtx3060-laptop-q-x-processes.xml.txt": ("515.65.01", "NVIDIA GeForce RTX 3060 Laptop GPU", 6144, "00000000:01:00.0", "N/A", 1, 0),
+    "netdata-rtx4090-drv535-q-x.xml.txt": ("535.86.05", "NVIDIA GeForce RTX 4090", 24564, "00000000:84:00.0", "N/A", 0, 0),
+}  # fmt: skip
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", sorted(SMI_XML))
+def test_nvidia_smi_xml(name):
+    from nodeledger.machine.parsers import nvidia_smi
+
+    driver, gpu, mib, bus, mig, procs, migs = SMI_XML[name]
+    info = nvidia_smi.parse_xml(_real(f"nvidia-query/{name}"))
+    c = info.cards[0]
+    assert (info.driver, c.name, c.memory_total_bytes, c.pci_bus_id, c.mig) == (
+        driver,
+        gpu,
+        mib * 2**20,
+        bus,
+        mig,
+    )
+    assert len(info.processes) == procs and info.mig_devices == migs
+
+
+def test_own_h200_table_and_xml():
+    from conftest import FIXTURES
+    from nodeledger.machine.parsers import nvidia_smi
+
+    t = nvidia_smi.parse_table((FIXTURES / "h200" / "nvidia_smi_.txt").read_text())
+    x = nvidia_smi.parse_xml((FIXTURES / "h200" / "nvidia_smi__q__x_.txt").read_text())
+    for info in (t, x):
+        assert info.driver == "580.159.04"
+        assert info.cards[0].name == "NVIDIA H200"
+        assert info.cards[0].memory_total_bytes == 143771 * 2**20
+    assert t.cards[0].pci_bus_id == "00000000:00:06.0"

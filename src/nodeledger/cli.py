@@ -286,7 +286,10 @@ def _render_machine(p) -> None:
 @app.command("parse")
 def parse_cmd(
     kind: Annotated[
-        str, typer.Argument(help="nvidia-smi-topo | nvidia-smi-query-csv | numactl | lscpu")
+        str,
+        typer.Argument(
+            help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q-xml | nvidia-smi-query-csv | numactl | lscpu"
+        ),
     ],
     file: Annotated[str, typer.Argument(help="A recorded output ('-' for standard input).")],
     as_json: JsonOpt = False,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from nodeledger.machine.parsers import numa, nvidia_topo
+from nodeledger.machine.parsers import numa, nvidia_smi, nvidia_topo
 from nodeledger.machine.parsers.common import ParseError
 
 
@@ -33,6 +33,8 @@ def _plain(obj: Any) -> Any:
 PARSERS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi-topo": _topo,
     "nvidia-smi-query-csv": _query_csv,
+    "nvidia-smi": lambda text: _plain(nvidia_smi.parse_table(text)),
+    "nvidia-smi-q-xml": lambda text: _plain(nvidia_smi.parse_xml(text)),
     "numactl": lambda text: _plain(numa.parse_numactl(text)),
     "lscpu": lambda text: _plain(numa.parse_lscpu(text)),
 }
