@@ -736,6 +736,25 @@ def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
     }
 
 
+EXTRA_UNITS = {
+    "kv_pool_bytes": (
+        "B",
+        "vLLM budget (gpu_memory_utilization x card memory) minus weights, activation peak and non-torch",
+    ),
+    "kv_pool_tokens": ("tokens", "KV pool / KV bytes per token per card"),
+    "kv_bytes_per_token_per_card": (
+        "B per token",
+        "kv_bytes_per_sequence(block) / block / KV split",
+    ),
+    "max_concurrency": (
+        "sequences",
+        "KV pool / (context rounded up to whole blocks), capped by max_num_seqs",
+    ),
+    "max_context_at_concurrency": ("tokens per sequence", "KV pool tokens / concurrency"),
+    "kv_shortfall": ("", "vLLM KV pool"),
+}
+
+
 def _render_fit(d: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -784,13 +803,19 @@ def _render_fit(d: dict[str, Any]) -> None:
         con.print(f"  {r['resource']}: {r['tier']}, headroom {head} ({pct})")
     for k, val in d["extras"].items():
         if k == "largest":
+            mc, mx = val["max_concurrency_at_context"], val["max_context_at_concurrency"]
             con.print(
-                f"  largest that fits ({val['criterion']}): {val['max_concurrency_at_context']:,} "
-                f"sequences of {val['context']:,} tokens; at {val['concurrency']:,} sequences, up to "
-                f"{val['max_context_at_concurrency']:,} tokens each"
-            )
+                f"  largest that fits ({val['criterion']}): {_num(mc)} sequences of "
+                f"{val['context']:,} tokens; at {val['concurrency']:,} sequences, up to {_num(mx)} "
+                "tokens each"
+                + (f" (the model's max_position_embeddings: {val['max_position_embeddings']:,})"
+                   if val.get("max_position_embeddings") else "")
+            )  # fmt: skip
+        elif k in EXTRA_UNITS and val is not None:
+            unit, src = EXTRA_UNITS[k]
+            con.print(f"  {k.replace('_', ' ')}: {_num(val, unit)} — {src}")
         elif val is not None:
-            con.print(f"  {k}: {val if not isinstance(val, int) else f'{val:,}'}")
+            con.print(f"  {k}: {val}")
     for s in v["suggestions"]:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
     for n in d["notes"]:
@@ -800,13 +825,26 @@ def _render_fit(d: dict[str, Any]) -> None:
         st = Table(
             title=f"Layouts that fit ({sr['tried']:,} tried, {sr['lifeboat']} lifeboat card(s) kept free)"
         )
-        for col in ("options", "per card", "host", "what you get"):
+        for col in ("options", "tier", "per card", "host", "what you get"):
             st.add_column(col)
         for x in sr["best"]:
-            st.add_row(x["options"], gib(x["peak_card_bytes"]), gib(x["host_bytes"]), x["detail"])
+            st.add_row(
+                x["options"],
+                x["tier"],
+                gib(x["peak_card_bytes"]),
+                gib(x["host_bytes"]),
+                x["detail"],
+            )
         con.print(st)
         if not sr["best"]:
-            con.print("  no layout fits on this machine")
+            con.print(
+                f"  no layout fits on this machine with {sr['lifeboat']} lifeboat card(s) kept free"
+                + (
+                    " (try --lifeboat 0 to see what the whole box could do)"
+                    if sr["lifeboat"]
+                    else ""
+                )
+            )
 
 
 # ---------------------------------------------------------------------------------------

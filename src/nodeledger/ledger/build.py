@@ -182,7 +182,7 @@ def serve_ledger(
         b = job.concurrency or 1
         if job.concurrency is None:
             notes.append(
-                "--engine hf with concurrency 'max': shown for 1 sequence; see max_concurrency"
+                "--engine hf with concurrency 'max': card memory unknown, shown for 1 sequence"
             )
         prompt = job.context - job.new_tokens
         backend = act.attention_backend(dims, job.attention)
@@ -254,9 +254,6 @@ def serve_ledger(
             )
         )
         phases = {k: v + ws for k, v in phases.items()}
-        extras["max_concurrency"] = _hf_max_concurrency(
-            spec, job, machine, w_card, kv_split, kvb, dims, d
-        )
         card = _finish(cards, items, phases, capacity, communicators, d)
     else:
         card, extras = _vllm_card(
@@ -281,19 +278,6 @@ def _kv_split(spec: ModelSpec, tp: int) -> int:
     if a is None or a.kind == "mla":
         return 1
     return min(tp, a.kv_heads) if a.kv_heads else tp
-
-
-def _hf_max_concurrency(spec, job, machine, w_card, kv_split, kvb, dims, d) -> int | None:
-    cap = _capacity(machine, job.parallel.tp * job.parallel.pp)
-    if cap is None:
-        return None
-    budget = cap - d.context_bytes
-    per_seq = kv_bytes_per_sequence(spec, job.context, kvb) / kv_split
-    per_seq += (
-        act.inference_layer_transient_bytes(dims, job.context - job.new_tokens) / job.parallel.tp
-    )
-    free = budget / (1 + d.allocator_fraction) - w_card
-    return max(0, int(free // per_seq)) if per_seq > 0 else None
 
 
 def _vllm_card(
@@ -330,9 +314,7 @@ def _vllm_card(
         tokens = max(0, int(kv_pool // per_token))
         extras["kv_pool_tokens"] = tokens
         extras["max_concurrency"] = min(job.max_num_seqs, int(max(0, kv_pool) // per_seq))
-        extras["max_context_at_concurrency"] = (
-            min(tokens // (job.concurrency or 1), 10**9) if job.concurrency else None
-        )
+        extras["max_context_at_concurrency"] = tokens // (job.concurrency or 1)
     items = [
         Item("weights", w_card, "model show weight bytes / tp / pp"),
         Item(
@@ -349,13 +331,14 @@ def _vllm_card(
         items.append(
             Item(
                 f"KV cache pool ({job.kv_dtype}, block {job.block_size})",
-                max(kv_pool, need_kv),
+                max(kv_pool, 0),
                 "gpu_memory_utilization x card memory - weights - activation peak - non-torch (vLLM preallocates the rest)",
             )
         )
-        if job.concurrency and need_kv > kv_pool:
-            notes.append(
-                f"{job.concurrency} sequences x {job.context} tokens need {need_kv / GiB:.2f} GiB of KV per card; the pool holds {max(kv_pool, 0) / GiB:.2f} GiB"
+        if kv_pool <= 0 or (job.concurrency and need_kv > kv_pool):
+            extras["kv_shortfall"] = (
+                f"vLLM's KV pool holds {max(kv_pool, 0) / GiB:.2f} GiB per card; "
+                f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {need_kv / GiB:.2f} GiB"
             )
     else:
         items.append(Item("KV cache needed", need_kv, "concurrency x context x KV per token"))

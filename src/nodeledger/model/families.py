@@ -197,6 +197,9 @@ def _spec(c: Cfg, family: str, b: _B, attention, tied: bool, moe=None, **kw) -> 
         or c.str("activation_function"),
         sdpa_supported=family not in EAGER_ONLY,
         attention_dropout=_dropout(c),
+        max_position_embeddings=c.int(
+            "max_position_embeddings", "n_positions", "seq_length", default=None
+        ),
         quantization=quant.data if quant is not None else None,
         **kw,
     )

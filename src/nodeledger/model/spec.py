@@ -110,6 +110,7 @@ class ModelSpec:
     # transformers 5, BLOOM) materialise the attention probabilities whatever is asked.
     sdpa_supported: bool = True
     attention_dropout: float = 0.0  # dropout on attention probabilities in training
+    max_position_embeddings: int | None = None  # the longest context the config declares
     quantization: dict | None = None  # the config's quantization_config, verbatim
     notes: list[str] = field(default_factory=list)
     # Parameters in the checkpoint that transformers does not build (multi-token prediction).

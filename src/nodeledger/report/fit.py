@@ -69,25 +69,40 @@ def verdict_of(ledger: Ledger) -> Verdict:
     card = max(ledger.cards, key=lambda c: c.total_bytes)
     res = [_judge("card memory", card.total_bytes, card.capacity_bytes),
            _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes)]  # fmt: skip
+    shortfall = ledger.extras.get("kv_shortfall")
+    if shortfall and res[0].tier != "unknown":
+        res[0].tier = "cannot"  # vLLM: the requested sequences do not fit its KV pool
     known = [r for r in res if r.capacity_bytes]
+    unknown = [r.resource for r in res if r.tier == "unknown"]
     if not known:
         return Verdict("unknown", None, res, "capacities unknown: no verdict")
-    worst = max(known, key=lambda r: r.used_bytes / r.capacity_bytes)
     order = {"fits": 0, "tight": 1, "cannot": 2}
-    tier = max((r.tier for r in known), key=order.get)
-    if any(r.tier == "unknown" for r in res) and tier == "fits":
-        tier = "fits"  # the unknown resource is named in the reason
+    worst = max(known, key=lambda r: (order[r.tier], r.used_bytes / r.capacity_bytes))
+    tier = worst.tier
+    if "card memory" in unknown and tier != "cannot":
+        # the cards are what every job needs: with their memory unknown there is no "fits"
+        tier = "unknown"
     gib = 2**30
     reason = (
         f"{worst.resource}: {worst.used_bytes / gib:.1f} GiB of {worst.capacity_bytes / gib:.1f} GiB "
         f"({100 * worst.used_bytes / worst.capacity_bytes:.0f} %)"
     )
-    if ledger.job_kind == "serve" and "max_concurrency" in ledger.extras:
-        reason += f"; at most {ledger.extras['max_concurrency']} sequences of this context fit"
-    unknown = [r.resource for r in res if r.tier == "unknown"]
+    if shortfall:
+        reason += f"; {shortfall}"
+    largest = ledger.extras.get("largest")
+    if (
+        ledger.job_kind == "serve"
+        and largest
+        and largest.get("max_concurrency_at_context") is not None
+    ):
+        reason += (
+            f"; at most {largest['max_concurrency_at_context']:,} sequences of "
+            f"{largest['context']:,} tokens fit per replica"
+        )
     if unknown:
-        reason += f"; {', '.join(unknown)} unknown"
-    return Verdict(tier, worst.resource, res, reason)
+        reason += f"; {', '.join(unknown)} unknown: not judged"
+    binding = worst.resource if tier != "unknown" else unknown[0]
+    return Verdict(tier, binding, res, reason)
 
 
 def _within(spec, job, machine) -> bool:
@@ -115,30 +130,57 @@ def _largest(ok, lo: int, hi: int) -> int:
 
 def largest_serving(spec: ModelSpec, job: ServeJob, machine: MachineProfile) -> dict:
     """The largest concurrency at the job's context and the largest context at its
-    concurrency that keep every card within its memory (binary search over the ledger)."""
+    concurrency.  hf: binary search over the ledger (every card within its memory); vLLM: what
+    its preallocated KV pool holds (capped by max_num_seqs).  Contexts are capped by the model's
+    max_position_embeddings when the config gives it.  None = unknown (card memory unknown)."""
+    b = job.concurrency or 1
+    cap_ctx = spec.max_position_embeddings or (1 << 24)
+    out = {
+        "context": job.context,
+        "concurrency": b,
+        "max_position_embeddings": spec.max_position_embeddings,
+    }
+    if _capacity_unknown(job, machine):
+        out.update(max_concurrency_at_context=None, max_context_at_concurrency=None,
+                   criterion="card memory unknown")  # fmt: skip
+        return out
+    if job.engine == "vllm":
+        lg = ledger_for(spec, dataclasses.replace(job, concurrency=1), machine)
+        pool_tokens = lg.extras.get("kv_pool_tokens") or 0
+        per_seq = -(-job.context // job.block_size) * job.block_size
+        out.update(
+            max_concurrency_at_context=min(job.max_num_seqs, pool_tokens // per_seq),
+            max_context_at_concurrency=min(cap_ctx, pool_tokens // b),
+            criterion="sequences whose KV fits vLLM's preallocated pool (max_num_seqs caps concurrency)",
+        )
+        return out
     conc = _largest(
         lambda n: _within(spec, dataclasses.replace(job, concurrency=n), machine), 1, 1 << 16
     )
-    b = job.concurrency or 1
     ctx = _largest(
         lambda n: _within(spec, dataclasses.replace(job, context=n, concurrency=b), machine),
         job.new_tokens + 1,
-        1 << 24,
+        cap_ctx,
     )
-    return {
-        "max_concurrency_at_context": max(conc, 0),
-        "context": job.context,
-        "max_context_at_concurrency": ctx if ctx > job.new_tokens else 0,
-        "concurrency": b,
-        "criterion": "busiest card's total_bytes <= its memory (tier fits or tight)",
-    }
+    out.update(
+        max_concurrency_at_context=max(conc, 0),
+        max_context_at_concurrency=ctx if ctx > job.new_tokens else 0,
+        criterion="busiest card's total_bytes <= its memory (tier fits or tight)",
+    )
+    return out
+
+
+def _capacity_unknown(job, machine: MachineProfile) -> bool:
+    n = job.parallel.tp * job.parallel.pp * getattr(job, "replicas", 1)
+    mems = [a.memory_bytes for a in machine.accelerators[:n]]
+    return not mems or any(m is None for m in mems)
 
 
 def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> FitResult:
     largest = None
     if isinstance(job, ServeJob) and suggest:
         largest = largest_serving(spec, job, machine)
-        if job.concurrency is None and job.engine == "hf" and largest["max_concurrency_at_context"]:
+        if job.concurrency is None and largest["max_concurrency_at_context"]:
             job = dataclasses.replace(job, concurrency=largest["max_concurrency_at_context"])
     ledger = ledger_for(spec, job, machine)
     if largest is not None:

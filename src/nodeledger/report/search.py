@@ -5,9 +5,9 @@ Ranking is a stated preference order, not a throughput model:
   training: most tokens per optimizer step across the box (micro_batch x seq x dp), then the
             least recomputation (none < selective < full), then the lowest sharding stage, then
             the lowest TP (each of these costs communication or compute);
-  serving:  most concurrent sequences across the box at the requested context, keeping the
-            lifeboat card free (replicas = (cards - lifeboat) // cards per replica), then the
-            lowest TP.
+  serving:  most concurrent sequences across the box at the requested context with every
+            card in the "fits" tier, keeping the lifeboat card free (replicas = (cards -
+            lifeboat) // cards per replica), then the lowest TP.
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.report.fit import ledger_for, verdict_of
+from nodeledger.report.fit import _largest, largest_serving, ledger_for, verdict_of
+
+
+def _tier(spec, job, n: int, machine) -> str:
+    return verdict_of(ledger_for(spec, dataclasses.replace(job, concurrency=n), machine)).tier
+
 
 CKPT_COST = {"none": 0, "selective": 1, "full": 2}
 SHARD_ORDER = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -88,22 +93,36 @@ def search_serve(
             continue
         for kv in ("bf16", "fp8"):
             cand = dataclasses.replace(
-                job, parallel=Parallel(tp=tp), kv_dtype=kv, concurrency=None, replicas=1
+                job, parallel=Parallel(tp=tp), kv_dtype=kv, concurrency=1, replicas=1
             )
             tried += 1
             try:
+                per_replica = (
+                    largest_serving(spec, cand, machine)["max_concurrency_at_context"] or 0
+                )
+                if per_replica < 1:
+                    continue
+                if (
+                    cand.engine == "hf"
+                ):  # keep the card in the "fits" tier (<= 90 %), not at the edge
+                    per_replica = _largest(
+                        lambda n, c=cand: _tier(spec, c, n, machine) == "fits", 1, per_replica
+                    )
+                    if per_replica < 1:
+                        continue
+                cand = dataclasses.replace(cand, concurrency=per_replica)
                 lg = ledger_for(spec, cand, machine)
             except InputError:
                 continue
-            per_replica = lg.extras.get("max_concurrency") or 0
-            if per_replica < 1:
+            v = verdict_of(lg)
+            if v.tier != "fits":
                 continue
             replicas = cards // tp
             total = per_replica * replicas
             score = (total, -tp, kv == "bf16")
             opts = f"--tp {tp} --replicas {replicas} --kv-dtype {kv} --concurrency {per_replica}"
             card = max(c.total_bytes for c in lg.cards)
-            found.append(Layout(opts, "fits", score, card, lg.host.peak_bytes,
+            found.append(Layout(opts, v.tier, score, card, lg.host.peak_bytes,
                                 f"{total:,} sequences of {job.context:,} tokens on {replicas * tp} cards"))  # fmt: skip
     found.sort(key=lambda x: x.score, reverse=True)
     return found[:top], tried
