@@ -86,3 +86,42 @@ def test_two_concurrent_62gb_loads_bind_host_ram():
 )
 def test_bad_job_options(args, expected):
     _one_line_exit_2(run_cli("fit", "qwen3-32b", *args), expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--job", "lora", "--rank", "8", "--lora-targets", "foo"], "matches no linear module"),
+        (["--job", "lora", "--rank", "8", "--lora-targets", "q_proj,,v_proj"], "empty module name"),
+        (["--engine", "hf", "--max-num-batched-tokens", "100"], "does not apply to --engine hf"),
+        (["--engine", "vllm", "--new-tokens", "10"], "does not apply to --engine vllm"),
+        (["--lifeboat", "3"], "--lifeboat applies to --search"),
+        (["--job", "train", "--prefetch", "4"], "--prefetch needs --workers > 0"),
+        (["--job", "train", "--optimizer", "adafactor", "--optimizer-impl", "fused"], "applies to PyTorch's adamw/sgd"),
+        (["--job", "train", "--pp", "2", "--dp", "4", "--shard", "zero3"], "pipeline parallelism"),
+        (["--job", "load", "--ranks", "9"], "--ranks 9"),
+    ],
+)  # fmt: skip
+def test_more_nonsense_refused(args, expected):
+    _one_line_exit_2(run_cli("fit", "qwen3-8b", *args), expected)
+
+
+def test_unknown_card_memory_gives_no_fits(tmp_path):
+    prof = tmp_path / "box.toml"
+    assert run_cli("machine", "show", "dgx-h100", "--save", str(prof)).returncode == 0
+    text = "\n".join(
+        'memory_bytes = "unknown"' if ln.startswith("memory_bytes") else ln
+        for ln in prof.read_text().splitlines()
+    )
+    prof.write_text(text + "\n")
+    d = cli_json("fit", "qwen3-32b", "--job", "train", "--machine", str(prof))
+    assert d["verdict"]["tier"] == "unknown"
+    assert d["extras"] == {} or "largest" not in d["extras"]
+
+
+def test_search_layouts_really_fit():
+    d = cli_json("fit", "qwen3-32b", "--search")
+    assert d["search"]["best"]
+    for x in d["search"]["best"]:
+        again = cli_json("fit", "qwen3-32b", *x["options"].split())
+        assert again["verdict"]["tier"] == "fits", x["options"]

@@ -516,6 +516,15 @@ def _build_job(kind: str, o: dict):
         allowed = {"dtype"} | LOAD_OPTS
     else:
         raise JobError(f"--job {kind!r} is not one of serve, train, lora, qlora, load")
+    if kind == "serve":
+        engine = o.get("engine") or "hf"
+        other = {"vllm": {"new_tokens"}}.get(
+            engine, {"gpu_memory_utilization", "max_num_batched_tokens"}
+        )
+        wrong = sorted(given & other)
+        if wrong:
+            names = ", ".join("--" + w.replace("_", "-") for w in wrong)
+            raise JobError(f"{names} does not apply to --engine {engine}")
     stray = sorted(given - allowed)
     if stray:
         names = ", ".join("--" + s.replace("_", "-") for s in stray)
@@ -545,11 +554,15 @@ def _build_job(kind: str, o: dict):
         raise JobError(f"--job {kind} needs --rank")
     if "dtype" in pick:
         raise JobError("--dtype does not apply to training; use --precision bf16|mixed")
-    targets = (
-        tuple(t.strip() for t in pick["lora_targets"].split(","))
-        if "lora_targets" in pick
-        else None
-    )
+    targets = None
+    if "lora_targets" in pick:
+        targets = tuple(t.strip() for t in pick["lora_targets"].split(","))
+        if not all(targets):
+            raise JobError(f"--lora-targets {pick['lora_targets']!r} has an empty module name")
+    if "prefetch" in pick and not pick.get("workers"):
+        raise JobError(
+            "--prefetch needs --workers > 0 (PyTorch's DataLoader refuses it without workers)"
+        )
     return TrainJob(
         precision=pick.get("precision", "bf16"), optimizer=pick.get("optimizer", "adamw"),
         optimizer_impl=pick.get("optimizer_impl", "foreach"), micro_batch=pick.get("micro_batch", 1),
@@ -683,6 +696,8 @@ def fit_cmd(
         for k, v in locals().items()
         if k not in ("model", "job", "machine", "online", "as_json", "search", "lifeboat")
     }
+    if lifeboat != 1 and not search:
+        raise NodeledgerError("--lifeboat applies to --search")
     from nodeledger.machine import resolve_machine
     from nodeledger.model import load_model
     from nodeledger.report.fit import fit
@@ -730,6 +745,7 @@ def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
         "cards": [asdict(c) for c in lg.cards],
         "host": asdict(lg.host),
         "verdict": asdict(v),
+        "job_options": result.job_options,
         "extras": lg.extras,
         "notes": lg.notes,
         "units": "bytes",
@@ -765,6 +781,9 @@ def _render_fit(d: dict[str, Any]) -> None:
         f"[bold]{d['model']}[/bold] --job {d['job']} on {d['machine']}: "
         f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {v['reason']}"
     )
+    basis = ", ".join(f"{k}={v}" for k, v in d.get("job_options", {}).items())
+    if basis:
+        con.print(f"  job: {basis}")
     for c in d["cards"]:
         t = Table(title=f"Per card (cards {_ranges(c['cards'])}; peak in: {c['peak_phase']})")
         t.add_column("item")

@@ -406,6 +406,12 @@ def train_ledger(
         else:
             held, recompute = layers * per_layer, 0
     held, recompute = ceil(held / split), ceil(recompute / split)
+    if job.is_lora and not state.lora_targets(spec, job):
+        names = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
+        raise JobError(
+            f"--lora-targets {','.join(job.lora_targets)} matches no linear module; the model has: "
+            + ", ".join(names)
+        )
     if job.precision == "mixed" and not job.is_lora and job.checkpointing == "full":
         # autocast keeps the residual stream in fp32: checkpointed layer inputs are 4h, not 2h;
         # checkpointed layers run their forward without saving, so autocast's bf16 weight
@@ -567,6 +573,10 @@ def train_ledger(
 
 
 def load_ledger(spec: ModelSpec, job: LoadJob, machine: MachineProfile) -> Ledger:
+    if job.ranks > max(1, len(machine.accelerators)):
+        raise JobError(
+            f"--ranks {job.ranks}: machine {machine.name} has {len(machine.accelerators)} cards"
+        )
     scheme = scheme_for(job.dtype, spec) if job.dtype else config_scheme(spec)
     w = weight_bytes(spec, scheme).total_bytes
     items = _process_items(job.ranks)

@@ -149,6 +149,15 @@ class TrainJob:
             raise JobError(
                 "--offload params needs --shard zero3 or fsdp (parameters must be sharded)"
             )
+        if self.optimizer in ("adafactor", "adamw8bit") and self.optimizer_impl != "foreach":
+            raise JobError(
+                f"--optimizer-impl {self.optimizer_impl} applies to PyTorch's adamw/sgd, not {self.optimizer}"
+            )
+        if self.parallel.pp > 1 and self.shard not in ("none", "zero1"):
+            raise JobError(
+                f"--shard {self.shard} with --pp > 1: gradients/parameters are sharded only without "
+                "pipeline parallelism (DeepSpeed allows ZeRO-1 with PP)"
+            )
         if self.shard != "none" and self.parallel.dp == 1:
             raise JobError(
                 f"--shard {self.shard} needs --dp > 1 (it shards across data-parallel ranks)"

@@ -46,6 +46,21 @@ class Verdict:
 class FitResult:
     ledger: Ledger
     verdict: Verdict
+    job_options: dict = field(
+        default_factory=dict
+    )  # every option the ledger used, defaults included
+
+
+def job_options(job) -> dict:
+    d = dataclasses.asdict(job)
+    d.update(d.pop("parallel", None) or {})
+    host = d.pop("host", None)
+    if host and d.get("micro_batch") is not None:
+        d.update(workers=host["workers"], prefetch=host["prefetch"])
+    if not getattr(job, "is_lora", False):
+        for k in ("lora_targets", "rank", "qlora"):
+            d.pop(k, None)
+    return d
 
 
 def ledger_for(spec: ModelSpec, job, machine: MachineProfile) -> Ledger:
@@ -188,7 +203,7 @@ def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> 
     v = verdict_of(ledger)
     if suggest and v.tier in ("cannot", "tight"):
         v.suggestions = suggestions(spec, job, machine, v)
-    return FitResult(ledger, v)
+    return FitResult(ledger, v, job_options(job))
 
 
 def _try(spec, job, machine, what: str) -> dict | None:
