@@ -62,6 +62,7 @@ class LinkKind(str, Enum):
     phb = "phb"  # through a PCIe host bridge (the CPU)
     node = "node"  # across host bridges within one NUMA node
     sys = "sys"  # across the SMP interconnect between NUMA nodes / sockets
+    pcie = "pcie"  # PCIe path whose level the vendor tool does not say (rocm-smi "PCIE")
     unknown = "unknown"
 
 

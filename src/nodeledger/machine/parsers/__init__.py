@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from nodeledger.machine.parsers import numa, nvidia_smi, nvidia_topo
+from nodeledger.machine.parsers import amd_smi, npu_smi, numa, nvidia_smi, nvidia_topo
 from nodeledger.machine.parsers.common import ParseError
 
 
@@ -35,6 +35,12 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi-query-csv": _query_csv,
     "nvidia-smi": lambda text: _plain(nvidia_smi.parse_table(text)),
     "nvidia-smi-q-xml": lambda text: _plain(nvidia_smi.parse_xml(text)),
+    "rocm-smi": lambda text: _plain(amd_smi.parse_concise(text)),
+    "hy-smi": lambda text: _plain(amd_smi.parse_concise(text)),
+    "rocm-smi-showtopo": lambda text: _plain(amd_smi.parse_showtopo(text)),
+    "rocm-smi-json": lambda text: {"cards": amd_smi.parse_json(text)},
+    "rocm-smi-csv": lambda text: {"cards": amd_smi.parse_csv(text)},
+    "npu-smi": lambda text: _plain(npu_smi.parse(text)),
     "numactl": lambda text: _plain(numa.parse_numactl(text)),
     "lscpu": lambda text: _plain(numa.parse_lscpu(text)),
 }
