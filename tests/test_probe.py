@@ -142,3 +142,40 @@ def test_own_h200_recording_parses():
     assert [(c.index, c.cpu_affinity, c.numa_node) for c in t.cards] == [(0, "0-15", 0)]
     assert json.loads((FIXTURES / "h200" / "pynvml.txt").read_text())["mem_total"] == 143771 * 2**20
     assert os.path.exists(FIXTURES / "h200" / "PROVENANCE.md")
+
+
+def _shared_real(rel):
+    from conftest import SHARED
+
+    p = SHARED / "fixtures" / "real" / rel
+    if not p.is_file():
+        pytest.skip(f"../shared fixture {rel} absent")
+    return p
+
+
+@pytest.mark.shared
+def test_fake_dcu_box_with_hy_smi(tmp_path):
+    concise = _shared_real("dcu/wangjunjian-8dcu-hy-smi-manual.txt")
+    topo = _shared_real("dcu/flyaibox-k100ai-8x-rocm-smi-showtopo.txt")
+    script = (f'case "$1" in --showtopo) cat {topo};; --showmeminfo) echo "not supported" >&2; exit 1;; '
+              f'*) cat {concise};; esac\n')  # fmt: skip
+    r = _runner(tmp_path, None)
+    _tool(Path(r.path), "hy-smi", script)
+    p = probe_machine(r)
+    assert len(p.accelerators) == 8 and {a.vendor.value for a in p.accelerators} == {"hygon"}
+    assert all(a.memory_bytes is None for a in p.accelerators)  # not in the concise table
+    assert any("card memory unknown" in n for n in p.notes)
+    assert p.link(0, 7).kind.value == "pcie" and p.link(0, 7).label == "PCIE"
+    assert {a.numa_node for a in p.accelerators} == {0}
+
+
+@pytest.mark.shared
+def test_fake_ascend_box_with_npu_smi(tmp_path):
+    info = _shared_real("ascend/vllm-ascend-6512-910b3-x8-npu-smi-info.txt")
+    r = _runner(tmp_path, None)
+    _tool(Path(r.path), "npu-smi", f"cat {info}\n")
+    p = probe_machine(r)
+    assert len(p.accelerators) == 8
+    assert {a.memory_bytes for a in p.accelerators} == {65536 * 2**20}
+    assert p.accelerators[2].pci_bus_id == "0000:81:00.0"
+    assert any("HCCS" in n for n in p.notes)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 
-from nodeledger.machine.probe import linux, nvidia
+from nodeledger.machine.probe import linux, nvidia, others
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Interconnect, MachineProfile
 
-OTHER_VENDOR_TOOLS = ("rocm-smi", "amd-smi", "hy-smi", "npu-smi")
+OTHER_VENDOR_TOOLS = ("rocm-smi", "hy-smi", "npu-smi")
 
 
 def probe_machine(runner: Runner | None = None) -> MachineProfile:
@@ -18,13 +18,15 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
     net = linux.network(r, notes)
     disks = linux.storage(r, notes)
     cards, inter = nvidia.probe(r, notes)
+    for backend in (others.probe_amd, others.probe_ascend):
+        if cards:
+            break
+        found = backend(r, notes)
+        if found:
+            cards, inter = found
     for tool in OTHER_VENDOR_TOOLS:
         if r.which(tool) is None:
             notes.append(f"{tool}: absent (not on PATH)")
-        else:
-            notes.append(
-                f"{tool}: present, but its backend is not implemented yet; its cards are not listed"
-            )
     if not cards:
         notes.append("no accelerator found: host-only profile")
     # NUMA ids the cards report must exist in the host map; else keep them unknown
