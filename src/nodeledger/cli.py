@@ -131,6 +131,9 @@ def machine_probe(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds each vendor tool may run.")
     ] = 5.0,
+    from_bundle: Annotated[
+        str | None, typer.Option("--from", help="Replay a support bundle instead of probing live.")
+    ] = None,
 ) -> None:
     """Probe this machine (Linux /proc and /sys, nvidia-smi): cards, links, NUMA, RAM, NICs, mounts."""
     from nodeledger.machine import save_profile
@@ -138,7 +141,12 @@ def machine_probe(
 
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    profile = probe_machine(Runner(timeout=timeout))
+    if from_bundle:
+        from nodeledger.machine.probe.bundle import load_bundle
+
+        profile = probe_machine(load_bundle(from_bundle))
+    else:
+        profile = probe_machine(Runner(timeout=timeout))
     if save is not None:
         save_profile(profile, save)
     if as_json:
@@ -207,19 +215,22 @@ def _render_machine(p) -> None:
 
     con = _console()
     con.print(f"[bold]{p.name}[/bold] — {p.description}")
+    if not p.accelerators:
+        con.print("Accelerators: none found (host-only profile)")
     t = Table(title="Accelerators (identical cards share a row)")
     cols = ("cards", "vendor", "product", "memory", "mem bandwidth", "bf16 dense", "fp8 dense",
             "int8 dense", "NUMA", "PCI bus", "partition")  # fmt: skip
     for c in cols:
         t.add_column(c)
-    for indices, a in _group_cards(p.accelerators):
+    for indices, a in _group_cards(p.accelerators) if p.accelerators else []:
         t.add_row(
             _ranges(indices), a.vendor.value, a.product, gib(a.memory_bytes),
             _num(a.memory_bandwidth_gbps, "GB/s"), _num(a.bf16_dense_tflops, "TFLOPS"),
             _num(a.fp8_dense_tflops, "TFLOPS"), _num(a.int8_dense_tops, "TOPS"),
             _num(a.numa_node), a.pci_bus_id or UNKNOWN, a.partition or UNKNOWN,
         )  # fmt: skip
-    con.print(t)
+    if p.accelerators:
+        con.print(t)
     total = p.total_accelerator_memory_bytes()
     con.print(f"Card memory total: {gib(total)}" + (f" ({total:,} B)" if total else ""))
     d = p.interconnect.default
@@ -281,6 +292,31 @@ def _render_machine(p) -> None:
             con.print(f"  {k}: {v}")
     for note in p.notes:
         con.print(f"  note: {note}")
+
+
+@app.command("bundle")
+def bundle_cmd(
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Archive to write (.tar.gz).")
+    ] = "nodeledger-bundle.tar.gz",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds each vendor tool may run.")
+    ] = 5.0,
+) -> None:
+    """Collect every raw output of a probe (commands, /proc and /sys files) into one archive;
+    `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere."""
+    from nodeledger.machine.probe import Runner, probe_machine
+    from nodeledger.machine.probe.bundle import write_bundle
+
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    r = Runner(timeout=timeout)
+    profile = probe_machine(r)
+    path = write_bundle(r, output, {"probed_profile_name": profile.name})
+    sys.stdout.write(
+        f"wrote {path} ({path.stat().st_size:,} B): {len(r.log)} commands, {len(r.files)} files read; "
+        f"{len(profile.accelerators)} cards, {len(profile.notes)} notes\n"
+    )
 
 
 @app.command("parse")

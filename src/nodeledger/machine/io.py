@@ -96,6 +96,11 @@ def resolve_machine(ref: str | None) -> MachineProfile:
     if ref in list_presets():
         return load_preset(ref)
     p = Path(ref)
+    if p.is_file() and p.name.endswith((".tar.gz", ".tgz")):
+        from nodeledger.machine.probe import probe_machine
+        from nodeledger.machine.probe.bundle import load_bundle
+
+        return probe_machine(load_bundle(p))
     if p.is_file():
         return load_profile(p)
     raise ProfileError(

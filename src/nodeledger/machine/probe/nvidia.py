@@ -7,7 +7,7 @@ import csv
 import io
 
 from nodeledger.errors import InputError
-from nodeledger.machine.parsers import nvidia_topo
+from nodeledger.machine.parsers import nvidia_smi, nvidia_topo
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
 
@@ -33,15 +33,36 @@ def parse_query_csv(text: str) -> list[dict]:
 
 
 def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect | None]:
+    if r.which("nvidia-smi") is None:
+        notes.append("NVIDIA backend: nvidia-smi absent (not on PATH)")
+        return [], None
+    rows = None
     q = r.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
-    if not q.ok:
-        notes.append(f"NVIDIA backend: nvidia-smi {q.problem}")
-        return [], None
-    try:
-        rows = parse_query_csv(q.stdout)
-    except InputError as exc:
-        notes.append(f"NVIDIA backend: nvidia-smi output not understood ({exc}); cards unknown")
-        return [], None
+    if q.ok:
+        try:
+            rows = parse_query_csv(q.stdout) or None
+        except InputError as exc:
+            notes.append(f"NVIDIA backend: nvidia-smi output not understood ({exc}); cards unknown")
+            return [], None
+        if rows is None:
+            notes.append("NVIDIA backend: nvidia-smi --query-gpu listed no GPU")
+            return [], None
+    else:
+        notes.append(f"NVIDIA backend: nvidia-smi --query-gpu {q.problem}")
+        if q.problem.startswith(("timed out", "permission")):
+            return [], None
+        t = r.run(["nvidia-smi"])  # older drivers / bundles: fall back to the default table
+        if t.ok:
+            try:
+                table = nvidia_smi.parse_table(t.stdout)
+                rows = [{"index": c.index, "name": c.name,
+                         "memory_mib": c.memory_total_bytes // 2**20 if c.memory_total_bytes else None,
+                         "pci_bus_id": c.pci_bus_id, "mig": c.mig} for c in table.cards]  # fmt: skip
+                notes.append("NVIDIA cards read from the nvidia-smi table")
+            except InputError as exc:
+                notes.append(f"NVIDIA backend: nvidia-smi table not understood ({exc})")
+        if rows is None:
+            return [], None
     cards = []
     for row in rows:
         mem = row["memory_mib"] * 2**20 if row["memory_mib"] else None
@@ -68,6 +89,12 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
                 if tc is not None and tc.numa_node is not None:
                     card.numa_node = tc.numa_node
                     card.sources["numa_node"] = "nvidia-smi topo -m NUMA Affinity"
+            known = {c.index for c in cards}
+            dropped = [lk for lk in topo.links if lk.a not in known or lk.b not in known]
+            if dropped:
+                notes.append(
+                    f"topo -m lists GPUs the card query does not ({len(dropped)} links dropped)"
+                )
             pairs = [
                 LinkPair(
                     a=lk.a,
@@ -80,6 +107,7 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
                     source="nvidia-smi topo -m",
                 )
                 for lk in topo.links
+                if lk.a in known and lk.b in known
             ]
             inter = Interconnect(default=Link(), pairs=pairs)
     return cards, inter

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from pydantic import ValidationError
+
 from nodeledger.machine.probe import linux, nvidia, others
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Interconnect, MachineProfile
@@ -41,7 +43,7 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
         name = socket.gethostname() or "this-host"
     except OSError:
         name = "this-host"
-    return MachineProfile(
+    fields = dict(
         name=f"probed-{name}",
         description=f"live probe of {name}",
         accelerators=cards,
@@ -51,3 +53,10 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
         storage=disks,
         notes=notes,
     )
+    try:
+        return MachineProfile(**fields)
+    except ValidationError as exc:
+        # inconsistent tool outputs (e.g. links to cards no tool listed): keep what is coherent
+        first = exc.errors()[0]["msg"]
+        fields.update(interconnect=Interconnect(), notes=[*notes, f"links dropped: {first}"])
+        return MachineProfile(**fields)

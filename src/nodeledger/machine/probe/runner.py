@@ -38,7 +38,9 @@ class Runner:
     files: dict[str, str | None] = field(default_factory=dict)  # path -> text (None: unreadable)
 
     def which(self, tool: str) -> str | None:
-        return shutil.which(tool, path=self.path)
+        found = shutil.which(tool, path=self.path)
+        self.tools[tool] = found
+        return found
 
     def run(self, argv: list[str]) -> RawResult:
         exe = self.which(argv[0])
@@ -86,6 +88,13 @@ class Runner:
 
     def glob(self, pattern: str) -> list[str]:
         base = self.root
-        return sorted("/" + str(p.relative_to(base)) for p in base.glob(pattern.lstrip("/")))
+        try:
+            found = sorted("/" + str(p.relative_to(base)) for p in base.glob(pattern.lstrip("/")))
+        except OSError:
+            found = []
+        self.globs[pattern] = found
+        return found
 
     problems: dict[str, str] = field(default_factory=dict)
+    tools: dict[str, str | None] = field(default_factory=dict)  # which() answers
+    globs: dict[str, list[str]] = field(default_factory=dict)  # glob() answers

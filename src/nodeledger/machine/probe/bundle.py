@@ -1,0 +1,137 @@
+"""Support bundles: every raw output a probe collected (each command's argv, stdout, stderr,
+exit code, duration; each /proc and /sys file read; tool look-ups and globs) in one .tar.gz
+with a manifest, and a replaying runner so `machine probe --from BUNDLE` rebuilds the same
+profile on another machine (a laptop)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from pathlib import Path
+
+from nodeledger.errors import InputError
+from nodeledger.machine.probe.runner import RawResult, Runner
+
+MANIFEST = "manifest.json"
+FORMAT = "nodeledger-bundle-1"
+
+
+def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path:
+    """Archive what runner ``r`` collected."""
+    p = Path(path)
+    entries: dict[str, bytes] = {}
+    commands = []
+    for i, res in enumerate(r.log):
+        name = f"commands/{i:03d}.stdout"
+        entries[name] = res.stdout.encode()
+        commands.append({"argv": res.argv, "stdout": name, "stderr": res.stderr, "returncode": res.returncode,
+                         "seconds": round(res.seconds, 4), "problem": res.problem})  # fmt: skip
+    files = {}
+    for j, (fpath, text) in enumerate(sorted(r.files.items())):
+        if text is None:
+            files[fpath] = {"file": None, "problem": r.problems.get(fpath, "unreadable")}
+        else:
+            name = f"files/{j:04d}"
+            entries[name] = text.encode()
+            files[fpath] = {"file": name}
+    manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "commands": commands, "files": files, "tools": r.tools, "globs": r.globs,
+                "timeout_s": r.timeout, **(extra or {})}  # fmt: skip
+    entries[MANIFEST] = json.dumps(manifest, indent=1).encode()
+    try:
+        with tarfile.open(p, "w:gz") as tar:
+            for name, data in entries.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mtime = int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+    except OSError as exc:
+        raise InputError(f"{p}: cannot write bundle: {exc.strerror or exc}") from None
+    return p
+
+
+class ReplayRunner(Runner):
+    """A Runner whose commands, files, tool look-ups and globs come from a bundle."""
+
+    def __init__(self, manifest: dict, blobs: dict[str, str], where: str) -> None:
+        super().__init__()
+        self.manifest, self.blobs, self.where = manifest, blobs, where
+        self._cmds = {tuple(c["argv"]): c for c in manifest.get("commands", [])}
+
+    def which(self, tool: str) -> str | None:
+        return self.manifest.get("tools", {}).get(tool)
+
+    def run(self, argv: list[str]) -> RawResult:
+        c = self._cmds.get(tuple(argv))
+        if c is None:
+            res = RawResult(list(argv), problem="not in the bundle")
+        else:
+            res = RawResult(list(argv), self.blobs.get(c["stdout"], ""), c.get("stderr") or "",
+                            c.get("returncode"), c.get("seconds") or 0.0, c.get("problem"))  # fmt: skip
+        self.log.append(res)
+        return res
+
+    def read(self, path: str) -> str | None:
+        f = self.manifest.get("files", {}).get(path)
+        if f is None or f.get("file") is None:
+            self.problems[path] = (f or {}).get("problem", "not in the bundle")
+            self.files[path] = None
+            return None
+        text = self.blobs.get(f["file"])
+        self.files[path] = text
+        return text
+
+    def glob(self, pattern: str) -> list[str]:
+        return list(self.manifest.get("globs", {}).get(pattern, []))
+
+
+def load_bundle(path: str | Path) -> ReplayRunner:
+    p = Path(path)
+    try:
+        with tarfile.open(p, "r:*") as tar:
+            blobs = {}
+            for m in tar.getmembers():
+                if m.isfile():
+                    fh = tar.extractfile(m)
+                    blobs[m.name] = fh.read().decode(errors="replace") if fh else ""
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"{p}: not a readable bundle archive ({first.rstrip(':')})") from None
+    if MANIFEST not in blobs:
+        raise InputError(f"{p}: bundle has no {MANIFEST}")
+    try:
+        manifest = json.loads(blobs[MANIFEST])
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: bundle manifest is not valid JSON: {exc.msg}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"{p}: not a {FORMAT} bundle")
+    return ReplayRunner(manifest, blobs, str(p))
+
+
+def manifest_from_outputs(commands: dict[tuple[str, ...], str], files: dict[str, str] | None = None,
+                          tools: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """Assemble a bundle manifest from recorded outputs (tests, and users with pasted outputs)."""
+    blobs, cmds = {}, []
+    for i, (argv, out) in enumerate(commands.items()):
+        name = f"commands/{i:03d}.stdout"
+        blobs[name] = out
+        cmds.append(
+            {
+                "argv": list(argv),
+                "stdout": name,
+                "stderr": "",
+                "returncode": 0,
+                "seconds": 0.0,
+                "problem": None,
+            }
+        )
+    fmap = {}
+    for j, (fpath, text) in enumerate((files or {}).items()):
+        name = f"files/{j:04d}"
+        blobs[name] = text
+        fmap[fpath] = {"file": name}
+    manifest = {"format": FORMAT, "commands": cmds, "files": fmap,
+                "tools": {t: f"/usr/bin/{t}" for t in tools}, "globs": {}}  # fmt: skip
+    return {"manifest": manifest, "blobs": blobs}

@@ -1,0 +1,115 @@
+"""Support bundles: a live probe replays to the same profile; bundles assembled from recorded
+fixture sets replay to the right cards, memory, link matrix and NUMA map."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import pytest
+
+from conftest import SHARED, cli_json, run_cli
+from nodeledger.machine.probe import probe_machine
+from nodeledger.machine.probe.bundle import FORMAT, ReplayRunner, manifest_from_outputs
+
+REAL = SHARED / "fixtures" / "real"
+QUERY = (
+    "nvidia-smi",
+    "--query-gpu=index,name,memory.total,pci.bus_id,mig.mode.current",
+    "--format=csv,noheader,nounits",
+)
+
+
+def test_live_bundle_replays_to_the_same_profile(tmp_path):
+    b = tmp_path / "b.tar.gz"
+    proc = run_cli("bundle", "-o", str(b))
+    assert proc.returncode == 0 and "wrote" in proc.stdout
+    assert cli_json("machine", "probe", "--from", str(b)) == cli_json("machine", "probe")
+    with tarfile.open(b) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+    assert manifest["format"] == FORMAT and "/proc/meminfo" in manifest["files"]
+
+
+def test_bad_bundle_is_one_line(tmp_path):
+    bad = tmp_path / "x.tar.gz"
+    bad.write_text("garbage")
+    proc = run_cli("machine", "probe", "--from", str(bad))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    empty = tmp_path / "e.tar.gz"
+    with tarfile.open(empty, "w:gz") as tar:
+        info = tarfile.TarInfo("other.txt")
+        tar.addfile(info, io.BytesIO(b""))
+    proc = run_cli("machine", "probe", "--from", str(empty))
+    assert proc.returncode == 2 and "no manifest.json" in proc.stderr
+
+
+def _replay(commands: dict, tools: tuple[str, ...]):
+    b = manifest_from_outputs(commands, tools=tools)
+    return probe_machine(ReplayRunner(b["manifest"], b["blobs"], "fixture set"))
+
+
+def _text(rel):
+    p = REAL / rel
+    if not p.is_file():
+        pytest.skip(f"../shared fixture {rel} absent")
+    return p.read_text(errors="replace")
+
+
+@pytest.mark.shared
+def test_bundle_8x_h100_nv18():
+    # the recorded set has the default table, not the --query-gpu CSV: the backend falls back
+    p = _replay({("nvidia-smi",): _text("nvidia-smi-table/gls-h100-sxm-x8.txt"),
+                 ("nvidia-smi", "topo", "-m"): _text("nvidia-topo/mlengineering-8x-h100-nv18-compact.txt")},
+                ("nvidia-smi",))  # fmt: skip
+    assert len(p.accelerators) == 8
+    assert {a.memory_bytes for a in p.accelerators} == {81559 * 2**20}
+    assert {p.link(a, b).label for a in range(8) for b in range(8) if a != b} == {"NV18"}
+    assert [a.numa_node for a in p.accelerators] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+@pytest.mark.shared
+def test_bundle_8x_rtx4090_all_sys():
+    p = _replay({("nvidia-smi",): _text("nvidia-smi-table/gls-rtx4090-x8.txt"),
+                 ("nvidia-smi", "topo", "-m"): _text("nvidia-topo/gpuallocator17-8x-rtx4090-sys.txt")},
+                ("nvidia-smi",))  # fmt: skip
+    assert len(p.accelerators) == 8 and {a.memory_bytes for a in p.accelerators} == {24564 * 2**20}
+    assert {p.link(a, b).kind.value for a in range(8) for b in range(8) if a != b} == {"sys"}
+    assert [a.numa_node for a in p.accelerators] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+@pytest.mark.shared
+def test_bundle_8x_k100_ai_dcu():
+    p = _replay({("rocm-smi",): _text("dcu/flyaibox-k100ai-8x-rocm-smi.txt"),
+                 ("rocm-smi", "--showtopo"): _text("dcu/flyaibox-k100ai-8x-rocm-smi-showtopo.txt")},
+                ("rocm-smi",))  # fmt: skip
+    assert len(p.accelerators) == 8 and {a.vendor.value for a in p.accelerators} == {"hygon"}
+    assert all(a.memory_bytes is None for a in p.accelerators)  # the recorded set has no VRAM size
+    assert {p.link(a, b).label for a in range(8) for b in range(8) if a != b} == {"PCIE"}
+    assert {a.numa_node for a in p.accelerators} == {0}
+
+
+@pytest.mark.shared
+def test_bundle_4x_mi300x():
+    p = _replay({("rocm-smi",): _text("rocm/gls-mi300x-x4-rocm-smi.txt")}, ("rocm-smi",))
+    assert [a.product for a in p.accelerators] == ["AMD Instinct MI300X"] * 4
+    assert {a.partition for a in p.accelerators} == {"NPS1, SPX"}
+    assert any("--showtopo" in n for n in p.notes)  # not in the set: links unknown, said so
+
+
+@pytest.mark.shared
+def test_bundle_8x_ascend_910b():
+    p = _replay(
+        {("npu-smi", "info"): _text("ascend/vllm-ascend-6512-910b3-x8-npu-smi-info.txt")},
+        ("npu-smi",),
+    )
+    assert len(p.accelerators) == 8
+    assert p.total_accelerator_memory_bytes() == 8 * 65536 * 2**20
+
+
+@pytest.mark.shared
+def test_bundle_h200_topology_with_10_nics_keeps_nics_in_parse():
+    from nodeledger.machine.parsers import nvidia_topo
+
+    t = nvidia_topo.parse(_text("nvidia-topo/glm52-8x-h200-10nic.txt"))
+    assert len(t.nics) == 10 and len(t.cards) == 8
