@@ -230,3 +230,40 @@ def test_own_h200_table_and_xml():
         assert info.cards[0].name == "NVIDIA H200"
         assert info.cards[0].memory_total_bytes == 143771 * 2**20
     assert t.cards[0].pci_bus_id == "00000000:00:06.0"
+
+
+# nvidia-smi -q text: (driver, cards, name, total MiB, first bus id, persistence, MIG)
+SMI_Q = {
+    "gls-a100-sxm4-x4-q.txt": ("555.42.02", 4, "NVIDIA A100-SXM4-80GB", 81920, "00000000:68:00.0", "Enabled", "Disabled"),
+    "gls-gh200-q.txt": ("550.127.05", 1, "NVIDIA GH200 480GB", 97871, "00000000:DD:00.0", "Enabled", "Disabled"),
+    "gpuexporter-h200-mig-load-q.txt": ("590.48.01", 1, "NVIDIA H200", 143771, "00000000:83:00.0", "Enabled", "Enabled"),
+    "jdh4-della-h100-q.txt": ("560.35.03", 1, "NVIDIA H100 80GB HBM3", 81559, "00000000:DB:00.0", "Enabled", "Disabled"),
+}  # fmt: skip
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", sorted(SMI_Q))
+def test_nvidia_smi_q_text(name):
+    from nodeledger.machine.parsers import nvidia_smi
+
+    driver, n, gpu, mib, bus, pers, mig = SMI_Q[name]
+    info = nvidia_smi.parse_q_text(_real(f"nvidia-query/{name}"))
+    assert info.driver == driver and len(info.cards) == n
+    c = info.cards[0]
+    assert (c.name, c.memory_total_bytes, c.pci_bus_id, c.persistence, c.mig) == (
+        gpu,
+        mib * 2**20,
+        bus,
+        pers,
+        mig,
+    )
+    assert [x.index for x in info.cards] == list(range(n))
+    assert not info.notes
+
+
+def test_own_h200_q_text():
+    from conftest import FIXTURES
+    from nodeledger.machine.parsers import nvidia_smi
+
+    info = nvidia_smi.parse_q_text((FIXTURES / "h200" / "nvidia_smi__q_.txt").read_text())
+    assert info.cards[0].memory_total_bytes == 143771 * 2**20 and info.cards[0].mig == "Disabled"

@@ -166,3 +166,64 @@ def parse_xml(text: str) -> SmiInfo:
     return SmiInfo(
         root.findtext("driver_version"), root.findtext("cuda_version"), cards, procs, mig_devices
     )
+
+
+def _tree(lines: list[str]) -> list[tuple[int, str, str | None]]:
+    """(indent, key, value or None for a section header) per meaningful line."""
+    out = []
+    for ln in lines:
+        if not ln.strip() or ln.lstrip().startswith("="):
+            continue
+        indent = len(ln) - len(ln.lstrip(" "))
+        if " : " in ln or ln.rstrip().endswith(" :"):
+            k, v = ln.split(":", 1) if " : " not in ln else ln.split(" : ", 1)
+            out.append((indent, k.strip(), v.strip()))
+        else:
+            out.append((indent, ln.strip(), None))
+    return out
+
+
+def parse_q_text(text: str) -> SmiInfo:
+    """``nvidia-smi -q`` (``-a``) text: indented "Key : Value" sections, one per GPU
+    ("GPU 00000000:68:00.0")."""
+    text = clean(text)
+    driver = re.search(r"^Driver Version\s*:\s*(\S+)", text, flags=re.M)
+    cuda = re.search(r"^CUDA Version\s*:\s*(\S+)", text, flags=re.M)
+    if "Attached GPUs" not in text and not driver:
+        raise ParseError("not an nvidia-smi -q output: no 'Attached GPUs' / 'Driver Version'")
+    blocks = re.split(
+        r"^(GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", text, flags=re.M
+    )
+    cards = []
+    for i in range(1, len(blocks) - 1, 2):
+        bus = blocks[i].split()[1]
+        path: list[tuple[int, str]] = []
+        fields: dict[str, str] = {}
+        for indent, key, value in _tree(blocks[i + 1].split("\n")):
+            while path and path[-1][0] >= indent:
+                path.pop()
+            if value is None:
+                path.append((indent, key))
+            else:
+                fields["/".join([p[1] for p in path] + [key])] = value
+        # nvidia-smi -q lists GPUs in index order; "Minor Number" is /dev/nvidiaN, not the index
+        cards.append(SmiCard(
+            index=len(cards),
+            name=fields.get("Product Name", ""),
+            memory_total_bytes=_mib(fields.get("FB Memory Usage/Total")),
+            memory_used_bytes=_mib(fields.get("FB Memory Usage/Used")),
+            pci_bus_id=fields.get("PCI/Bus Id", bus),
+            persistence=fields.get("Persistence Mode"),
+            mig=fields.get("MIG Mode/Current"),
+        ))  # fmt: skip
+    if not cards:
+        raise ParseError("nvidia-smi -q lists no 'GPU <bus id>' section (truncated?)")
+    notes = []
+    attached = re.search(r"^Attached GPUs\s*:\s*(\d+)", text, flags=re.M)
+    if attached and int(attached.group(1)) != len(cards):
+        notes.append(
+            f"'Attached GPUs: {attached.group(1)}' but {len(cards)} GPU sections (truncated?)"
+        )
+    return SmiInfo(
+        driver.group(1) if driver else None, cuda.group(1) if cuda else None, cards, notes=notes
+    )
