@@ -33,7 +33,9 @@ KINDS = [
 
 def kind_for(rel: str, text: str) -> str | None:
     if rel.startswith("nvidia-query/"):
-        return "nvidia-smi-q-xml" if rel.endswith(".xml.txt") else None
+        if rel.endswith(".xml.txt"):
+            return "nvidia-smi-q-xml"
+        return "nvidia-smi-q" if rel.endswith("-q.txt") else None
     if rel.startswith("numa/"):
         return "lscpu" if "Architecture" in text else "numactl"
     if rel.startswith(("rocm/", "dcu/")):
