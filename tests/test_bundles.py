@@ -113,3 +113,22 @@ def test_bundle_h200_topology_with_10_nics_keeps_nics_in_parse():
 
     t = nvidia_topo.parse(_text("nvidia-topo/glm52-8x-h200-10nic.txt"))
     assert len(t.nics) == 10 and len(t.cards) == 8
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    ("topo", "label", "numa"),
+    [
+        ("nvidia-topo/gengwg-dgx-a100-12mlx5-nps4.txt", "NV12", [3, 3, 1, 1, 7, 7, 5, 5]),
+        ("nvidia-topo/glm52-8x-h200-10nic.txt", "NV18", [0, 0, 0, 0, 1, 1, 1, 1]),
+    ],
+)
+def test_bundle_topo_only_sets(topo, label, numa):
+    """8 x A100 (NV12) and 8 x H200 with 10 NICs: the recorded sets hold topo -m only, so cards,
+    links and NUMA replay and memory stays unknown (said in a note), never guessed."""
+    p = _replay({("nvidia-smi", "topo", "-m"): _text(topo)}, ("nvidia-smi",))
+    assert len(p.accelerators) == 8
+    assert {p.link(a, b).label for a in range(8) for b in range(8) if a != b} == {label}
+    assert [a.numa_node for a in p.accelerators] == numa
+    assert all(a.memory_bytes is None for a in p.accelerators)
+    assert any("known only from nvidia-smi topo -m" in n for n in p.notes)

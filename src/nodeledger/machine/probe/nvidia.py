@@ -62,7 +62,19 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
             except InputError as exc:
                 notes.append(f"NVIDIA backend: nvidia-smi table not understood ({exc})")
         if rows is None:
-            return [], None
+            # last resort (e.g. a bundle holding only topo -m): the cards topo lists, memory unknown
+            tt = r.run(["nvidia-smi", "topo", "-m"])
+            try:
+                topo_only = nvidia_topo.parse(tt.stdout) if tt.ok else None
+            except InputError:
+                topo_only = None
+            if topo_only is None:
+                return [], None
+            rows = [{"index": c.index, "name": None, "memory_mib": None, "pci_bus_id": None, "mig": None}
+                    for c in topo_only.cards]  # fmt: skip
+            notes.append(
+                "NVIDIA cards known only from nvidia-smi topo -m: names and memory unknown"
+            )
     cards = []
     for row in rows:
         mem = row["memory_mib"] * 2**20 if row["memory_mib"] else None
@@ -70,7 +82,9 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
             index=row["index"], vendor="nvidia", product=row["name"] or "unknown NVIDIA GPU",
             memory_bytes=mem, pci_bus_id=row["pci_bus_id"] or None,
             partition=f"MIG {row['mig']}" if row["mig"] and row["mig"] != "[N/A]" else None,
-            sources={"memory_bytes": "nvidia-smi memory.total (MiB)", "product": "nvidia-smi name"},
+            sources={"memory_bytes": "nvidia-smi memory.total (MiB)", "product": "nvidia-smi name"}
+            if mem
+            else {},
         ))  # fmt: skip
     t = r.run(["nvidia-smi", "topo", "-m"])
     inter = None
