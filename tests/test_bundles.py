@@ -132,3 +132,62 @@ def test_bundle_topo_only_sets(topo, label, numa):
     assert [a.numa_node for a in p.accelerators] == numa
     assert all(a.memory_bytes is None for a in p.accelerators)
     assert any("known only from nvidia-smi topo -m" in n for n in p.notes)
+
+
+def _write_bundle(path, manifest):
+    data = json.dumps(manifest).encode()
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize(
+    ("manifest", "field"),
+    [
+        ({"commands": 5}, "commands"),
+        ({"commands": [{"stdout": "x"}]}, "commands.0.argv"),
+        ({"commands": [{"argv": ["a"], "stdout": ["x"]}]}, "commands.0.stdout"),
+        ({"files": {"/proc/meminfo": 3}}, "files./proc/meminfo"),
+        ({"tools": ["nvidia-smi"]}, "tools"),
+        ({"globs": {"/sys/*": [1, 2]}}, "globs"),
+    ],
+)
+def test_malformed_manifest_fields_are_named(tmp_path, manifest, field):
+    b = tmp_path / "b.tar.gz"
+    _write_bundle(b, {"format": FORMAT, **manifest})
+    proc = run_cli("machine", "probe", "--from", str(b))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert f"field {field} is malformed" in proc.stderr
+
+
+def test_odd_numa_globs_and_duplicate_cards_still_give_a_profile():
+    from nodeledger.machine.probe.bundle import manifest_from_outputs
+
+    query = ("nvidia-smi", "--query-gpu=index,name,memory.total,pci.bus_id,mig.mode.current",
+             "--format=csv,noheader,nounits")  # fmt: skip
+    b = manifest_from_outputs({query: "0, A, 100, 0:1:0.0, Disabled\n0, A, 100, 0:1:0.0, Disabled\n"},
+                              tools=("nvidia-smi",))  # fmt: skip
+    b["manifest"]["globs"] = {"/sys/devices/system/node/node[0-9]*": [
+        "/sys/devices/system/node/nodeX", "/sys/devices/system/node/node0", "/sys/devices/system/node/node0"]}  # fmt: skip
+    p = probe_machine(ReplayRunner(b["manifest"], b["blobs"], "t"))
+    assert [a.index for a in p.accelerators] == [0]
+    assert any("listed twice" in n for n in p.notes)
+    assert [n.id for n in p.host.numa_nodes] == [0]
+
+
+def test_query_csv_with_header_and_units():
+    from nodeledger.machine.probe.nvidia import parse_query_csv
+
+    rows = parse_query_csv(
+        "index, name, memory.total [MiB], pci.bus_id\n0, NVIDIA H200, 143771 MiB, 00000000:06:00.0\n"
+    )
+    assert rows == [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "memory_mib": 143771,
+            "pci_bus_id": "00000000:06:00.0",
+            "mig": None,
+        }
+    ]

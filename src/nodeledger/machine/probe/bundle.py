@@ -107,7 +107,53 @@ def load_bundle(path: str | Path) -> ReplayRunner:
         raise InputError(f"{p}: bundle manifest is not valid JSON: {exc.msg}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"{p}: not a {FORMAT} bundle")
+    _check_manifest(manifest, p)
     return ReplayRunner(manifest, blobs, str(p))
+
+
+def _is_str_list(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _check_manifest(m: dict, p: Path) -> None:
+    """Every field the replay uses has the type it needs; else one line naming the field."""
+
+    def bad(field: str) -> InputError:
+        return InputError(f"{p}: bundle manifest field {field} is malformed")
+
+    cmds = m.get("commands", [])
+    if not isinstance(cmds, list):
+        raise bad("commands")
+    for i, c in enumerate(cmds):
+        if not isinstance(c, dict) or not _is_str_list(c.get("argv")) or not c.get("argv"):
+            raise bad(f"commands.{i}.argv")
+        if not isinstance(c.get("stdout"), str):
+            raise bad(f"commands.{i}.stdout")
+        for key, types in (
+            ("stderr", (str,)),
+            ("problem", (str,)),
+            ("returncode", (int,)),
+            ("seconds", (int, float)),
+        ):
+            v = c.get(key)
+            if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+                raise bad(f"commands.{i}.{key}")
+    files = m.get("files", {})
+    if not isinstance(files, dict):
+        raise bad("files")
+    for k, f in files.items():
+        if not isinstance(f, dict) or not isinstance(f.get("file"), (str, type(None))):
+            raise bad(f"files.{k}")
+        if not isinstance(f.get("problem"), (str, type(None))):
+            raise bad(f"files.{k}.problem")
+    tools = m.get("tools", {})
+    if not isinstance(tools, dict) or not all(
+        isinstance(v, (str, type(None))) for v in tools.values()
+    ):
+        raise bad("tools")
+    globs = m.get("globs", {})
+    if not isinstance(globs, dict) or not all(_is_str_list(v) for v in globs.values()):
+        raise bad("globs")
 
 
 def manifest_from_outputs(commands: dict[tuple[str, ...], str], files: dict[str, str] | None = None,

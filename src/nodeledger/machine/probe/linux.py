@@ -31,8 +31,13 @@ def host(r: Runner, notes: list[str]) -> Host:
     if ram:
         src["ram_bytes"] = "/proc/meminfo MemTotal"
     nodes = []
+    seen: set[int] = set()
     for d in r.glob("/sys/devices/system/node/node[0-9]*"):
-        nid = int(d.rsplit("node", 1)[1])
+        m = re.search(r"/node(\d+)$", d)
+        if not m or int(m.group(1)) in seen:
+            continue
+        nid = int(m.group(1))
+        seen.add(nid)
         cpus = (r.read(f"{d}/cpulist") or "").strip() or None
         mem = _kb(re.sub(r"^Node \d+ ", "", r.read(f"{d}/meminfo") or "", flags=re.M), "MemTotal")
         nodes.append(NumaNode(id=nid, cpus=cpus, memory_bytes=mem or None))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import nvidia_smi, nvidia_topo
@@ -18,17 +19,34 @@ def parse_query_csv(text: str) -> list[dict]:
     """``nvidia-smi --query-gpu=index,name,memory.total,pci.bus_id,mig.mode.current
     --format=csv,noheader,nounits`` -> rows (memory in MiB)."""
     rows = []
-    for rec in csv.reader(io.StringIO(text.strip())):
+    reader = list(csv.reader(io.StringIO(text.strip())))
+    cols = None
+    if reader and reader[0] and not reader[0][0].strip().isdigit():
+        cols = [
+            c.strip().split(" [")[0] for c in reader[0]
+        ]  # a header row (format=csv with header)
+        reader = reader[1:]
+    for n, rec in enumerate(reader, 1):
         if not rec:
             continue
-        if len(rec) < 4:
-            raise InputError(f"nvidia-smi query row has {len(rec)} fields, expected 5: {rec}")
-        idx, name, mem, bus = (x.strip() for x in rec[:4])
-        mig = rec[4].strip() if len(rec) > 4 else None
+        if cols:
+            d = dict(zip(cols, (x.strip() for x in rec), strict=False))
+            idx, name, mem, bus, mig = (
+                d.get(k, "")
+                for k in ("index", "name", "memory.total", "pci.bus_id", "mig.mode.current")
+            )
+        else:
+            if len(rec) < 4:
+                raise InputError(f"nvidia-smi query row {n} has {len(rec)} fields, expected 5")
+            idx, name, mem, bus = (x.strip() for x in rec[:4])
+            mig = rec[4].strip() if len(rec) > 4 else ""
         if not idx.isdigit():
-            raise InputError(f"nvidia-smi query row has a non-numeric index: {rec}")
-        rows.append({"index": int(idx), "name": name, "memory_mib": int(mem) if mem.isdigit() else None,
-                     "pci_bus_id": bus, "mig": mig})  # fmt: skip
+            raise InputError(
+                f"nvidia-smi query row {n} has no numeric index (first field {idx[:20]!r})"
+            )
+        m = re.match(r"(\d+)\s*(MiB)?$", mem)
+        rows.append({"index": int(idx), "name": name or None, "memory_mib": int(m.group(1)) if m else None,
+                     "pci_bus_id": bus or None, "mig": mig or None})  # fmt: skip
     return rows
 
 

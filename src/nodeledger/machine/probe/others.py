@@ -3,6 +3,8 @@ with `nodeledger parse`).  Each is optional: absent, failing or garbled tools be
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import amd_smi, npu_smi
 from nodeledger.machine.probe.runner import Runner
@@ -35,14 +37,16 @@ def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
             )
     else:
         notes.append(f"{tool} --showmeminfo vram --json: {j.problem}; card memory unknown")
-    cards = [
-        Accelerator(
-            index=c.index, vendor=vendor, product=c.name or ("Hygon DCU" if vendor == "hygon" else "AMD GPU"),
-            memory_bytes=mem.get(c.index), partition=c.partitions,
-            sources={"memory_bytes": f"{tool} --showmeminfo vram --json"} if c.index in mem else {},
-        )
-        for c in concise.cards
-    ]  # fmt: skip
+    cards = []
+    for c in concise.cards:
+        try:
+            cards.append(Accelerator(
+                index=c.index, vendor=vendor, product=c.name or ("Hygon DCU" if vendor == "hygon" else "AMD GPU"),
+                memory_bytes=mem.get(c.index) or None, partition=c.partitions,
+                sources={"memory_bytes": f"{tool} --showmeminfo vram --json"} if mem.get(c.index) else {},
+            ))  # fmt: skip
+        except ValidationError as exc:
+            notes.append(f"{tool}: card {c.index} skipped ({exc.errors()[0]['msg']})")
     t = r.run([tool, "--showtopo"])
     inter = None
     if t.ok:
@@ -56,6 +60,8 @@ def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
                          source=f"{tool} --showtopo (weight {lk['weight']}, hops {lk['hops']})")
                 for lk in topo.links
             ])  # fmt: skip
+        except ValidationError as exc:
+            notes.append(f"{tool} --showtopo: links dropped ({exc.errors()[0]['msg']})")
         except InputError as exc:
             notes.append(f"{tool} --showtopo not understood ({exc}); links unknown")
     else:
@@ -88,12 +94,15 @@ def probe_ascend(r: Runner, notes: list[str]):
         return None
     cards = [
         Accelerator(
-            index=i, vendor="huawei", product=f"Ascend {c.name}", memory_bytes=c.hbm_total_bytes,
+            index=i, vendor="huawei", product=f"Ascend {c.name}", memory_bytes=c.hbm_total_bytes or None,
             pci_bus_id=c.bus_id,
-            sources={"memory_bytes": "npu-smi info HBM-Usage total (MB)", "product": "npu-smi info Name"},
+            sources={"memory_bytes": "npu-smi info HBM-Usage total (MB)", "product": "npu-smi info Name"}
+            if c.hbm_total_bytes else {"product": "npu-smi info Name"},
         )
         for i, c in enumerate(info.chips)
     ]  # fmt: skip
+    if any(c.hbm_total_bytes == 0 for c in info.chips):
+        notes.append("npu-smi reports HBM total 0 for some chips: their memory is unknown")
     notes.extend(info.notes)
     notes.append("Ascend links: HCCS topology (npu-smi info -t topo) not read yet; links unknown")
     return cards, None

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from nodeledger.machine.probe import linux, nvidia, others
 from nodeledger.machine.probe.runner import Runner
-from nodeledger.machine.profile import Interconnect, MachineProfile
+from nodeledger.machine.profile import Host, Interconnect, MachineProfile, Network, Storage
 
 OTHER_VENDOR_TOOLS = ("rocm-smi", "hy-smi", "npu-smi")
 
@@ -29,6 +29,15 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
     for tool in OTHER_VENDOR_TOOLS:
         if r.which(tool) is None:
             notes.append(f"{tool}: absent (not on PATH)")
+    unique: dict[int, object] = {}
+    for c in cards:
+        if c.index in unique:
+            notes.append(
+                f"card index {c.index} listed twice by the vendor tool; the second entry is ignored"
+            )
+            continue
+        unique[c.index] = c
+    cards = list(unique.values())
     if not cards:
         notes.append("no accelerator found: host-only profile")
     # NUMA ids the cards report must exist in the host map; else keep them unknown
@@ -59,4 +68,18 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
         # inconsistent tool outputs (e.g. links to cards no tool listed): keep what is coherent
         first = exc.errors()[0]["msg"]
         fields.update(interconnect=Interconnect(), notes=[*notes, f"links dropped: {first}"])
+    try:
+        return MachineProfile(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]["msg"]
+        fields.update(
+            accelerators=[],
+            notes=[*fields["notes"], f"cards dropped (inconsistent tool output): {first}"],
+        )
+    try:
+        return MachineProfile(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]["msg"]
+        fields.update(host=Host(), network=Network(), storage=Storage(),
+                      notes=[*fields["notes"], f"host inventory dropped (inconsistent): {first}"])  # fmt: skip
         return MachineProfile(**fields)

@@ -58,7 +58,12 @@ class Runner:
             res.stdout, res.stderr, res.returncode = proc.stdout, proc.stderr, proc.returncode
             if proc.returncode != 0:
                 first = (proc.stderr or proc.stdout).strip().splitlines()[:1]
-                res.problem = f"exit {proc.returncode}" + (f": {first[0][:160]}" if first else "")
+                shown = (
+                    "".join(ch if ch.isprintable() else "?" for ch in first[0][:160])
+                    if first
+                    else ""
+                )
+                res.problem = f"exit {proc.returncode}" + (f": {shown}" if shown else "")
         except subprocess.TimeoutExpired as exc:
             res.stdout = (
                 exc.stdout.decode(errors="replace")
