@@ -35,6 +35,8 @@ def kind_for(rel: str, text: str) -> str | None:
     if rel.startswith("nvidia-query/"):
         if rel.endswith(".xml.txt"):
             return "nvidia-smi-q-xml"
+        if rel.endswith(".csv.txt"):
+            return "nvidia-smi-csv"
         return "nvidia-smi-q" if rel.endswith("-q.txt") else None
     if rel.startswith("numa/"):
         return "lscpu" if "Architecture" in text else "numactl"

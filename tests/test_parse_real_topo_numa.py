@@ -267,3 +267,26 @@ def test_own_h200_q_text():
 
     info = nvidia_smi.parse_q_text((FIXTURES / "h200" / "nvidia_smi__q_.txt").read_text())
     assert info.cards[0].memory_total_bytes == 143771 * 2**20 and info.cards[0].mig == "Disabled"
+
+
+@pytest.mark.shared
+def test_nvidia_smi_query_csvs():
+    from nodeledger.machine.parsers import nvidia_smi
+
+    p100 = nvidia_smi.parse_query_any(_real("nvidia-query/netdata-tesla-p100-query-gpu.csv.txt"))
+    row = p100["rows"][0]
+    assert row["name"] == "Tesla P100-PCIE-16GB" and row["fan.speed"] is None
+    assert (row["memory.used"], row["memory.free"], row["power.draw"]) == (0, 16280, 28.16)
+    assert {"name": "memory.free", "unit": "MiB"} in p100["columns"]
+    apps = nvidia_smi.parse_query_any(
+        _real("nvidia-query/gpuexporter-h100-load-query-compute-apps.csv.txt")
+    )
+    assert [r["pid"] for r in apps["rows"]][:3] == ["11327", "11328", "11345"]
+    assert [r["used_gpu_memory"] for r in apps["rows"]][:3] == [2566, 1542, 15690]
+    allf = nvidia_smi.parse_query_any(
+        _real("nvidia-query/gpuexporter-h100-load-query-gpu-all-fields.csv.txt")
+    )
+    assert (
+        allf["rows"][0]["name"] == "NVIDIA H100 80GB HBM3"
+        and allf["rows"][0]["pci.bus_id"] == "00000000:00:09.0"
+    )

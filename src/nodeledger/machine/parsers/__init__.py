@@ -36,6 +36,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi": lambda text: _plain(nvidia_smi.parse_table(text)),
     "nvidia-smi-q-xml": lambda text: _plain(nvidia_smi.parse_xml(text)),
     "nvidia-smi-q": lambda text: _plain(nvidia_smi.parse_q_text(text)),
+    "nvidia-smi-csv": nvidia_smi.parse_query_any,
     "rocm-smi": lambda text: _plain(amd_smi.parse_concise(text)),
     "hy-smi": lambda text: _plain(amd_smi.parse_concise(text)),
     "rocm-smi-showtopo": lambda text: _plain(amd_smi.parse_showtopo(text)),

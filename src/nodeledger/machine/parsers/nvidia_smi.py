@@ -227,3 +227,42 @@ def parse_q_text(text: str) -> SmiInfo:
     return SmiInfo(
         driver.group(1) if driver else None, cuda.group(1) if cuda else None, cards, notes=notes
     )
+
+
+def parse_query_any(text: str) -> dict:
+    """Any ``nvidia-smi --query-gpu=... / --query-compute-apps=... --format=csv`` output with its
+    header row: columns (name, unit) and rows as dicts; "[N/A]" and friends become None,
+    "123 MiB" becomes 123 in a column whose unit is MiB."""
+    import csv as _csv
+    import io as _io
+
+    text = clean(text).strip()
+    rows = list(_csv.reader(_io.StringIO(text), skipinitialspace=True))
+    if not rows or len(rows) < 2:
+        raise ParseError("nvidia-smi CSV needs a header row and at least one data row")
+    cols = []
+    for h in rows[0]:
+        m = re.match(r"\s*([^\[]+?)\s*(?:\[(.+)\])?\s*$", h)
+        if not m or not m.group(1):
+            raise ParseError(f"nvidia-smi CSV header cell {h!r} is not a field name")
+        cols.append((m.group(1), m.group(2)))
+    out = []
+    for n, rec in enumerate(rows[1:], 2):
+        if not rec:
+            continue
+        if len(rec) != len(cols):
+            raise ParseError(
+                f"nvidia-smi CSV row {n} has {len(rec)} fields for {len(cols)} columns"
+            )
+        row: dict = {}
+        for (name, unit), raw in zip(cols, rec, strict=True):
+            v = raw.strip()
+            if v.startswith("[") or v in ("N/A", ""):
+                row[name] = None
+                continue
+            m = re.fullmatch(r"(-?[\d.]+)\s*(MiB|W|MHz|%)?", v)
+            row[name] = float(m.group(1)) if m and (unit or m.group(2)) else v
+            if isinstance(row[name], float) and row[name].is_integer():
+                row[name] = int(row[name])
+        out.append(row)
+    return {"columns": [{"name": c, "unit": u} for c, u in cols], "rows": out}
