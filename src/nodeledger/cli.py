@@ -258,7 +258,10 @@ def _render_machine(p) -> None:
     con.print(
         f"Host: {_num(h.sockets)} sockets, {_num(h.cores)} cores, {_num(h.threads)} threads, "
         f"{len(h.numa_nodes) or UNKNOWN} NUMA nodes, RAM {gib(h.ram_bytes)}, swap {gib(h.swap_bytes)}, "
-        f"THP {h.thp_enabled or UNKNOWN}"
+        f"THP {h.thp_enabled or UNKNOWN} (defrag {h.thp_defrag or UNKNOWN}), numa_balancing "
+        f"{_num(h.numa_balancing)}, swappiness {_num(h.swappiness)}"
+        + (f", swap in use {gib(h.swap_used_bytes)}" if h.swap_used_bytes is not None else "")
+        + (f", available now {gib(h.available_bytes)}" if h.available_bytes is not None else "")
     )
     if h.numa_nodes and all(n.cpus is None and n.memory_bytes is None for n in h.numa_nodes):
         con.print(

@@ -126,7 +126,12 @@ class Host(_Strict):
     numa_nodes: list[NumaNode] = Field(default_factory=list)
     ram_bytes: _opt(PositiveInt) = None
     swap_bytes: _opt(NonNegInt) = None
+    swap_used_bytes: _opt(NonNegInt) = None  # live probes only
+    available_bytes: _opt(NonNegInt) = None  # MemAvailable at probe time (live probes only)
     thp_enabled: _opt(Literal["always", "madvise", "never"]) = None
+    thp_defrag: _opt(Literal["always", "defer", "defer+madvise", "madvise", "never"]) = None
+    numa_balancing: _opt(Annotated[int, Field(ge=0, strict=True)]) = None
+    swappiness: _opt(Annotated[int, Field(ge=0, le=200, strict=True)]) = None
     sources: dict[str, str] = Field(default_factory=dict)
 
 

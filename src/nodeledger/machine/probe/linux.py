@@ -28,6 +28,13 @@ def host(r: Runner, notes: list[str]) -> Host:
         )
     ram = _kb(meminfo, "MemTotal")
     swap = _kb(meminfo, "SwapTotal")
+    swap_free = _kb(meminfo, "SwapFree")
+    swap_used = (
+        swap - swap_free
+        if swap is not None and swap_free is not None and swap >= swap_free
+        else None
+    )
+    available = _kb(meminfo, "MemAvailable")
     if ram:
         src["ram_bytes"] = "/proc/meminfo MemTotal"
     nodes = []
@@ -51,6 +58,20 @@ def host(r: Runner, notes: list[str]) -> Host:
         m = re.search(r"\[(\w+)\]", thp_text)
         thp = m.group(1) if m and m.group(1) in ("always", "madvise", "never") else None
         src["thp_enabled"] = "/sys/kernel/mm/transparent_hugepage/enabled"
+    defrag = None
+    dtext = r.read("/sys/kernel/mm/transparent_hugepage/defrag")
+    if dtext:
+        m = re.search(r"\[([\w+]+)\]", dtext)
+        allowed = ("always", "defer", "defer+madvise", "madvise", "never")
+        defrag = m.group(1) if m and m.group(1) in allowed else None
+        src["thp_defrag"] = "/sys/kernel/mm/transparent_hugepage/defrag"
+    knobs = {}
+    for key, path, hi in (("numa_balancing", "/proc/sys/kernel/numa_balancing", 10),
+                          ("swappiness", "/proc/sys/vm/swappiness", 200)):  # fmt: skip
+        v = (r.read(path) or "").strip()
+        if v.isdigit() and int(v) <= hi:
+            knobs[key] = int(v)
+            src[key] = path
     threads = cores = sockets = None
     online = (r.read("/sys/devices/system/cpu/online") or "").strip()
     threads = cpulist_count(online) if online else None
@@ -69,8 +90,11 @@ def host(r: Runner, notes: list[str]) -> Host:
         src["threads"] = "/sys/devices/system/cpu/online"
     if cores and threads and threads < cores:
         cores = None  # inconsistent sysfs (containers): keep unknown rather than invent
+    if available is not None:
+        src["available_bytes"] = "/proc/meminfo MemAvailable (at probe time)"
     return Host(sockets=sockets, cores=cores, threads=threads, numa_nodes=nodes, ram_bytes=ram,
-                swap_bytes=swap, thp_enabled=thp, sources=src)  # fmt: skip
+                swap_bytes=swap, swap_used_bytes=swap_used, available_bytes=available, thp_enabled=thp,
+                thp_defrag=defrag, sources=src, **knobs)  # fmt: skip
 
 
 def network(r: Runner, notes: list[str]) -> Network:
