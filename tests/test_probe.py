@@ -65,6 +65,7 @@ def _fake_root(root: Path) -> None:
     thp = root / "sys/kernel/mm/transparent_hugepage"
     thp.mkdir(parents=True)
     (thp / "enabled").write_text("always madvise [never]\n")
+    (thp / "defrag").write_text("always defer defer+madvise [madvise] never\n")
     eth = root / "sys/class/net/eth0"
     (eth / "device").mkdir(parents=True)
     (eth / "type").write_text("1\n")
@@ -99,7 +100,9 @@ def test_fake_box_with_working_nvidia_smi(tmp_path):
     assert p.host.ram_bytes == 131072000 * 1024 and p.host.swap_bytes == 8388608 * 1024
     assert (p.host.sockets, p.host.cores, p.host.threads) == (2, 32, 64)
     assert [(n.id, n.cpus) for n in p.host.numa_nodes] == [(0, "0-15,32-47"), (1, "16-31,48-63")]
-    assert p.host.thp_enabled == "never"
+    assert p.host.thp_enabled == "never" and p.host.thp_defrag == "madvise"
+    assert (p.host.numa_balancing, p.host.swappiness) == (1, 10)
+    assert p.host.swap_used_bytes == 608 * 1024 and p.host.available_bytes == 100000000 * 1024
     assert [(n.name, n.kind, n.speed_gbit) for n in p.network.nics] == [("eth0", "ethernet", 25.0)]
     assert {(m.path, m.kind) for m in p.storage.mounts} == {("/", "nvme"), ("/data", "network")}
 
