@@ -45,8 +45,13 @@ def _tool(bindir: Path, name: str, script: str) -> None:
 def _fake_root(root: Path) -> None:
     (root / "proc").mkdir(parents=True)
     (root / "proc" / "meminfo").write_text(
-        "MemTotal:       131072000 kB\nSwapTotal:       8388608 kB\n"
+        "MemTotal:       131072000 kB\nMemAvailable:   100000000 kB\nSwapTotal:       8388608 kB\n"
+        "SwapFree:        8388000 kB\n"
     )
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/numa_balancing").write_text("1\n")
+    (root / "proc/sys/vm").mkdir(parents=True)
+    (root / "proc/sys/vm/swappiness").write_text("10\n")
     (root / "proc" / "mounts").write_text(
         "/dev/nvme0n1p2 / ext4 rw 0 0\nserver:/data /data nfs4 rw 0 0\nproc /proc proc rw 0 0\n"
     )
