@@ -403,7 +403,7 @@ def _moe_layer_flags(c: Cfg, n_layers: int) -> list[bool]:
     return [i >= first_dense and i % freq == 0 for i in range(n_layers)]
 
 
-def _deepseek_moe_mlp(c: Cfg, b: _B, hidden: int, flags: list[bool], router_bias: bool) -> MoEInfo:
+def _deepseek_moe_mlp(c: Cfg, b: _B, hidden: int, flags: list[bool]) -> MoEInfo:
     n_moe = sum(flags)
     n_dense = len(flags) - n_moe
     experts = c.int("n_routed_experts")
@@ -414,7 +414,6 @@ def _deepseek_moe_mlp(c: Cfg, b: _B, hidden: int, flags: list[bool], router_bias
     # Router weight (E, H).  DeepSeek-V3 / GLM-4.5 e_score_correction_bias is a buffer in
     # transformers (not a parameter), so it is not counted.
     b.linear("layers.*.mlp.gate", "router", experts, hidden, n_moe, module="router")
-    _ = router_bias
     _gated_mlp(b, "layers.*.mlp.experts", "routed_experts", hidden, moe_inter, n_moe * experts)
     if n_shared:
         _gated_mlp(
@@ -475,7 +474,7 @@ def _deepseek(c: Cfg, family: str) -> ModelSpec:
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
     layer = _mla_attention(c, b, hidden, n_layers)
     flags = _moe_layer_flags(c, n_layers)
-    moe = _deepseek_moe_mlp(c, b, hidden, flags, router_bias=family == "deepseek_v3")
+    moe = _deepseek_moe_mlp(c, b, hidden, flags)
     spec = _spec(c, family, b, [layer] * n_layers, tied, moe)
     per_layer = _one_moe_layer_params(spec)
     _mtp_note(c, spec, per_layer)
@@ -516,7 +515,7 @@ def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
     _gqa_attention(b, hidden, attn, n_layers)
     flags = [i >= c.int("first_k_dense_replace", default=1, min_value=0) for i in range(n_layers)]
-    moe = _deepseek_moe_mlp(c, b, hidden, flags, router_bias=True)
+    moe = _deepseek_moe_mlp(c, b, hidden, flags)
     attention = _softmax_layers(c, n_layers, kv, head_dim)
     spec = _spec(c, family, b, attention, tied, moe)
     _mtp_note(c, spec, _one_moe_layer_params(spec))

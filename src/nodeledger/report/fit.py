@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from nodeledger.errors import NodeledgerError
 from nodeledger.ledger.build import Ledger, load_ledger, serve_ledger, train_ledger
-from nodeledger.ledger.jobs import LoadJob, Parallel, ServeJob, TrainJob
+from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 
@@ -294,6 +294,3 @@ def suggestions(spec, job, machine, v: Verdict, limit: int = 5) -> list[dict]:
         if len(out) >= limit:
             break
     return out
-
-
-_ = Parallel  # re-exported for callers building jobs
