@@ -146,7 +146,7 @@ def machine_probe(
 
         profile = probe_machine(load_bundle(from_bundle))
     else:
-        profile = probe_machine(Runner(timeout=timeout))
+        profile = probe_machine(Runner(timeout=timeout, live=True))
     if save is not None:
         save_profile(profile, save)
     if as_json:
@@ -313,7 +313,7 @@ def bundle_cmd(
 
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    r = Runner(timeout=timeout)
+    r = Runner(timeout=timeout)  # NVML answers are not replayable: bundles hold tool outputs only
     profile = probe_machine(r)
     path = write_bundle(r, output, {"probed_profile_name": profile.name})
     sys.stdout.write(

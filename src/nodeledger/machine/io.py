@@ -90,9 +90,9 @@ def resolve_machine(ref: str | None) -> MachineProfile:
     if ref is None:
         return load_preset(DEFAULT_PRESET)
     if ref == "probe":
-        from nodeledger.machine.probe import probe_machine
+        from nodeledger.machine.probe import Runner, probe_machine
 
-        return probe_machine()
+        return probe_machine(Runner(live=True))
     if ref in list_presets():
         return load_preset(ref)
     p = Path(ref)

@@ -51,6 +51,12 @@ def parse_query_csv(text: str) -> list[dict]:
 
 
 def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect | None]:
+    if r.live:
+        from nodeledger.machine.probe import nvml
+
+        found = nvml.probe(notes, timeout=r.timeout)
+        if found is not None and found[0]:
+            return found
     if r.which("nvidia-smi") is None:
         notes.append("NVIDIA backend: nvidia-smi absent (not on PATH)")
         return [], None

@@ -35,6 +35,7 @@ class Runner:
     root: Path = Path("/")
     path: str | None = None  # PATH used to find tools (None: the process PATH)
     log: list[RawResult] = field(default_factory=list)
+    live: bool = False  # in-process libraries (NVML) may be asked too; off for tests and replays
     files: dict[str, str | None] = field(default_factory=dict)  # path -> text (None: unreadable)
 
     def which(self, tool: str) -> str | None:
