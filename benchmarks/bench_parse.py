@@ -49,7 +49,11 @@ def kind_for(rel: str, text: str) -> str | None:
             return "rocm-smi-csv"
         if re.search(r"^(Device|GPU|HCU|DCU)\s+.*Temp", text, flags=re.M):
             return "rocm-smi"
-        return None  # rocm-smi -a and amd-smi static: no parser yet
+        if "amd-smi-static" in rel:
+            return "amd-smi-static"
+        if rel.endswith("rocm-smi-a.txt"):
+            return "rocm-smi-all"
+        return None
     for prefix, kind in KINDS:
         if rel.startswith(prefix):
             return kind

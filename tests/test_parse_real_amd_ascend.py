@@ -130,3 +130,17 @@ def test_parse_cli_kinds_listed(tmp_path):
             kind,
             proc.stderr,
         )
+
+
+@pytest.mark.shared
+def test_rocm_smi_all_and_amd_smi_static():
+    cards = amd_smi.parse_all(_real("rocm/gls-mi300x-x4-rocm-smi-a.txt"))
+    assert [c["index"] for c in cards] == [0, 1, 2, 3]
+    assert cards[0]["name"] == "AMD Instinct MI300X OAM" and cards[0]["pci_bus"] == "0000:26:00.0"
+    assert [c["pci_bus"] for c in cards][1:] == ["0000:46:00.0", "0000:65:00.0", "0000:85:00.0"]
+    assert cards[0]["memory_partition"] == "NPS1" and cards[0]["max_power_w"] == 750.0
+    static = amd_smi.parse_amd_smi_static(
+        _real("rocm/rocmsystems2987-mi350x-amd-smi-static-gpu0.txt")
+    )
+    assert static[0]["name"] == "AMD Instinct MI350X" and static[0]["pci_bus"] == "0000:05:00.0"
+    assert static[0]["pcie"] == "Gen 5" and static[0]["slot"] == "OAM"

@@ -42,6 +42,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "rocm-smi-showtopo": lambda text: _plain(amd_smi.parse_showtopo(text)),
     "rocm-smi-json": lambda text: {"cards": amd_smi.parse_json(text)},
     "rocm-smi-csv": lambda text: {"cards": amd_smi.parse_csv(text)},
+    "rocm-smi-all": lambda text: {"cards": amd_smi.parse_all(text)},
+    "amd-smi-static": lambda text: {"cards": amd_smi.parse_amd_smi_static(text)},
     "npu-smi": lambda text: _plain(npu_smi.parse(text)),
     "numactl": lambda text: _plain(numa.parse_numactl(text)),
     "lscpu": lambda text: _plain(numa.parse_lscpu(text)),

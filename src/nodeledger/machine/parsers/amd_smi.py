@@ -218,3 +218,62 @@ def parse_csv(text: str) -> list[dict]:
     if not cards:
         raise ParseError("rocm-smi --csv lists no cardN rows")
     return cards
+
+
+def parse_all(text: str) -> list[dict]:
+    """``rocm-smi -a`` (``--showallinfo``): "GPU[n]<tabs>: Key: value" lines -> per card the
+    fields nodeledger uses (series, model, SKU, PCI bus, memory partition, max power), plus the
+    count of all fields seen."""
+    text = clean(text)
+    cards: dict[int, dict[str, str]] = {}
+    for g, key, value in re.findall(
+        r"^(?:GPU|HCU|DCU)\[(\d+)\]\s*:\s*([^:\n]+?):\s*(.*)$", text, flags=re.M
+    ):
+        cards.setdefault(int(g), {}).setdefault(key.strip(), value.strip())
+    if not cards:
+        raise ParseError("not a rocm-smi -a output: no 'GPU[n] : key: value' lines")
+    out = []
+    for i in sorted(cards):
+        f = cards[i]
+        out.append({
+            "index": i,
+            "name": f.get("Card series") or f.get("Card Series"),
+            "model": f.get("Card model") or f.get("Card Model"),
+            "sku": f.get("Card SKU"),
+            "pci_bus": f.get("PCI Bus"),
+            "memory_partition": f.get("Memory Partition"),
+            "max_power_w": _num(f.get("Max Graphics Package Power (W)")),
+            "fields": len(f),
+        })  # fmt: skip
+    return out
+
+
+def parse_amd_smi_static(text: str) -> list[dict]:
+    """``amd-smi static``: "GPU: n" then indented SECTION: / KEY: value lines."""
+    text = clean(text)
+    blocks = re.split(r"^GPU:\s*(\d+)\s*$", text, flags=re.M)
+    out = []
+    for i in range(1, len(blocks) - 1, 2):
+        section, fields = "", {}
+        for line in blocks[i + 1].split("\n"):
+            m = re.match(r"^(\s*)([A-Z0-9_ ]+):\s*(.*)$", line)
+            if not m:
+                continue
+            if not m.group(3):
+                section = m.group(2).strip()
+            else:
+                fields[f"{section}/{m.group(2).strip()}"] = m.group(3).strip()
+        size = fields.get("VRAM/SIZE")
+        mm = re.match(r"(\d+)\s*MB", size or "")
+        out.append({
+            "index": int(blocks[i]),
+            "name": fields.get("ASIC/MARKET_NAME"),
+            "pci_bus": fields.get("BUS/BDF"),
+            "slot": fields.get("BUS/SLOT_TYPE"),
+            "pcie": fields.get("BUS/PCIE_INTERFACE_VERSION"),
+            "vram_total_bytes": int(mm.group(1)) * 2**20 if mm else None,
+            "fields": len(fields),
+        })  # fmt: skip
+    if not out:
+        raise ParseError("not an amd-smi static output: no 'GPU: n' sections")
+    return out
