@@ -182,7 +182,12 @@ def test_fake_ascend_box_with_npu_smi(tmp_path):
     info = _shared_real("ascend/vllm-ascend-6512-910b3-x8-npu-smi-info.txt")
     r = _runner(tmp_path, None)
     _tool(Path(r.path), "npu-smi", f"cat {info}\n")
+    dev = r.root / "sys/bus/pci/devices/0000:81:00.0"  # NPU 2's bus id in the recording
+    dev.mkdir(parents=True)
+    (dev / "numa_node").write_text("1\n")
     p = probe_machine(r)
+    assert p.accelerators[2].numa_node == 1  # from sysfs: npu-smi does not print NUMA
+    assert p.accelerators[0].numa_node is None
     assert len(p.accelerators) == 8
     assert {a.memory_bytes for a in p.accelerators} == {65536 * 2**20}
     assert p.accelerators[2].pci_bus_id == "0000:81:00.0"

@@ -40,6 +40,15 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
     cards = list(unique.values())
     if not cards:
         notes.append("no accelerator found: host-only profile")
+    # a card whose tool did not say its NUMA node: the kernel knows it from the PCI device
+    for c in cards:
+        if c.numa_node is None and c.pci_bus_id:
+            bus = c.pci_bus_id.lower()
+            bus = bus[-12:] if len(bus) > 12 else bus  # 00000000:18:00.0 -> 0000:18:00.0
+            v = (r.read(f"/sys/bus/pci/devices/{bus}/numa_node") or "").strip()
+            if v.isdigit():
+                c.numa_node = int(v)
+                c.sources["numa_node"] = f"/sys/bus/pci/devices/{bus}/numa_node"
     # NUMA ids the cards report must exist in the host map; else keep them unknown
     numa_ids = {n.id for n in host.numa_nodes}
     for c in cards:
