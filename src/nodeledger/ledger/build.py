@@ -77,11 +77,31 @@ def check_parallel(
         raise JobError(f"the job needs {cards_needed} cards; machine {machine.name} has {have}")
 
 
-def _capacity(machine: MachineProfile, n: int) -> int | None:
+def card_capacity(machine: MachineProfile, n: int) -> int | None:
+    """Memory of the smallest of the first ``n`` cards; None when any is unknown."""
     mems = [a.memory_bytes for a in machine.accelerators[:n]]
     if not mems or any(m is None for m in mems):
         return None
     return min(mems)  # type: ignore[type-var]
+
+
+def _context_item(d: rt.RuntimeDefaults) -> Item:
+    return Item(
+        "CUDA/HIP context and libraries",
+        d.context_bytes,
+        f"driver context, kernel images, cuBLAS/cuDNN handles: {d.context_bytes / 2**20:.0f} MiB "
+        "(measured on H200, CUDA 13: nvidia-smi used - torch reserved)",
+        torch=False,
+    )
+
+
+def _nccl_item(communicators: int, d: rt.RuntimeDefaults) -> Item:
+    return Item(
+        f"NCCL/RCCL/HCCL buffers ({communicators} communicator(s))",
+        rt.nccl_bytes(communicators, d),
+        "NCCL_BUFFSIZE 4 MiB x send/recv x channels + LL/LL128; default 300 MiB per communicator",
+        torch=False,
+    )
 
 
 def _runtime_items(
@@ -89,13 +109,7 @@ def _runtime_items(
 ) -> list[Item]:
     frac = d.allocator_fraction_checkpointed if checkpointed else d.allocator_fraction
     items = [
-        Item(
-            "CUDA/HIP context and libraries",
-            d.context_bytes,
-            f"driver context, kernel images, cuBLAS/cuDNN handles: {d.context_bytes / 2**20:.0f} MiB "
-            "(measured on H200, CUDA 13: nvidia-smi used - torch reserved)",
-            torch=False,
-        ),
+        _context_item(d),
         Item(
             "allocator reserve",
             rt.allocator_reserve_bytes(torch_peak, d, checkpointed),
@@ -105,14 +119,7 @@ def _runtime_items(
         ),
     ]
     if communicators:
-        items.append(
-            Item(
-                f"NCCL/RCCL/HCCL buffers ({communicators} communicator(s))",
-                rt.nccl_bytes(communicators, d),
-                "NCCL_BUFFSIZE 4 MiB x send/recv x channels + LL/LL128; default 300 MiB per communicator",
-                torch=False,
-            )
-        )
+        items.append(_nccl_item(communicators, d))
     return items
 
 
@@ -173,7 +180,7 @@ def serve_ledger(
     w_card = ceil(w_total / per_replica)
     kvb = KV_DTYPE_BYTES[job.kv_dtype]
     kv_split = _kv_split(spec, tp) * pp
-    capacity = _capacity(machine, per_replica * job.replicas)
+    capacity = card_capacity(machine, per_replica * job.replicas)
     communicators = 1 if per_replica > 1 else 0
     notes: list[str] = []
     extras: dict = {}
@@ -343,27 +350,13 @@ def _vllm_card(
     else:
         items.append(Item("KV cache needed", need_kv, "concurrency x context x KV per token"))
     torch_total = sum(i.bytes for i in items)
-    runtime = [
-        Item(
-            "CUDA/HIP context and libraries",
-            d.context_bytes,
-            "measured on H200, CUDA 13: nvidia-smi used - torch reserved",
-            torch=False,
-        )
-    ]
+    runtime = [_context_item(d)]
     if graphs:
         runtime.append(
             Item("CUDA graph pool", graphs, "vLLM graph capture; default 1 GiB", torch=False)
         )
     if communicators:
-        runtime.append(
-            Item(
-                "NCCL buffers",
-                rt.nccl_bytes(communicators, d),
-                "default 300 MiB per communicator",
-                torch=False,
-            )
-        )
+        runtime.append(_nccl_item(communicators, d))
     card = CardLedger(
         cards,
         items + runtime,
@@ -418,9 +411,8 @@ def train_ledger(
         # copies stay alive only for the lm_head, which is outside the checkpoints
         held *= 2
         A_cache = ceil(dims.vocab * dims.hidden * 2 / split)
-    last_stage = True
-    loss_saved = ceil(act.loss_saved_bytes(dims, tokens) / split) if last_stage else 0
-    loss_peak = ceil(act.loss_transient_bytes(dims, tokens) / split) if last_stage else 0
+    loss_saved = ceil(act.loss_saved_bytes(dims, tokens) / split)
+    loss_peak = ceil(act.loss_transient_bytes(dims, tokens) / split)
     host_items = _process_items(p.cards)
     O_card = OPT
     if job.offload in ("optimizer", "params"):
@@ -541,7 +533,7 @@ def train_ledger(
         list(range(p.cards)),
         items,
         phases,
-        _capacity(machine, p.cards),
+        card_capacity(machine, p.cards),
         comms,
         d,
         checkpointed=job.checkpointing != "none",
@@ -621,13 +613,13 @@ def load_ledger(spec: ModelSpec, job: LoadJob, machine: MachineProfile) -> Ledge
                     "low_cpu_mem_usage=False builds the model on CPU, then copies weights in",
                 )
             )
-    card_w = ceil(w / 1)
+    card_w = w
     card = CardLedger(
         [0],
         [Item("weights arriving on the card", card_w, "weight bytes")],
         card_w,
         card_w,
-        _capacity(machine, 1),
+        card_capacity(machine, 1),
         "load",
         {"load": card_w},
     )

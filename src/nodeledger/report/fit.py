@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from nodeledger.errors import NodeledgerError
-from nodeledger.ledger.build import Ledger, load_ledger, serve_ledger, train_ledger
+from nodeledger.ledger.build import Ledger, card_capacity, load_ledger, serve_ledger, train_ledger
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -187,8 +187,7 @@ def largest_serving(spec: ModelSpec, job: ServeJob, machine: MachineProfile) -> 
 
 def _capacity_unknown(job, machine: MachineProfile) -> bool:
     n = job.parallel.tp * job.parallel.pp * getattr(job, "replicas", 1)
-    mems = [a.memory_bytes for a in machine.accelerators[:n]]
-    return not mems or any(m is None for m in mems)
+    return card_capacity(machine, n) is None
 
 
 def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> FitResult:
