@@ -61,6 +61,7 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
         notes.append("NVIDIA backend: nvidia-smi absent (not on PATH)")
         return [], None
     rows = None
+    topo_res = None  # topo -m output, run once
     q = r.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
     if q.ok:
         try:
@@ -87,9 +88,9 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
                 notes.append(f"NVIDIA backend: nvidia-smi table not understood ({exc})")
         if rows is None:
             # last resort (e.g. a bundle holding only topo -m): the cards topo lists, memory unknown
-            tt = r.run(["nvidia-smi", "topo", "-m"])
+            topo_res = r.run(["nvidia-smi", "topo", "-m"])
             try:
-                topo_only = nvidia_topo.parse(tt.stdout) if tt.ok else None
+                topo_only = nvidia_topo.parse(topo_res.stdout) if topo_res.ok else None
             except InputError:
                 topo_only = None
             if topo_only is None:
@@ -110,7 +111,7 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
             if mem
             else {},
         ))  # fmt: skip
-    t = r.run(["nvidia-smi", "topo", "-m"])
+    t = topo_res or r.run(["nvidia-smi", "topo", "-m"])
     inter = None
     if not t.ok:
         notes.append(f"NVIDIA topology: nvidia-smi topo -m {t.problem}; links unknown")
