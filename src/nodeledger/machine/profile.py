@@ -66,6 +66,15 @@ class LinkKind(str, Enum):
     unknown = "unknown"
 
 
+class CardProcess(_Strict):
+    """A process holding memory on a card at probe time (vendor tool / NVML)."""
+
+    pid: NonNegInt
+    name: _opt(str) = None
+    used_bytes: _opt(NonNegInt) = None  # None where the driver does not say (e.g. WDDM)
+    kind: _opt(str) = None  # "C" compute, "G" graphics, "C+G" as printed
+
+
 class Accelerator(_Strict):
     index: NonNegInt
     vendor: Vendor
@@ -78,6 +87,17 @@ class Accelerator(_Strict):
     numa_node: _opt(NonNegInt) = None
     pci_bus_id: _opt(str) = None
     partition: _opt(str) = None  # MIG / partition state: "disabled", "enabled: 3g.40gb x2", ...
+    # health and state, live probes / bundles only (doctor reads them)
+    persistence_mode: _opt(Literal["enabled", "disabled"]) = None
+    ecc_mode: _opt(Literal["enabled", "disabled"]) = None
+    ecc_errors_corrected: _opt(NonNegInt) = None  # volatile count since driver load
+    ecc_errors_uncorrected: _opt(NonNegInt) = None  # volatile count since driver load
+    retired_pages: _opt(NonNegInt) = None  # pages retired (single + double bit), pre-Ampere
+    retired_pages_pending: _opt(Literal["yes", "no"]) = None  # a retirement waits for a reset
+    remapped_rows_pending: _opt(Literal["yes", "no"]) = None  # Ampere+: row remap needs a reset
+    remapped_rows_failed: _opt(Literal["yes", "no"]) = None  # Ampere+: a remap failed
+    memory_used_bytes: _opt(NonNegInt) = None  # at probe time
+    processes: list[CardProcess] = Field(default_factory=list)  # at probe time
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -137,8 +157,12 @@ class Host(_Strict):
 
 class Nic(_Strict):
     name: str
-    kind: Literal["ethernet", "infiniband", "roce", "unknown"] = "unknown"
+    kind: Literal["ethernet", "infiniband", "roce", "rdma", "unknown"] = "unknown"
+    # "rdma": an RDMA device (InfiniBand or RoCE) whose link layer the source does not say
     speed_gbit: _opt(PositiveFloat) = None  # Gbit/s per port
+    numa_node: _opt(NonNegInt) = None
+    pci_bus_id: _opt(str) = None
+    near_cards: list[NonNegInt] = Field(default_factory=list)  # cards at PIX/PXB from this NIC
     source: _opt(str) = None
 
 
