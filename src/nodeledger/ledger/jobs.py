@@ -181,3 +181,83 @@ class LoadJob:
         _choice("format", self.format, LOAD_FORMATS)
         _choice("strategy", self.strategy, LOAD_STRATEGIES)
         _positive("ranks", self.ranks)
+
+
+SERVE_OPTS = {"engine", "kv_dtype", "context", "concurrency", "new_tokens", "replicas",
+              "gpu_memory_utilization", "max_num_batched_tokens"}  # fmt: skip
+TRAIN_OPTS = {"precision", "optimizer", "optimizer_impl", "micro_batch", "seq", "grad_accum",
+              "checkpointing", "shard", "offload", "workers", "prefetch", "dp"}  # fmt: skip
+LORA_OPTS = {"rank", "lora_targets"}
+LOAD_OPTS = {"load_format", "load_strategy", "ranks"}
+
+
+def build_job(kind: str, o: dict):
+    """A job from option values named as `nodeledger fit`'s options (snake_case; None = not
+    given).  Options that do not apply to the job kind or engine raise JobError."""
+    given = {k for k, v in o.items() if v is not None}
+    allowed = {"tp", "pp", "dtype", "attention"}
+    if kind == "serve":
+        allowed |= SERVE_OPTS
+    elif kind in ("train", "lora", "qlora"):
+        allowed |= TRAIN_OPTS | (LORA_OPTS if kind != "train" else set())
+    elif kind == "load":
+        allowed = {"dtype"} | LOAD_OPTS
+    else:
+        raise JobError(f"--job {kind!r} is not one of serve, train, lora, qlora, load")
+    if kind == "serve":
+        engine = o.get("engine") or "hf"
+        other = {"vllm": {"new_tokens"}}.get(
+            engine, {"gpu_memory_utilization", "max_num_batched_tokens"}
+        )
+        wrong = sorted(given & other)
+        if wrong:
+            names = ", ".join("--" + w.replace("_", "-") for w in wrong)
+            raise JobError(f"{names} does not apply to --engine {engine}")
+    stray = sorted(given - allowed)
+    if stray:
+        names = ", ".join("--" + s.replace("_", "-") for s in stray)
+        raise JobError(f"{names} does not apply to --job {kind}")
+    pick = {k: v for k, v in o.items() if v is not None}
+    par = Parallel(tp=pick.get("tp", 1), pp=pick.get("pp", 1), dp=pick.get("dp", 1))
+    if kind == "serve":
+        conc = pick.get("concurrency", "1")
+        if conc == "max":
+            concurrency = None
+        else:
+            try:
+                concurrency = int(conc)
+            except ValueError:
+                raise JobError(f"--concurrency must be an integer or 'max', got {conc!r}") from None
+        return ServeJob(
+            engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
+            context=pick.get("context", 4096), concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
+            parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
+            gpu_memory_utilization=pick.get("gpu_memory_utilization", 0.9),
+            max_num_batched_tokens=pick.get("max_num_batched_tokens", 8192),
+        )  # fmt: skip
+    if kind == "load":
+        return LoadJob(dtype=pick.get("dtype"), format=pick.get("load_format", "safetensors"),
+                       strategy=pick.get("load_strategy", "every_rank"), ranks=pick.get("ranks", 1))  # fmt: skip
+    if kind in ("lora", "qlora") and "rank" not in pick:
+        raise JobError(f"--job {kind} needs --rank")
+    if "dtype" in pick:
+        raise JobError("--dtype does not apply to training; use --precision bf16|mixed")
+    targets = None
+    if "lora_targets" in pick:
+        targets = tuple(t.strip() for t in pick["lora_targets"].split(","))
+        if not all(targets):
+            raise JobError(f"--lora-targets {pick['lora_targets']!r} has an empty module name")
+    if "prefetch" in pick and not pick.get("workers"):
+        raise JobError(
+            "--prefetch needs --workers > 0 (PyTorch's DataLoader refuses it without workers)"
+        )
+    return TrainJob(
+        precision=pick.get("precision", "bf16"), optimizer=pick.get("optimizer", "adamw"),
+        optimizer_impl=pick.get("optimizer_impl", "foreach"), micro_batch=pick.get("micro_batch", 1),
+        seq=pick.get("seq", 2048), grad_accum=pick.get("grad_accum", 1),
+        checkpointing=pick.get("checkpointing", "none"), attention=pick.get("attention", "sdpa"),
+        shard=pick.get("shard", "none"), offload=pick.get("offload", "none"), parallel=par,
+        host=HostSide(workers=pick.get("workers", 0), prefetch=pick.get("prefetch", 2)),
+        rank=pick.get("rank"), qlora=kind == "qlora",
+        **({"lora_targets": targets} if targets else {}),
+    )  # fmt: skip
