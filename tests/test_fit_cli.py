@@ -125,3 +125,16 @@ def test_search_layouts_really_fit():
     for x in d["search"]["best"]:
         again = cli_json("fit", "qwen3-32b", *x["options"].split())
         assert again["verdict"]["tier"] == "fits", x["options"]
+
+
+@pytest.mark.parametrize(("ranks", "tier"), [(1, "tight"), (2, "cannot")])
+def test_host_page_cache_is_evictable(ranks, tier):
+    """MISSION.md: a 62 GB checkpoint takes half the host RAM in one copy (tight); two such
+    loads at once do not fit 125 GiB.  The page cache counts toward "tight", never "cannot"."""
+    d = cli_json("fit", "qwen3-32b", "--job", "load", "--ranks", str(ranks))
+    host = next(r for r in d["verdict"]["resources"] if r["resource"] == "host RAM")
+    assert host["tier"] == tier
+    h = d["host"]
+    cache = sum(i["bytes"] for i in h["items"] if i["reclaimable"])
+    assert h["reclaimable_bytes"] == cache > 60 * 2**30
+    assert h["peak_bytes"] == sum(i["bytes"] for i in h["items"] if not i["reclaimable"])

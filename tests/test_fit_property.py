@@ -45,7 +45,9 @@ def _run(factory, model, machine):
     for c in res.ledger.cards:
         assert 0 <= c.torch_peak_bytes <= c.total_bytes
         assert sum(i.bytes for i in c.items if not i.torch) == c.total_bytes - c.torch_peak_bytes
-    assert res.ledger.host.peak_bytes == sum(i.bytes for i in res.ledger.host.items)
+    h = res.ledger.host
+    assert h.peak_bytes == sum(i.bytes for i in h.items if not i.reclaimable)
+    assert h.reclaimable_bytes == sum(i.bytes for i in h.items if i.reclaimable)
     assert res.verdict.tier in ("fits", "tight", "cannot", "unknown")
     for s in res.verdict.suggestions:
         assert s["tier"] == "fits"

@@ -774,7 +774,15 @@ def _render_fit(d: dict[str, Any]) -> None:
     for it in h["items"]:
         t.add_row(it["name"], f"{it['bytes'] / 2**30:,.2f}", it["source"])
     con.print(t)
-    con.print(f"  host peak {gib(h['peak_bytes'])} of {gib(h['capacity_bytes'])}")
+    con.print(
+        f"  host peak {gib(h['peak_bytes'])} held by the job's processes"
+        + (
+            f" + {gib(h['reclaimable_bytes'])} evictable page cache"
+            if h["reclaimable_bytes"]
+            else ""
+        )
+        + f", of {gib(h['capacity_bytes'])}"
+    )
     for r in v["resources"]:
         pct = "unknown" if r["headroom_pct"] is None else f"{r['headroom_pct']} %"
         head = (

@@ -5,7 +5,11 @@ Margins for "tight" (documented in the README):
   card memory: used > 90 % of the card's memory (the allocator, fragmentation and run-to-run
                variance eat the last 10 %);
   host RAM:    used > 80 % of RAM (page cache, the OS and other processes share it; MISSION.md:
-               host RAM is the machine's shortest plank).
+               host RAM is the machine's shortest plank).  "used" is what the job's processes
+               hold; the page cache a load fills is evictable, so it never makes a job "cannot",
+               but held + page cache > 80 % of RAM is "tight": the kernel must evict the
+               checkpoint's pages mid-load and anything else on the host meets the OOM killer
+               first (MISSION.md: a 62 GB checkpoint takes half the host RAM in one copy).
 """
 
 from __future__ import annotations
@@ -71,19 +75,23 @@ def ledger_for(spec: ModelSpec, job, machine: MachineProfile) -> Ledger:
     return load_ledger(spec, job, machine)
 
 
-def _judge(resource: str, used: int, cap: int | None) -> ResourceVerdict:
+def _judge(resource: str, used: int, cap: int | None, soft: int = 0) -> ResourceVerdict:
+    """soft: evictable bytes (page cache) that count toward "tight" only."""
     if cap is None:
         return ResourceVerdict(resource, used, None, "unknown", None, None)
     head = cap - used
     ratio = used / cap
     tier = "cannot" if ratio > 1 else ("tight" if ratio > TIGHT[resource] else "fits")
+    if tier == "fits" and (used + soft) / cap > TIGHT[resource]:
+        tier = "tight"
     return ResourceVerdict(resource, used, cap, tier, head, round(100 * head / cap, 1))
 
 
 def verdict_of(ledger: Ledger) -> Verdict:
     card = max(ledger.cards, key=lambda c: c.total_bytes)
     res = [_judge("card memory", card.total_bytes, card.capacity_bytes),
-           _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes)]  # fmt: skip
+           _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes,
+                  ledger.host.reclaimable_bytes)]  # fmt: skip
     shortfall = ledger.extras.get("kv_shortfall")
     if shortfall and res[0].tier != "unknown":
         res[0].tier = "cannot"  # vLLM: the requested sequences do not fit its KV pool
@@ -102,6 +110,8 @@ def verdict_of(ledger: Ledger) -> Verdict:
         f"{worst.resource}: {worst.used_bytes / gib:.1f} GiB of {worst.capacity_bytes / gib:.1f} GiB "
         f"({100 * worst.used_bytes / worst.capacity_bytes:.0f} %)"
     )
+    if worst.resource == "host RAM" and ledger.host.reclaimable_bytes:
+        reason += f" + {ledger.host.reclaimable_bytes / gib:.1f} GiB evictable page cache"
     if shortfall:
         reason += f"; {shortfall}"
     largest = ledger.extras.get("largest")
