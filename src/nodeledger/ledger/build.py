@@ -425,9 +425,12 @@ def train_ledger(
     if job.offload in ("optimizer", "params"):
         host_items.append(
             Item(
-                "offloaded optimizer states (pinned)",
-                OPT * p.dp,
-                "ZeRO-Offload keeps optimizer states and the fp32 step on the CPU",
+                "offloaded optimizer step (fp32 master + Adam m, v + fp32 gradients)",
+                state.OFFLOAD_BYTES_PER_PARAM * state.trainable_params(spec, job),
+                "ZeRO-Offload runs DeepSpeedCPUAdam on fp32 partitions in host RAM whatever the "
+                "training precision: 16 B per trainable parameter (DeepSpeed 'Memory Requirements' "
+                "estimator, cpu_offload: 16 x params before its 1.5 buffer factor; Ren et al. "
+                "2021, ZeRO-Offload 4.1)",
             )
         )
         O_card, T = 0, 0

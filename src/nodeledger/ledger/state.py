@@ -29,6 +29,12 @@ PARAM_BYTES = {"bf16": 2, "mixed": 4}
 LORA_ADAPTER_BYTES = 4
 
 
+# ZeRO-Offload's host side: fp32 master weights (4) + Adam m (4) + v (4) + the fp32 gradient
+# partition the CPU optimizer steps on (4).  DeepSpeed's estimator uses 16 (18 with parameter
+# offload, whose 2 B of bf16 parameters build.py adds as its own item).
+OFFLOAD_BYTES_PER_PARAM = 16
+
+
 def shard_factor(job: TrainJob, what: str) -> int:
     """How many dp ranks share ``what`` ("params", "grads", "optimizer")."""
     dp = job.parallel.dp
