@@ -130,7 +130,7 @@ def test_search_layouts_really_fit():
 @pytest.mark.parametrize(("ranks", "tier"), [(1, "tight"), (2, "cannot")])
 def test_host_page_cache_is_evictable(ranks, tier):
     """MISSION.md: a 62 GB checkpoint takes half the host RAM in one copy (tight); two such
-    loads at once do not fit 125 GiB.  The page cache counts toward "tight", never "cannot"."""
+    loads at once do not fit 125 GiB.  The evictable page cache is shown, never counted."""
     d = cli_json("fit", "qwen3-32b", "--job", "load", "--ranks", str(ranks))
     host = next(r for r in d["verdict"]["resources"] if r["resource"] == "host RAM")
     assert host["tier"] == tier

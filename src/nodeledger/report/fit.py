@@ -4,12 +4,11 @@ would fit instead (each suggestion re-checked by the ledger itself).
 Margins for "tight" (documented in the README):
   card memory: used > 90 % of the card's memory (the allocator, fragmentation and run-to-run
                variance eat the last 10 %);
-  host RAM:    used > 80 % of RAM (page cache, the OS and other processes share it; MISSION.md:
-               host RAM is the machine's shortest plank).  "used" is what the job's processes
-               hold; the page cache a load fills is evictable, so it never makes a job "cannot",
-               but held + page cache > 80 % of RAM is "tight": the kernel must evict the
-               checkpoint's pages mid-load and anything else on the host meets the OOM killer
-               first (MISSION.md: a 62 GB checkpoint takes half the host RAM in one copy).
+  host RAM:    used > 50 % of RAM: another job of the same size would not fit beside it
+               (MISSION.md: host RAM is the machine's shortest plank; "a 62 GB checkpoint can
+               take half the host RAM in one copy" is its example of tight, and rule 1 is never
+               to run two such loads at once).  "used" is what the job's processes hold; the
+               page cache a load fills is evictable and shown beside it, never counted.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 
-TIGHT = {"card memory": 0.90, "host RAM": 0.80}
+TIGHT = {"card memory": 0.90, "host RAM": 0.50}
 TIERS = ("fits", "tight", "cannot")
 
 
@@ -75,23 +74,19 @@ def ledger_for(spec: ModelSpec, job, machine: MachineProfile) -> Ledger:
     return load_ledger(spec, job, machine)
 
 
-def _judge(resource: str, used: int, cap: int | None, soft: int = 0) -> ResourceVerdict:
-    """soft: evictable bytes (page cache) that count toward "tight" only."""
+def _judge(resource: str, used: int, cap: int | None) -> ResourceVerdict:
     if cap is None:
         return ResourceVerdict(resource, used, None, "unknown", None, None)
     head = cap - used
     ratio = used / cap
     tier = "cannot" if ratio > 1 else ("tight" if ratio > TIGHT[resource] else "fits")
-    if tier == "fits" and (used + soft) / cap > TIGHT[resource]:
-        tier = "tight"
     return ResourceVerdict(resource, used, cap, tier, head, round(100 * head / cap, 1))
 
 
 def verdict_of(ledger: Ledger) -> Verdict:
     card = max(ledger.cards, key=lambda c: c.total_bytes)
     res = [_judge("card memory", card.total_bytes, card.capacity_bytes),
-           _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes,
-                  ledger.host.reclaimable_bytes)]  # fmt: skip
+           _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes)]  # fmt: skip
     shortfall = ledger.extras.get("kv_shortfall")
     if shortfall and res[0].tier != "unknown":
         res[0].tier = "cannot"  # vLLM: the requested sequences do not fit its KV pool
@@ -226,37 +221,47 @@ def _try(spec, job, machine, what: str) -> dict | None:
     return {"change": what, "tier": v.tier, "reason": v.reason}
 
 
+def _variant(job, **changes):
+    """The job with changes, or None when the combination is not a valid job."""
+    from nodeledger.ledger.jobs import JobError
+
+    try:
+        return dataclasses.replace(job, **changes)
+    except JobError:
+        return None
+
+
 def _variants(job, machine: MachineProfile):
     n = len(machine.accelerators)
     p = getattr(job, "parallel", None)
     if isinstance(job, ServeJob):
         for tp in (2, 4, 8):
             if tp > p.tp and tp * p.pp * job.replicas <= n:
-                yield f"--tp {tp}", dataclasses.replace(job, parallel=dataclasses.replace(p, tp=tp))
+                yield f"--tp {tp}", _variant(job, parallel=dataclasses.replace(p, tp=tp))
         if job.kv_dtype != "fp8":
-            yield "--kv-dtype fp8", dataclasses.replace(job, kv_dtype="fp8")
+            yield "--kv-dtype fp8", _variant(job, kv_dtype="fp8")
         for dt in ("fp8", "int4"):
-            yield f"--dtype {dt}", dataclasses.replace(job, dtype=dt)
+            yield f"--dtype {dt}", _variant(job, dtype=dt)
         if job.concurrency and job.concurrency > 1:
             yield (
                 f"--concurrency {job.concurrency // 2}",
-                dataclasses.replace(job, concurrency=job.concurrency // 2),
+                _variant(job, concurrency=job.concurrency // 2),
             )
         if job.context > 2048:
             yield (
                 f"--context {job.context // 2}",
-                dataclasses.replace(
+                _variant(
                     job, context=job.context // 2, new_tokens=min(job.new_tokens, job.context // 4)
                 ),
             )
     elif isinstance(job, TrainJob):
         if job.checkpointing != "full":
-            yield "--checkpointing full", dataclasses.replace(job, checkpointing="full")
+            yield "--checkpointing full", _variant(job, checkpointing="full")
         if job.micro_batch > 1:
             mb = job.micro_batch // 2
             yield (
                 f"--micro-batch {mb} --grad-accum {job.grad_accum * 2}",
-                dataclasses.replace(job, micro_batch=mb, grad_accum=job.grad_accum * 2),
+                _variant(job, micro_batch=mb, grad_accum=job.grad_accum * 2),
             )
         dp = n // (p.tp * p.pp)
         if dp > 1:
@@ -264,39 +269,37 @@ def _variants(job, machine: MachineProfile):
                 if shard != job.shard:
                     yield (
                         f"--shard {shard} --dp {dp}",
-                        dataclasses.replace(
-                            job, shard=shard, parallel=dataclasses.replace(p, dp=dp)
-                        ),
+                        _variant(job, shard=shard, parallel=dataclasses.replace(p, dp=dp)),
                     )
             yield (
                 f"--shard zero3 --dp {dp} --checkpointing full",
-                dataclasses.replace(
+                _variant(
                     job, shard="zero3", checkpointing="full", parallel=dataclasses.replace(p, dp=dp)
                 ),
             )
         if job.optimizer == "adamw":
-            yield "--optimizer adamw8bit", dataclasses.replace(job, optimizer="adamw8bit")
+            yield "--optimizer adamw8bit", _variant(job, optimizer="adamw8bit")
         if not job.is_lora:
-            yield "--job lora --rank 16", dataclasses.replace(job, rank=16)
-            yield "--job qlora --rank 16", dataclasses.replace(job, rank=16, qlora=True)
+            yield "--job lora --rank 16", _variant(job, rank=16)
+            yield "--job qlora --rank 16", _variant(job, rank=16, qlora=True)
         if job.host.workers > 2:
             yield (
                 f"--workers {job.host.workers // 2}",
-                dataclasses.replace(
-                    job, host=dataclasses.replace(job.host, workers=job.host.workers // 2)
-                ),
+                _variant(job, host=dataclasses.replace(job.host, workers=job.host.workers // 2)),
             )
     elif isinstance(job, LoadJob):
         if job.strategy == "every_rank" and job.ranks > 1:
-            yield "--load-strategy rank0", dataclasses.replace(job, strategy="rank0")
-        yield "--load-strategy meta", dataclasses.replace(job, strategy="meta")
+            yield "--load-strategy rank0", _variant(job, strategy="rank0")
+        yield "--load-strategy meta", _variant(job, strategy="meta")
         if job.format == "bin":
-            yield "--format safetensors", dataclasses.replace(job, format="safetensors")
+            yield "--format safetensors", _variant(job, format="safetensors")
 
 
 def suggestions(spec, job, machine, v: Verdict, limit: int = 5) -> list[dict]:
     out = []
     for what, variant in _variants(job, machine):
+        if variant is None:
+            continue
         r = _try(spec, variant, machine, what)
         if r is not None:
             out.append(r)
