@@ -8,6 +8,11 @@ row 3 (newer drivers) the MIG mode.  Header variants: "Driver Version" / "KMD Ve
 memory ("N/A" under WDDM).  MIG devices are listed in their own sub-table.
 XML (``-q -x``): one <gpu> per card with product_name, fb_memory_usage/total, pci/pci_bus_id,
 persistence_mode, mig_mode/current_mig, processes/process_info.
+Health, from ``-q`` text and XML (and the table's "Volatile Uncorr. ECC" cell): ECC mode, the
+volatile corrected / uncorrected totals (the sum of the SRAM and DRAM counters printed, or the
+Single Bit / Double Bit totals of older drivers; unknown if any part is N/A), retired pages
+(single + double bit counts, pending) and remapped rows (Ampere+: counts, pending, failure).
+Normalised: "enabled"/"disabled", "yes"/"no", integers; "N/A" and absent fields are None.
 """
 
 from __future__ import annotations
@@ -29,6 +34,16 @@ class SmiCard:
     persistence: str | None  # On / Off / Enabled / Disabled; WDDM/TCC on Windows
     mig: str | None  # Enabled/Disabled/N/A (table row 3, or XML current_mig)
     name_truncated: bool = False
+    ecc_mode: str | None = None  # "enabled" / "disabled" (current)
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    retired_pages_single_bit: int | None = None
+    retired_pages_double_bit: int | None = None
+    retired_pages_pending: str | None = None  # "yes" / "no"
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: str | None = None  # "yes" / "no"
+    remapped_rows_failed: str | None = None  # "yes" / "no"
 
 
 @dataclass
@@ -55,6 +70,44 @@ _ROW1 = re.compile(
 )
 _MEM = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
 _PROC = re.compile(r"^\|\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(C\+G|C|G)\s+(.+?)\s+(\d+MiB|N/A)\s*\|")
+_ECC_CELL = re.compile(r"\|\s*(\d+|On|Off|N/A)\s*\|\s*$")
+
+
+def _int(text: str | None) -> int | None:
+    t = (text or "").strip()
+    return int(t) if t.isdigit() else None
+
+
+def _mode(text: str | None) -> str | None:
+    t = (text or "").strip().lower()
+    return t if t in ("enabled", "disabled") else None
+
+
+def _yes_no(text: str | None) -> str | None:
+    t = (text or "").strip().lower()
+    return t if t in ("yes", "no") else None
+
+
+def _ecc_totals(volatile: dict[str, str]) -> tuple[int | None, int | None]:
+    """(corrected, uncorrected) volatile totals from one card's volatile ECC counters, keyed by
+    name ("SRAM Correctable", "dram_uncorrectable", "Single Bit/Total", "double_bit/total");
+    a total is unknown when any of its counters is not a number, or none is printed."""
+    parts: dict[str, list[int | None]] = {"c": [], "u": []}
+    for key, value in volatile.items():
+        k = key.lower().replace("_", " ")
+        if k.startswith(("single bit", "double bit")):
+            if not k.endswith("total"):
+                continue  # per-location counters of older drivers; their Total is the sum
+            parts["c" if k.startswith("single") else "u"].append(_int(value))
+        elif "uncorrectable" in k:
+            parts["u"].append(_int(value))
+        elif "correctable" in k:
+            parts["c"].append(_int(value))
+    out = []
+    for key in ("c", "u"):
+        vals = parts[key]
+        out.append(sum(vals) if vals and all(v is not None for v in vals) else None)  # type: ignore[arg-type]
+    return out[0], out[1]
 
 
 def parse_table(text: str) -> SmiInfo:
@@ -84,11 +137,17 @@ def parse_table(text: str) -> SmiInfo:
         if mm:
             mig = mm.group(1)
         name = m.group(2).strip()
+        # "Volatile Uncorr. ECC": a count (ECC on), On (ECC on, MIG: count per instance), Off
+        # (ECC off), N/A (no ECC)
+        ecc = _ECC_CELL.search(line)
+        cell = ecc.group(1) if ecc else None
         cards.append(SmiCard(
             index=int(m.group(1)), name=name,
             memory_total_bytes=int(mem.group(2)) * 2**20 if mem else None,
             memory_used_bytes=int(mem.group(1)) * 2**20 if mem else None,
             pci_bus_id=m.group(4), persistence=m.group(3), mig=mig, name_truncated=name.endswith("..."),
+            ecc_mode="disabled" if cell == "Off" else "enabled" if cell and cell != "N/A" else None,
+            ecc_uncorrected_volatile=_int(cell),
         ))  # fmt: skip
     if not cards:
         raise ParseError("nvidia-smi table lists no GPU rows (truncated?)")
@@ -130,6 +189,37 @@ def _mib(text: str | None) -> int | None:
     return int(m.group(1)) * 2**20 if m else None
 
 
+def _xml_health(g: ET.Element) -> dict:
+    volatile: dict[str, str] = {}
+    vol = g.find("ecc_errors/volatile")
+    for el in vol if vol is not None else []:
+        if len(el):  # older drivers: single_bit / double_bit, each with its own total
+            for sub in el:
+                volatile[f"{el.tag}/{sub.tag}"] = sub.text or ""
+        else:
+            volatile[el.tag] = el.text or ""
+    corrected, uncorrected = _ecc_totals(volatile)
+    pending = g.findtext("retired_pages/pending_blacklist")
+    if _yes_no(pending) is None:
+        pending = g.findtext("retired_pages/pending_retirement")
+    return {
+        "ecc_mode": _mode(g.findtext("ecc_mode/current_ecc")),
+        "ecc_corrected_volatile": corrected,
+        "ecc_uncorrected_volatile": uncorrected,
+        "retired_pages_single_bit": _int(
+            g.findtext("retired_pages/multiple_single_bit_retirement/retired_count")
+        ),
+        "retired_pages_double_bit": _int(
+            g.findtext("retired_pages/double_bit_retirement/retired_count")
+        ),
+        "retired_pages_pending": _yes_no(pending),
+        "remapped_rows_correctable": _int(g.findtext("remapped_rows/remapped_row_corr")),
+        "remapped_rows_uncorrectable": _int(g.findtext("remapped_rows/remapped_row_unc")),
+        "remapped_rows_pending": _yes_no(g.findtext("remapped_rows/remapped_row_pending")),
+        "remapped_rows_failed": _yes_no(g.findtext("remapped_rows/remapped_row_failure")),
+    }
+
+
 def parse_xml(text: str) -> SmiInfo:
     text = clean(text)
     start = text.find("<nvidia_smi_log")
@@ -154,6 +244,7 @@ def parse_xml(text: str) -> SmiInfo:
             pci_bus_id=(g.findtext("pci/pci_bus_id") or g.get("id") or "").strip() or None,
             persistence=(g.findtext("persistence_mode") or "").strip() or None,
             mig=(g.findtext("mig_mode/current_mig") or "").strip() or None,
+            **_xml_health(g),
         ))  # fmt: skip
         mig_devices += len(g.findall("mig_devices/mig_device"))
         for p in g.findall("processes/process_info"):
@@ -195,17 +286,29 @@ def parse_q_text(text: str) -> SmiInfo:
         r"^(GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", text, flags=re.M
     )
     cards = []
+    procs: list[SmiProcess] = []
     for i in range(1, len(blocks) - 1, 2):
         bus = blocks[i].split()[1]
         path: list[tuple[int, str]] = []
         fields: dict[str, str] = {}
-        for indent, key, value in _tree(blocks[i + 1].split("\n")):
+        tree = _tree(blocks[i + 1].split("\n"))
+        for indent, key, value in tree:
             while path and path[-1][0] >= indent:
                 path.pop()
             if value is None:
                 path.append((indent, key))
             else:
                 fields["/".join([p[1] for p in path] + [key])] = value
+        procs.extend(_q_processes(tree, len(cards)))
+        volatile = {
+            k.removeprefix("ECC Errors/Volatile/"): v
+            for k, v in fields.items()
+            if k.startswith("ECC Errors/Volatile/")
+        }
+        corrected, uncorrected = _ecc_totals(volatile)
+        pending = fields.get(
+            "Retired Pages/Pending Page Blacklist", fields.get("Retired Pages/Pending")
+        )
         # nvidia-smi -q lists GPUs in index order; "Minor Number" is /dev/nvidiaN, not the index
         cards.append(SmiCard(
             index=len(cards),
@@ -215,6 +318,15 @@ def parse_q_text(text: str) -> SmiInfo:
             pci_bus_id=fields.get("PCI/Bus Id", bus),
             persistence=fields.get("Persistence Mode"),
             mig=fields.get("MIG Mode/Current"),
+            ecc_mode=_mode(fields.get("ECC Mode/Current")),
+            ecc_corrected_volatile=corrected, ecc_uncorrected_volatile=uncorrected,
+            retired_pages_single_bit=_int(fields.get("Retired Pages/Single Bit ECC")),
+            retired_pages_double_bit=_int(fields.get("Retired Pages/Double Bit ECC")),
+            retired_pages_pending=_yes_no(pending),
+            remapped_rows_correctable=_int(fields.get("Remapped Rows/Correctable Error")),
+            remapped_rows_uncorrectable=_int(fields.get("Remapped Rows/Uncorrectable Error")),
+            remapped_rows_pending=_yes_no(fields.get("Remapped Rows/Pending")),
+            remapped_rows_failed=_yes_no(fields.get("Remapped Rows/Remapping Failure Occurred")),
         ))  # fmt: skip
     if not cards:
         raise ParseError("nvidia-smi -q lists no 'GPU <bus id>' section (truncated?)")
@@ -225,8 +337,94 @@ def parse_q_text(text: str) -> SmiInfo:
             f"'Attached GPUs: {attached.group(1)}' but {len(cards)} GPU sections (truncated?)"
         )
     return SmiInfo(
-        driver.group(1) if driver else None, cuda.group(1) if cuda else None, cards, notes=notes
+        driver.group(1) if driver else None,
+        cuda.group(1) if cuda else None,
+        cards,
+        processes=procs,
+        notes=notes,
     )
+
+
+def _q_processes(tree: list[tuple[int, str, str | None]], gpu: int) -> list[SmiProcess]:
+    """The "Processes" section of one GPU in ``-q`` text: "Process ID : N" opens an entry whose
+    Type, Name and Used GPU Memory follow ("Processes : None" when there is none)."""
+    start = next(
+        (k for k, (_, key, v) in enumerate(tree) if key == "Processes" and v is None), None
+    )
+    if start is None:
+        return []
+    base = tree[start][0]
+    found: list[dict[str, str]] = []
+    for indent, key, value in tree[start + 1 :]:
+        if indent <= base:
+            break
+        if key == "Process ID":
+            found.append({"pid": value or ""})
+        elif found and key in ("Type", "Name", "Used GPU Memory"):
+            found[-1][key] = value or ""
+    return [
+        SmiProcess(
+            gpu, int(p["pid"]), p.get("Type", ""), p.get("Name", ""), _mib(p.get("Used GPU Memory"))
+        )
+        for p in found
+        if p["pid"].isdigit()
+    ]
+
+
+def bus_key(bus: str | None) -> str | None:
+    """A PCI bus id in one spelling for matching: "00000000:18:00.0" and "0000:18:00.0" ->
+    "0000:18:00.0" (lower case)."""
+    if not bus:
+        return None
+    b = bus.strip().lower()
+    m = re.fullmatch(r"([0-9a-f]{1,8}):([0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", b)
+    return f"{int(m.group(1), 16):04x}:{m.group(2)}" if m else b
+
+
+def parse_compute_apps(text: str) -> list[dict]:
+    """``nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory
+    --format=csv,noheader,nounits`` (or any ``--format=csv`` output whose header names
+    pid; gpu_bus_id None where not asked) -> [{"gpu_bus_id", "pid", "process_name", "used_bytes"}]; "[N/A]" /
+    "[Not Supported]" become None.  No process: empty output (or "No running processes found").
+    nvidia-smi does not quote: in the default layout a name keeps its commas (split at the first
+    two and the last comma)."""
+    import csv as _csv
+    import io as _io
+
+    text = clean(text).strip()
+    if not text or text.lower().startswith("no running"):
+        return []
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    head = [c.strip() for c in lines[0].split(",")]
+    records: list[dict[str, str]] = []
+    if "pid" in head:  # --format=csv with its header row: columns by name
+        cols = [re.sub(r"\s*\[.*\]$", "", c) for c in head]
+        cols = ["used_memory" if c == "used_gpu_memory" else c for c in cols]
+        rows = list(_csv.reader(_io.StringIO("\n".join(lines[1:])), skipinitialspace=True))
+        for n, rec in enumerate(rows, 2):
+            if len(rec) != len(cols):
+                raise ParseError(
+                    f"compute-apps row {n} has {len(rec)} fields for {len(cols)} columns"
+                )
+            records.append(dict(zip(cols, (x.strip() for x in rec), strict=True)))
+    else:
+        for n, ln in enumerate(lines, 1):
+            parts = ln.split(",", 2)
+            if len(parts) < 3 or "," not in parts[2]:
+                raise ParseError(f"compute-apps row {n} has fewer than 4 fields")
+            name, used = parts[2].rsplit(",", 1)
+            records.append({"gpu_bus_id": parts[0].strip(), "pid": parts[1].strip(),
+                            "process_name": name.strip(), "used_memory": used.strip()})  # fmt: skip
+    out = []
+    for n, d in enumerate(records, 1):
+        if not d["pid"].isdigit():
+            raise ParseError(f"compute-apps row {n} has no numeric pid ({d['pid'][:20]!r})")
+        m = re.fullmatch(r"(\d+)\s*(MiB)?", d.get("used_memory", ""))
+        name = d.get("process_name", "")
+        out.append({"gpu_bus_id": d.get("gpu_bus_id") or None, "pid": int(d["pid"]),
+                    "process_name": name if name and not name.startswith("[") else None,
+                    "used_bytes": int(m.group(1)) * 2**20 if m else None})  # fmt: skip
+    return out
 
 
 def parse_query_any(text: str) -> dict:

@@ -1,6 +1,10 @@
 """NVIDIA backend through NVML (nvidia-ml-py, the `nvidia` extra): the single choke point for
 NVML calls, run in a worker thread with a deadline so a hung driver cannot hang the probe.
-Falls back (the caller tries nvidia-smi) when the package is missing or NVML fails."""
+Falls back (the caller tries nvidia-smi) when the package is missing or NVML fails.
+
+Health and state per card (persistence, ECC mode and volatile counts, retired pages, remapped
+rows, used memory, running processes): each call is guarded on its own; a query the card or
+driver does not support leaves that field unknown (None), never the card."""
 
 from __future__ import annotations
 
@@ -8,16 +12,97 @@ import contextlib
 import threading
 from typing import Any
 
-from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
+from nodeledger.machine.probe.runner import Runner
+from nodeledger.machine.profile import (
+    Accelerator,
+    CardProcess,
+    Interconnect,
+    Link,
+    LinkKind,
+    LinkPair,
+)
 
 # nvmlGpuTopologyLevel_t -> (normalised kind, nvidia-smi topo label)
 TOPO_LEVEL = {0: ("pix", "PIX"), 10: ("pix", "PIX"), 20: ("pxb", "PXB"), 30: ("phb", "PHB"),
               40: ("node", "NODE"), 50: ("sys", "SYS")}  # fmt: skip
 MAX_NVLINKS = 18
+# NVML enum values (nvml.h), kept here so a partial binding cannot change them
+CORRECTED, UNCORRECTED = 0, 1  # nvmlMemoryErrorType_t
+VOLATILE = 0  # nvmlEccCounterType_t
+CAUSE_SBE, CAUSE_DBE = 0, 1  # nvmlPageRetirementCause_t: multiple single-bit, double-bit
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+NOT_AVAILABLE_U64 = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _err_name(exc: Exception) -> str:
+    """The NVML error's name ("NotSupported", "NoPermission": NVMLError_* classes), else the
+    exception's type."""
+    name = type(exc).__name__
+    if getattr(exc, "value", None) == NOT_SUPPORTED or "NOT_SUPPORTED" in str(exc):
+        return "NotSupported"
+    return name.removeprefix("NVMLError_") if name.startswith("NVMLError_") else name
+
+
+def _health(nv, h, mem) -> tuple[dict, dict]:
+    """One card's state and health; (values, errors: NVML function -> error name)."""
+    val: dict = {}
+    err: dict[str, str] = {}
+
+    def call(fn: str, *args):
+        try:
+            return getattr(nv, fn)(h, *args)
+        except Exception as exc:  # NotSupported, NoPermission, GPU lost, a missing binding
+            err[fn] = _err_name(exc)
+            return None
+
+    used = getattr(mem, "used", None)
+    val["memory_used"] = int(used) if isinstance(used, int) and used >= 0 else None
+    ecc = call("nvmlDeviceGetEccMode")
+    if isinstance(ecc, (list, tuple)) and ecc and ecc[0] in (0, 1):
+        val["ecc_mode"] = "enabled" if ecc[0] else "disabled"
+    # the counters need ECC on; a card without ECC (or with it off) has no count to read
+    if val.get("ecc_mode") != "disabled" and err.get("nvmlDeviceGetEccMode") != "NotSupported":
+        for key, kind in (("ecc_corrected", CORRECTED), ("ecc_uncorrected", UNCORRECTED)):
+            n = call("nvmlDeviceGetTotalEccErrors", kind, VOLATILE)
+            if isinstance(n, int) and 0 <= n < NOT_AVAILABLE_U64:
+                val[key] = n
+        sbe = call("nvmlDeviceGetRetiredPages", CAUSE_SBE)
+        dbe = call("nvmlDeviceGetRetiredPages", CAUSE_DBE) if sbe is not None else None
+        if isinstance(sbe, list) and isinstance(dbe, list):
+            val["retired_pages"] = len(sbe) + len(dbe)
+        pend = call("nvmlDeviceGetRetiredPagesPendingStatus")
+        if pend in (0, 1):
+            val["retired_pending"] = "yes" if pend else "no"
+    rows = call("nvmlDeviceGetRemappedRows")
+    if isinstance(rows, (list, tuple)) and len(rows) >= 4:
+        val["remapped_pending"] = "yes" if rows[2] else "no"
+        val["remapped_failed"] = "yes" if rows[3] else "no"
+    procs: dict[int, dict] = {}
+    listed = []
+    for fn, kind in (("nvmlDeviceGetComputeRunningProcesses", "C"),
+                     ("nvmlDeviceGetGraphicsRunningProcesses", "G")):  # fmt: skip
+        found = call(fn)
+        if found is None:
+            continue
+        listed.append(fn)
+        for p in found:
+            pid = getattr(p, "pid", None)
+            if not isinstance(pid, int) or pid < 0:
+                continue
+            m = getattr(p, "usedGpuMemory", None)
+            m = m if isinstance(m, int) and 0 <= m < NOT_AVAILABLE_U64 else None
+            if pid in procs:  # in both lists: a compute and a graphics context
+                procs[pid]["kind"] = "C+G"
+                procs[pid]["used"] = procs[pid]["used"] if procs[pid]["used"] is not None else m
+            else:
+                procs[pid] = {"pid": pid, "kind": kind, "used": m}
+    val["processes"] = list(procs.values()) if listed else None
+    val["processes_from"] = listed
+    return val, err
 
 
 def _collect(nv) -> dict:
@@ -28,8 +113,12 @@ def _collect(nv) -> dict:
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
         bus_of = {}
         for i, h in enumerate(handles):
-            card: dict = {"index": i, "name": _text(nv.nvmlDeviceGetName(h)),
-                          "memory": int(nv.nvmlDeviceGetMemoryInfo(h).total)}  # fmt: skip
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            card: dict = {
+                "index": i,
+                "name": _text(nv.nvmlDeviceGetName(h)),
+                "memory": int(mem.total),
+            }
             bus = _text(nv.nvmlDeviceGetPciInfo(h).busId)
             card["bus"] = bus
             bus_of[bus.lower()] = i
@@ -39,6 +128,7 @@ def _collect(nv) -> dict:
                     card[key] = getattr(nv, fn)(h)
                 except Exception:  # an unsupported query on this card/driver is unknown, not fatal
                     card[key] = None
+            card["health"], card["errors"] = _health(nv, h, mem)
             out["cards"].append(card)
         for i, h in enumerate(handles):
             counts: dict[int, int] = {}
@@ -63,7 +153,56 @@ def _collect(nv) -> dict:
             nv.nvmlShutdown()
 
 
-def probe(notes: list[str], timeout: float = 5.0):
+HEALTH_SOURCES = {
+    "persistence_mode": "NVML nvmlDeviceGetPersistenceMode",
+    "ecc_mode": "NVML nvmlDeviceGetEccMode (current)",
+    "ecc_errors_corrected": "NVML nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)",
+    "ecc_errors_uncorrected": "NVML nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
+    "retired_pages": "NVML nvmlDeviceGetRetiredPages (multiple single-bit + double-bit)",
+    "retired_pages_pending": "NVML nvmlDeviceGetRetiredPagesPendingStatus",
+    "remapped_rows_pending": "NVML nvmlDeviceGetRemappedRows (isPending)",
+    "remapped_rows_failed": "NVML nvmlDeviceGetRemappedRows (failureOccurred)",
+    "memory_used_bytes": "NVML nvmlDeviceGetMemoryInfo.used (at probe time)",
+}
+HEALTH_KEYS = {"ecc_mode": "ecc_mode", "ecc_errors_corrected": "ecc_corrected",
+               "ecc_errors_uncorrected": "ecc_uncorrected", "retired_pages": "retired_pages",
+               "retired_pages_pending": "retired_pending", "remapped_rows_pending": "remapped_pending",
+               "remapped_rows_failed": "remapped_failed", "memory_used_bytes": "memory_used"}  # fmt: skip
+
+
+def _card_processes(c: dict, runner: Runner | None) -> list[CardProcess]:
+    out = []
+    for p in c["health"].get("processes") or []:
+        name = None
+        if runner is not None:  # through the Runner, so a bundle keeps what was read
+            name = (runner.read(f"/proc/{p['pid']}/comm") or "").strip() or None
+        out.append(CardProcess(pid=p["pid"], name=name, used_bytes=p["used"], kind=p["kind"]))
+    return out
+
+
+def _error_notes(cards: list[dict]) -> list[str]:
+    """One note per (NVML function, error) naming the cards; NotSupported is said only for ECC
+    (it tells a card without ECC from an unread one), the rest of NotSupported is expected
+    (retired pages on Ampere+, remapped rows before Ampere)."""
+    seen: dict[tuple[str, str], list[int]] = {}
+    for c in cards:
+        for fn, name in c["errors"].items():
+            if name == "NotSupported" and fn != "nvmlDeviceGetEccMode":
+                continue
+            seen.setdefault((fn, name), []).append(c["index"])
+    notes = []
+    for (fn, name), idx in seen.items():
+        which = ", ".join(str(i) for i in idx)
+        if name == "NotSupported":
+            notes.append(f"NVML: ECC not supported on card(s) {which}; ECC fields unknown")
+        elif name == "AttributeError":
+            notes.append(f"NVML: {fn} missing in this nvidia-ml-py; that field is unknown")
+        else:
+            notes.append(f"NVML: {fn} failed on card(s) {which} ({name}); that field is unknown")
+    return notes
+
+
+def probe(notes: list[str], timeout: float = 5.0, runner: Runner | None = None):
     try:
         import pynvml as nv  # nvidia-ml-py
     except ImportError:
@@ -95,11 +234,28 @@ def probe(notes: list[str], timeout: float = 5.0):
         mig_txt = None
         if isinstance(mig, (tuple, list)) and mig:
             mig_txt = "MIG enabled" if mig[0] else "MIG disabled"
+        p = c.get("persistence")
+        pers = {1: "enabled", 0: "disabled"}.get(p) if isinstance(p, int) else None
+        health = c["health"]
+        fields = {f: health.get(k) for f, k in HEALTH_KEYS.items()}
+        fields["persistence_mode"] = pers
+        sources = {
+            "memory_bytes": "NVML nvmlDeviceGetMemoryInfo.total",
+            "product": "NVML nvmlDeviceGetName",
+        }
+        sources.update({f: HEALTH_SOURCES[f] for f, v in fields.items() if v is not None})
+        procs = _card_processes(c, runner)
+        if health.get("processes") is not None:
+            sources["processes"] = (
+                "NVML "
+                + " + ".join(health["processes_from"])
+                + ("; names from /proc/<pid>/comm" if runner is not None else "")
+            )
         cards.append(Accelerator(
             index=c["index"], vendor="nvidia", product=c["name"] or "unknown NVIDIA GPU",
             memory_bytes=c["memory"] or None, pci_bus_id=c["bus"] or None, partition=mig_txt,
             numa_node=c["numa"] if isinstance(c.get("numa"), int) and c["numa"] >= 0 else None,
-            sources={"memory_bytes": "NVML nvmlDeviceGetMemoryInfo.total", "product": "NVML nvmlDeviceGetName"},
+            processes=procs, sources=sources, **fields,
         ))  # fmt: skip
     pairs = []
     for (i, j), (count, level) in data["links"].items():
@@ -111,4 +267,5 @@ def probe(notes: list[str], timeout: float = 5.0):
             pairs.append(LinkPair(a=i, b=j, kind=LinkKind(kind), label=label,
                                   source="NVML nvmlDeviceGetTopologyCommonAncestor"))  # fmt: skip
     notes.append(f"NVML: {len(cards)} GPU(s), driver {data['driver']}")
+    notes.extend(_error_notes(data["cards"]))
     return cards, Interconnect(default=Link(), pairs=pairs)
