@@ -20,6 +20,27 @@ def _topo(text: str) -> dict[str, Any]:
     }
 
 
+def _npu_topo(text: str) -> dict[str, Any]:
+    t = npu_smi.parse_topo(text)
+    return {
+        "id_kind": t.id_kind,
+        "cards": [asdict(c) for c in t.cards],
+        "links": [asdict(lk) for lk in t.links],
+        "nics": t.nics,
+        "notes": t.notes,
+    }
+
+
+def _amd_smi_topo(text: str) -> dict[str, Any]:
+    t = amd_smi.parse_amd_smi_topology(text)
+    return {
+        "cards": [{"index": i, "pci_bus_id": bdf} for i, bdf in enumerate(t.devices)],
+        "links": t.links,
+        "nics": [],
+        "notes": t.notes,
+    }
+
+
 def _query_csv(text: str) -> dict[str, Any]:
     from nodeledger.machine.probe.nvidia import parse_query_csv
 
@@ -44,7 +65,10 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "rocm-smi-csv": lambda text: {"cards": amd_smi.parse_csv(text)},
     "rocm-smi-all": lambda text: {"cards": amd_smi.parse_all(text)},
     "amd-smi-static": lambda text: {"cards": amd_smi.parse_amd_smi_static(text)},
+    "amd-smi-static-json": lambda text: {"cards": amd_smi.parse_amd_smi_static_json(text)},
+    "amd-smi-topology": _amd_smi_topo,
     "npu-smi": lambda text: _plain(npu_smi.parse(text)),
+    "npu-smi-topo": _npu_topo,
     "numactl": lambda text: _plain(numa.parse_numactl(text)),
     "lscpu": lambda text: _plain(numa.parse_lscpu(text)),
 }

@@ -1,5 +1,6 @@
 """Parse AMD ROCm and Hygon DCU tool outputs: rocm-smi (concise table, --showtopo,
---showtoponuma, --json, --csv) and hy-smi (Hygon's concise table).
+--showtoponuma, --json, --csv, -a), hy-smi (Hygon's concise table) and amd-smi, rocm-smi's
+successor from ROCm 6 (`static` text and `--json`, `topology` text).
 
 Concise tables: a header row starting with the device column ("Device", "GPU", "HCU" on DTK
 rocm-smi, "DCU" on hy-smi) followed by one row per card (newer rocm-smi prints the card name on
@@ -249,31 +250,221 @@ def parse_all(text: str) -> list[dict]:
 
 
 def parse_amd_smi_static(text: str) -> list[dict]:
-    """``amd-smi static``: "GPU: n" then indented SECTION: / KEY: value lines."""
+    """``amd-smi static`` (text): "GPU: n" blocks of indented "KEY: value" lines under section
+    lines ("ASIC:", "BUS:", "VRAM:", "NUMA:", ...; nested ones such as CACHE_INFO/CACHE_0 are
+    kept with their full path).  Other top-level blocks (newer amd-smi also lists "NIC: n" and
+    "CPU: n") end a GPU block and are ignored."""
     text = clean(text)
-    blocks = re.split(r"^GPU:\s*(\d+)\s*$", text, flags=re.M)
     out = []
-    for i in range(1, len(blocks) - 1, 2):
-        section, fields = "", {}
-        for line in blocks[i + 1].split("\n"):
-            m = re.match(r"^(\s*)([A-Z0-9_ ]+):\s*(.*)$", line)
-            if not m:
-                continue
-            if not m.group(3):
-                section = m.group(2).strip()
-            else:
-                fields[f"{section}/{m.group(2).strip()}"] = m.group(3).strip()
-        size = fields.get("VRAM/SIZE")
-        mm = re.match(r"(\d+)\s*MB", size or "")
-        out.append({
-            "index": int(blocks[i]),
-            "name": fields.get("ASIC/MARKET_NAME"),
-            "pci_bus": fields.get("BUS/BDF"),
-            "slot": fields.get("BUS/SLOT_TYPE"),
-            "pcie": fields.get("BUS/PCIE_INTERFACE_VERSION"),
-            "vram_total_bytes": int(mm.group(1)) * 2**20 if mm else None,
-            "fields": len(fields),
-        })  # fmt: skip
+    fields: dict[str, str] | None = None
+    index = -1
+    stack: list[tuple[int, str]] = []
+    for line in [*text.split("\n"), "END: 0"]:
+        top = re.match(r"^(\S[^:]*):\s*(\S*)\s*$", line)
+        if top:
+            if fields is not None:
+                out.append(_static_card(index, fields))
+                fields = None
+            if top.group(1) == "GPU" and top.group(2).isdigit():
+                fields, index, stack = {}, int(top.group(2)), []
+            continue
+        if fields is None:
+            continue
+        m = re.match(r"^(\s+)([A-Z0-9_ ]+):\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        indent, key, value = len(m.group(1).expandtabs()), m.group(2).strip(), m.group(3)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not value:
+            stack.append((indent, key))
+        else:
+            fields.setdefault("/".join([k for _, k in stack] + [key]), value)
     if not out:
         raise ParseError("not an amd-smi static output: no 'GPU: n' sections")
     return out
+
+
+def _na(value):
+    """amd-smi's "N/A" (and empty strings) -> None."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "N/A")):
+        return None
+    return value
+
+
+def _static_card(index: int, f: dict[str, str]) -> dict:
+    size = _na(f.get("VRAM/SIZE"))
+    numa = _na(f.get("NUMA/NODE"))
+    return {
+        "index": index,
+        "name": _na(f.get("ASIC/MARKET_NAME")),
+        "pci_bus": _na(f.get("BUS/BDF")),
+        "slot": _na(f.get("BUS/SLOT_TYPE")),
+        "pcie": _na(f.get("BUS/PCIE_INTERFACE_VERSION")),
+        "vram_total_bytes": _size_bytes(size),
+        "numa_node": int(numa) if isinstance(numa, str) and numa.isdigit() else None,
+        "partition": _partition(f.get("PARTITION/MEMORY_PARTITION"), f.get("PARTITION/ACCELERATOR_PARTITION")),
+        "fields": len(f),
+    }  # fmt: skip
+
+
+def _size_bytes(size) -> int | None:
+    """amd-smi sizes: {"value": 196592, "unit": "MB"} (JSON) or "196592 MB" (text); amd-smi's
+    MB are MiB (196592 MB = the 206141652992 B rocm-smi prints for an MI300X)."""
+    if isinstance(size, dict):
+        value, unit = size.get("value"), size.get("unit")
+    elif isinstance(size, str):
+        m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?i?B)\s*", size)
+        value, unit = (m.group(1), m.group(2)) if m else (None, None)
+    else:
+        return None
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    mult = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}.get(
+        str(unit).replace("i", "")
+    )
+    if mult is None or v <= 0:
+        return None
+    return round(v * mult)
+
+
+def _partition(memory, accelerator) -> str | None:
+    """ "NPS1, SPX" as rocm-smi prints it; None when amd-smi says N/A."""
+    memory, accelerator = _na(memory), _na(accelerator)
+    if memory is None and accelerator is None:
+        return None
+    return f"{memory or 'N/A'}, {accelerator or 'N/A'}"
+
+
+def _first_json(text: str, what: str):
+    text = clean(text)
+    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
+    if not starts:
+        raise ParseError(f"{what} output holds no JSON")
+    try:
+        data, _ = json.JSONDecoder().raw_decode(text[min(starts) :])
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"{what} output is not valid JSON: {exc.msg}") from None
+    return data
+
+
+def parse_amd_smi_static_json(text: str) -> list[dict]:
+    """``amd-smi static --json``: a list of per-GPU objects (ROCm 6.x) or ``{"gpu_data": [...]}``
+    (ROCm 7); keys asic.market_name, bus.bdf, vram.size {value, unit}, numa.node, partition.*.
+    Returns the same fields as :func:`parse_amd_smi_static`."""
+    data = _first_json(text, "amd-smi static --json")
+    gpus = data.get("gpu_data") if isinstance(data, dict) else data
+    if not isinstance(gpus, list):
+        raise ParseError("amd-smi static --json: neither a list nor an object with gpu_data")
+    out = []
+    for n, g in enumerate(gpus):
+        if (
+            not isinstance(g, dict)
+            or isinstance(g.get("gpu"), bool)
+            or not isinstance(g.get("gpu"), int)
+        ):
+            raise ParseError(f"amd-smi static --json entry {n} has no integer 'gpu' index")
+        asic, bus, vram, numa, part = (g.get(k) if isinstance(g.get(k), dict) else {}
+                                       for k in ("asic", "bus", "vram", "numa", "partition"))  # fmt: skip
+        node = numa.get("node")
+        out.append({
+            "index": g["gpu"],
+            "name": _na(asic.get("market_name")),
+            "pci_bus": _na(bus.get("bdf")),
+            "slot": _na(bus.get("slot_type")),
+            "pcie": _na(bus.get("pcie_interface_version")),
+            "vram_total_bytes": _size_bytes(vram.get("size")),
+            "numa_node": node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else None,
+            "partition": _partition(part.get("memory_partition"), part.get("accelerator_partition")),
+            "fields": len(g),
+        })  # fmt: skip
+    if not out:
+        raise ParseError("amd-smi static --json lists no GPU")
+    return out
+
+
+_BDF = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+
+
+@dataclass
+class AmdSmiTopology:
+    devices: list[str]  # column labels as printed (BDFs), in amd-smi's GPU order
+    links: list[dict]  # {a, b, a_bdf, b_bdf, label, kind, weight, hops, access}
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_amd_smi_topology(text: str) -> AmdSmiTopology:
+    """``amd-smi topology`` (text): "<NAME> TABLE:" blocks (ACCESS, WEIGHT, HOPS, LINK TYPE,
+    NUMA BW, CACHE COHERANCY, ATOMICS, DMA, BI-DIRECTIONAL), each a header row of device BDFs and
+    one row per device; the diagonal is SELF / 0 / N/A.  ``a``/``b`` are positions in the header,
+    which amd-smi prints in GPU-ID order; ``a_bdf``/``b_bdf`` name the devices."""
+    text = clean(text)
+    lines = text.split("\n")
+    tables: dict[str, dict[tuple[str, str], str]] = {}
+    devices: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^\s*([A-Z][A-Z -]*?)\s+TABLE:\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        cols = lines[j].split() if j < len(lines) else []
+        if not cols or not all(_BDF.match(c) for c in cols):
+            raise ParseError(
+                f"amd-smi topology {m.group(1)} TABLE has no header row of device BDFs"
+            )
+        if devices and cols != devices:
+            raise ParseError(
+                f"amd-smi topology {m.group(1)} TABLE lists other devices than the first"
+            )
+        devices = cols
+        mat: dict[tuple[str, str], str] = {}
+        k = j + 1
+        while k < len(lines):
+            toks = lines[k].split()
+            if not toks or not _BDF.match(toks[0]):
+                break
+            for c, v in zip(cols, toks[1:], strict=False):
+                mat[(toks[0], c)] = v
+            k += 1
+        tables[m.group(1)] = mat
+        i = k
+    if not tables:
+        raise ParseError("not an amd-smi topology output: no '... TABLE:' blocks")
+    types, weights, hops, access = (
+        tables.get(t, {}) for t in ("LINK TYPE", "WEIGHT", "HOPS", "ACCESS")
+    )
+    links = []
+    for ai, a in enumerate(devices):
+        for bi in range(ai + 1, len(devices)):
+            b = devices[bi]
+            label = types.get((a, b))
+            w, h = weights.get((a, b)), hops.get((a, b))
+            links.append({
+                "a": ai, "b": bi, "a_bdf": a, "b_bdf": b, "label": label,
+                "kind": AMD_LINK_KIND.get((label or "").upper(), "unknown"),
+                "weight": int(w) if w and w.isdigit() else None,
+                "hops": int(h) if h and h.isdigit() else None,
+                "access": access.get((a, b)),
+            })  # fmt: skip
+    notes = []
+    if not types:
+        notes.append("no LINK TYPE TABLE: link kinds unknown")
+    missing = [lk for lk in links if lk["label"] is None and types]
+    if missing:
+        notes.append(f"LINK TYPE TABLE is missing {len(missing)} cells (truncated?)")
+    if any(lk["kind"] == "pcie" for lk in links):
+        notes.append(
+            "PCIE links: amd-smi does not say which PCIe level (switch, host bridge, socket); hops and weight are kept"
+        )
+    off = [f"{lk['a_bdf']}-{lk['b_bdf']}" for lk in links if lk["access"] == "DISABLED"]
+    if off:
+        notes.append(
+            f"peer access DISABLED between {', '.join(off)} (no direct peer-to-peer access)"
+        )
+    return AmdSmiTopology(devices, links, notes)

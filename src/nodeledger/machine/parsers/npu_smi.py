@@ -2,7 +2,9 @@
 column, and the older narrow 910 layout).  Each chip is a two-row block: row 1 "NPU Name |
 Health | Power Temp Hugepages", row 2 "Chip [Phy-ID] | Bus-Id | AICore Memory-Usage HBM-Usage"
 (used / total MB).  The process table follows ("NPU Chip | Process id | Process name |
-Process memory(MB)")."""
+Process memory(MB)").
+
+``parse_topo`` reads ``npu-smi info -t topo`` (the HCCS / PCIe matrix and CPU affinity)."""
 
 from __future__ import annotations
 
@@ -88,3 +90,179 @@ def parse(text: str) -> NpuInfo:
             f"{max(per_npu.values())} chips per NPU (Atlas A3 layout): each chip is a device with its own HBM"
         )
     return NpuInfo(ver.group(1), chips, procs, notes)
+
+
+# -- npu-smi info -t topo ---------------------------------------------------------------------
+
+TOPO_LABEL_KIND = {"HCCS": "hccs", "HCCS_SW": "hccs", "SIO": "hccs", "PIX": "pix", "PXB": "pxb",
+                   "PHB": "phb", "NODE": "node", "SYS": "sys", "NA": "unknown"}  # fmt: skip
+_DEV = re.compile(r"(NPU|Phy-ID)(\d+)$")
+_NIC = re.compile(r"NIC\d+$")
+
+
+@dataclass
+class NpuTopoCard:
+    index: int  # the number in the device name (logical NPU id, or physical chip id for Phy-ID)
+    name: str  # as printed: NPU0, Phy-ID12
+    cpu_affinity: str | None  # cpulist as printed, None when the column is absent or empty
+    numa_node: int | None = None  # npu-smi does not print it; a probe maps the affinity
+
+
+@dataclass
+class NpuTopoLink:
+    a: int
+    b: int
+    label: str  # as printed: HCCS, HCCS_SW, SIO, SYS, UB, NA
+    kind: str  # normalised (hccs, pix, pxb, phb, node, sys, unknown)
+    lanes: int | None = None  # npu-smi never prints a link count
+
+
+@dataclass
+class NpuTopology:
+    id_kind: str  # "npu" (NPU<n>: logical NPU id) or "phy_id" (Phy-ID<n>: physical chip id)
+    cards: list[NpuTopoCard]
+    links: list[NpuTopoLink]
+    nics: list[dict] = field(default_factory=list)  # {name, device, links: {npu: label}} (A5)
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_topo(text: str) -> NpuTopology:
+    """``npu-smi info -t topo`` prints a matrix like ``nvidia-smi topo -m``: a header row of device
+    names (``NPU<n>`` = logical NPU id on Atlas A2 / 300I boxes, ``Phy-ID<n>`` = physical chip id on
+    Atlas A3), one row per device with one label per column, an optional ``CPU Affinity`` column
+    (absent on A3 containers and on A5), then a Legend.  Labels (Huawei's legend): X self; HCCS
+    (Huawei Cache Coherence System, the in-box NPU fabric); HCCS_SW (HCCS through a switch chip, A3
+    supernodes); SIO (the die-to-die bus between the two chips of one A3 / 910C module); PIX / PXB /
+    PHB / SYS (PCIe levels, as NVIDIA's legend); UB (Unified Bus, Ascend 950-class); NA unknown."""
+    text = clean(text)
+    lines = text.split("\n")
+    header_i = None
+    for i, ln in enumerate(lines):
+        toks = ln.split()
+        if toks and _DEV.match(toks[0]) and "X" not in toks:  # a data row has X on its diagonal
+            header_i = i
+            break
+    if header_i is None:
+        raise ParseError("not an npu-smi info -t topo output: no header row naming NPU0 / Phy-ID0")
+    header = lines[header_i].split()
+    devices = [t for t in header if _DEV.match(t)]
+    if header[: len(devices)] != devices:
+        raise ParseError("npu-smi topo header mixes device names and other columns")
+    nic_cols = [t for t in header[len(devices) :] if _NIC.match(t)]
+    extra = " ".join(header[len(devices) + len(nic_cols) :])
+    has_affinity = "CPU Affinity" in extra
+    kinds = {_DEV.match(d).group(1) for d in devices}
+    if len(kinds) != 1:
+        raise ParseError(f"npu-smi topo header mixes NPU and Phy-ID names: {' '.join(devices)}")
+    id_kind = "npu" if kinds == {"NPU"} else "phy_id"
+    if len(set(devices)) != len(devices):
+        raise ParseError(f"npu-smi topo header repeats a device: {' '.join(devices)}")
+    rows: dict[str, list[str]] = {}
+    nic_rows: dict[str, list[str]] = {}
+    for ln in lines[header_i + 1 :]:
+        toks = ln.split()
+        if not toks:
+            if rows:
+                break
+            continue
+        if toks[0].startswith("Legend"):
+            break
+        if _NIC.match(toks[0]) and rows:
+            nic_rows[toks[0]] = toks[1:]
+            continue
+        if not _DEV.match(toks[0]):
+            if rows:
+                break  # trailing text
+            continue
+        if toks[0] in rows:
+            raise ParseError(f"npu-smi topo row {toks[0]} appears twice")
+        rows[toks[0]] = toks[1:]
+    n = len(devices)
+    notes: list[str] = []
+    cards: list[NpuTopoCard] = []
+    labels: dict[tuple[str, str], str] = {}
+    for d in devices:
+        cells = rows.get(d)
+        if cells is None or len(cells) < n:
+            got = 0 if cells is None else len(cells)
+            raise ParseError(f"npu-smi topo row {d} is missing or truncated ({got} of {n} cells)")
+        if cells[devices.index(d)].upper() != "X":
+            raise ParseError(
+                f"npu-smi topo row {d}: diagonal cell is {cells[devices.index(d)]!r}, not X"
+            )
+        rest = cells[n + len(nic_cols) :]
+        cpu = rest[0] if has_affinity and rest else None
+        if cpu is not None and cpulist_ids(cpu) is None:
+            notes.append(f"{d}: CPU Affinity {cpu!r} is not a cpulist; kept unknown")
+            cpu = None
+        cards.append(NpuTopoCard(int(_DEV.match(d).group(2)), d, cpu))
+        for other, cell in zip(devices, cells[:n], strict=True):
+            labels[(d, other)] = cell.upper()
+    links: list[NpuTopoLink] = []
+    unknown_labels: set[str] = set()
+    asym = []
+    for i, a in enumerate(devices):
+        for b in devices[i + 1 :]:
+            lab = labels[(a, b)]
+            if labels[(b, a)] != lab:
+                asym.append(f"{a}-{b} ({lab} / {labels[(b, a)]})")
+            kind = TOPO_LABEL_KIND.get(lab)
+            if kind is None:
+                unknown_labels.add(lab)
+                kind = "unknown"
+            links.append(
+                NpuTopoLink(int(_DEV.match(a).group(2)), int(_DEV.match(b).group(2)), lab, kind)
+            )
+    if asym:
+        notes.append(f"matrix not symmetric for {', '.join(asym)}; the row of the lower id is kept")
+    present = {lk.label for lk in links}
+    if "HCCS_SW" in present:
+        notes.append("HCCS_SW: HCCS through a switch chip (Atlas A3 supernode); normalised to hccs")
+    if "SIO" in present:
+        notes.append(
+            "SIO: the die-to-die bus between the two chips of one Ascend 910C module (faster than "
+            "the HCCS between modules); normalised to hccs, label SIO kept"
+        )
+    if unknown_labels:
+        notes.append(
+            f"labels {sorted(unknown_labels)} have no normalised kind (UB: Ascend Unified Bus); "
+            "kept as printed with kind unknown"
+        )
+    if not has_affinity:
+        notes.append(
+            "no CPU Affinity column (Atlas A3 / A5 print none): NPU NUMA placement unknown"
+        )
+    nic_names = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, flags=re.M))
+    nics = []
+    for name in nic_cols:
+        cells = nic_rows.get(name, [])
+        nics.append({"name": name, "device": nic_names.get(name),
+                     "links": {int(_DEV.match(d).group(2)): c.upper()
+                               for d, c in zip(devices, cells[:n], strict=False)}})  # fmt: skip
+    return NpuTopology(id_kind, cards, links, nics, notes)
+
+
+def cpulist_ids(cpus: str | None) -> set[int] | None:
+    """{ids} of a kernel cpulist ("0-23,96-119"); None if not a cpulist."""
+    if not cpus:
+        return None
+    out: set[int] = set()
+    for part in cpus.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if not m:
+            return None
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            return None
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def numa_node_of_cpus(cpus: str | None, nodes: dict[int, str | None]) -> int | None:
+    """The one NUMA node holding every CPU of ``cpus`` (node id -> its cpulist), else None
+    (affinity unknown or spanning nodes, or a map that does not cover it)."""
+    want = cpulist_ids(cpus)
+    if not want:
+        return None
+    holders = [nid for nid, lst in nodes.items() if want <= (cpulist_ids(lst) or set())]
+    return holders[0] if len(holders) == 1 else None
