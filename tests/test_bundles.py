@@ -190,12 +190,92 @@ def test_query_csv_with_header_and_units():
     rows = parse_query_csv(
         "index, name, memory.total [MiB], pci.bus_id\n0, NVIDIA H200, 143771 MiB, 00000000:06:00.0\n"
     )
-    assert rows == [
-        {
-            "index": 0,
-            "name": "NVIDIA H200",
-            "memory_mib": 143771,
-            "pci_bus_id": "00000000:06:00.0",
-            "mig": None,
-        }
+    assert len(rows) == 1
+    assert {k: v for k, v in rows[0].items() if v is not None} == {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "memory_mib": 143771,
+        "pci_bus_id": "00000000:06:00.0",
+    }
+
+
+# NIC rows of topo -m in the profile's network (cards at PIX/PXB, NUMA node of the cards on the
+# NIC's side of the host), read off each recording's matrix
+H200_NEAR = [[3], [3], [3], [0], [2], [1], [7], [4], [6], [5]]  # NIC0-2 all PIX to GPU3
+DGX_A100_NEAR = [[0, 1], [0, 1], [2, 3], [2, 3], [], [], [4, 5], [4, 5], [6, 7], [6, 7], [], []]
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    ("topo", "near", "numa"),
+    [
+        ("nvidia-topo/glm52-8x-h200-10nic.txt", H200_NEAR, [0] * 6 + [1] * 4),
+        # NPS4: GPUs on NUMA 3/1/7/5; mlx5_4/5 and mlx5_10/11 are SYS to every card
+        ("nvidia-topo/gengwg-dgx-a100-12mlx5-nps4.txt", DGX_A100_NEAR,
+         [3, 3, 1, 1, None, None, 7, 7, 5, 5, None, None]),
+    ],
+)  # fmt: skip
+def test_bundle_topo_nics_in_network(topo, near, numa):
+    p = _replay({("nvidia-smi", "topo", "-m"): _text(topo)}, ("nvidia-smi",))
+    nics = p.network.nics
+    assert [n.name for n in nics] == [f"mlx5_{i}" for i in range(len(near))]
+    assert {n.kind for n in nics} == {"rdma"}  # the bundle has no /sys/class/infiniband
+    assert [n.near_cards for n in nics] == near
+    assert [n.numa_node for n in nics] == numa
+    assert all(n.source.startswith("nvidia-smi topo -m") for n in nics)
+
+
+@pytest.mark.shared
+def test_bundle_topo_nics_merge_with_sysfs():
+    """The same 8 x H200 set with sysfs facts for two of its NICs: InfiniBand mlx5_0 is listed
+    once (sysfs kind and speed, topo's near cards); RoCE mlx5_6 under its netdev."""
+    ib, files = "/sys/class/infiniband", {}
+    files[f"{ib}/mlx5_0/ports/1/link_layer"] = "InfiniBand\n"
+    files[f"{ib}/mlx5_0/ports/1/rate"] = "400 Gb/sec (4X NDR)\n"
+    files[f"{ib}/mlx5_6/ports/1/link_layer"] = "Ethernet\n"
+    files["/sys/class/net/ens7np0/type"] = "1\n"
+    files["/sys/class/net/ens7np0/speed"] = "200000\n"
+    b = manifest_from_outputs(
+        {("nvidia-smi", "topo", "-m"): _text("nvidia-topo/glm52-8x-h200-10nic.txt")},
+        files=files,
+        tools=("nvidia-smi",),
+    )
+    b["manifest"]["globs"] = {
+        f"{ib}/*": [f"{ib}/mlx5_0", f"{ib}/mlx5_6"],
+        f"{ib}/mlx5_6/device/net/*": [f"{ib}/mlx5_6/device/net/ens7np0"],
+        "/sys/class/net/*": ["/sys/class/net/ens7np0"],
+        "/sys/class/net/ens7np0/device": ["/sys/class/net/ens7np0/device"],
+    }
+    p = probe_machine(ReplayRunner(b["manifest"], b["blobs"], "t"))
+    nics = {n.name: n for n in p.network.nics}
+    assert len(nics) == 10 and "mlx5_6" not in nics
+    assert (nics["mlx5_0"].kind, nics["mlx5_0"].speed_gbit, nics["mlx5_0"].near_cards) == (
+        "infiniband", 400.0, [3])  # fmt: skip
+    assert (nics["ens7np0"].kind, nics["ens7np0"].speed_gbit, nics["ens7np0"].near_cards) == (
+        "roce", 200.0, [7])  # fmt: skip
+    assert nics["ens7np0"].numa_node == 1  # sysfs did not say: that of GPU7 (PIX)
+    assert nics["mlx5_1"].kind == "rdma"
+
+
+@pytest.mark.shared
+def test_bundle_topo_nics_without_legend_are_not_invented():
+    p = _replay({("nvidia-smi", "topo", "-m"): _text("nvidia-topo/gpuallocator17-8x-rtx4090-sys.txt")},
+                ("nvidia-smi",))  # fmt: skip
+    assert p.network.nics == []
+    assert any("without a NIC Legend (NIC0, NIC1)" in n for n in p.notes)
+
+
+@pytest.mark.shared
+def test_bundle_8x_h100_table_health_and_processes():
+    """The table fallback also gives persistence, used memory, the ECC cell and processes."""
+    p = _replay({("nvidia-smi",): _text("nvidia-smi-table/gpuexporter-h100-drv590-load-processes.txt")},
+                ("nvidia-smi",))  # fmt: skip
+    (a,) = p.accelerators
+    assert (a.persistence_mode, a.ecc_mode, a.ecc_errors_uncorrected) == ("enabled", "enabled", 0)
+    assert a.memory_used_bytes == 19818 * 2**20
+    assert [(x.pid, x.kind, x.name, x.used_bytes) for x in a.processes] == [
+        (11327, "C", "/root/tools/memhog", 2566 * 2**20),
+        (11328, "C", "/root/tools/memhog", 1542 * 2**20),
+        (11345, "C", "./gpu_burn", 15690 * 2**20),
     ]
+    assert a.sources["processes"] == "nvidia-smi table Processes"

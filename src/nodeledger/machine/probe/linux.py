@@ -97,20 +97,46 @@ def host(r: Runner, notes: list[str]) -> Host:
                 thp_defrag=defrag, sources=src, **knobs)  # fmt: skip
 
 
-def network(r: Runner, notes: list[str]) -> Network:
-    nics = []
-    roce_nets: set[str] = set()
+def _pci_of(r: Runner, dev_dir: str) -> tuple[int | None, str | None]:
+    """(NUMA node, PCI bus id) of the PCI device behind a sysfs class entry (``<dir>/device``);
+    None where the kernel does not say (numa_node -1, no PCI_SLOT_NAME: virtual devices)."""
+    v = (r.read(f"{dev_dir}/device/numa_node") or "").strip()
+    numa = int(v) if v.isdigit() else None
+    m = re.search(r"^PCI_SLOT_NAME=(\S+)", r.read(f"{dev_dir}/device/uevent") or "", flags=re.M)
+    return numa, (m.group(1) if m else None)
+
+
+def rdma_devices(r: Runner) -> dict[str, dict]:
+    """RDMA devices under /sys/class/infiniband: name -> link layer ("infiniband", "ethernet"
+    (RoCE) or None), port-1 rate in Gbit/s, the netdevs on it, NUMA node and PCI bus id."""
+    out: dict[str, dict] = {}
     for ib in r.glob("/sys/class/infiniband/*"):
-        layer = (r.read(f"{ib}/ports/1/link_layer") or "").strip().lower()
-        for net in r.glob(f"{ib}/device/net/*"):
-            if layer == "ethernet":
-                roce_nets.add(net.rsplit("/", 1)[1])
-        if layer == "infiniband":
-            rate = (r.read(f"{ib}/ports/1/rate") or "").strip()
-            m = re.match(r"(\d+)", rate)
-            nics.append(Nic(name=ib.rsplit("/", 1)[1], kind="infiniband",
-                            speed_gbit=float(m.group(1)) if m and int(m.group(1)) > 0 else None,
-                            source=f"{ib}/ports/1/{{link_layer,rate}}"))  # fmt: skip
+        layer = (r.read(f"{ib}/ports/1/link_layer") or "").strip().lower() or None
+        rate = (r.read(f"{ib}/ports/1/rate") or "").strip()
+        m = re.match(r"(\d+)", rate)
+        numa, bus = _pci_of(r, ib)
+        out[ib.rsplit("/", 1)[1]] = {
+            "dir": ib,
+            "layer": layer if layer in ("infiniband", "ethernet") else None,
+            "rate_gbit": float(m.group(1)) if m and int(m.group(1)) > 0 else None,
+            "netdevs": [n.rsplit("/", 1)[1] for n in r.glob(f"{ib}/device/net/*")],
+            "numa_node": numa,
+            "pci_bus_id": bus,
+        }
+    return out
+
+
+def network(r: Runner, notes: list[str], rdma: dict[str, dict] | None = None) -> Network:
+    nics = []
+    rdma = rdma_devices(r) if rdma is None else rdma
+    roce_nets: set[str] = set()
+    for name, d in rdma.items():
+        if d["layer"] == "ethernet":
+            roce_nets.update(d["netdevs"])
+        if d["layer"] == "infiniband":
+            nics.append(Nic(name=name, kind="infiniband", speed_gbit=d["rate_gbit"],
+                            numa_node=d["numa_node"], pci_bus_id=d["pci_bus_id"],
+                            source=f"{d['dir']}/ports/1/{{link_layer,rate}}"))  # fmt: skip
     for d in r.glob("/sys/class/net/*"):
         name = d.rsplit("/", 1)[1]
         if name == "lo" or not r.glob(f"{d}/device"):
@@ -127,7 +153,9 @@ def network(r: Runner, notes: list[str]) -> Network:
             if name in roce_nets
             else ("infiniband" if typ == "32" else "ethernet" if typ == "1" else "unknown")
         )
-        nics.append(Nic(name=name, kind=kind, speed_gbit=speed, source=f"{d}/{{type,speed}}"))
+        numa, bus = _pci_of(r, d)
+        nics.append(Nic(name=name, kind=kind, speed_gbit=speed, numa_node=numa, pci_bus_id=bus,
+                        source=f"{d}/{{type,speed}}"))  # fmt: skip
     if not nics:
         notes.append("no physical NIC found under /sys/class/net (virtual interfaces only)")
     return Network(nics=nics)

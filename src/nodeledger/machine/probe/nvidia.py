@@ -1,5 +1,10 @@
-"""NVIDIA backend through nvidia-smi (NVML through nvidia-ml-py is the next step; the text
-parsers here also serve `nodeledger parse` and support bundles)."""
+"""NVIDIA backend: NVML (live probes, see nvml.py) or nvidia-smi (the text parsers here also
+serve `nodeledger parse` and support bundles).
+
+nvidia-smi path: ``--query-gpu`` with the card and health fields (QUERY; an older driver that
+does not know a field fails the whole query, so the base fields (QUERY_BASE) are asked next),
+else the default table, else the cards ``topo -m`` lists; ``--query-compute-apps`` for the
+processes; ``topo -m`` for links, NUMA affinity and the NIC rows."""
 
 from __future__ import annotations
 
@@ -9,84 +14,261 @@ import re
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import nvidia_smi, nvidia_topo
+from nodeledger.machine.parsers.nvidia_smi import bus_key
+from nodeledger.machine.parsers.nvidia_topo import TopoNic
 from nodeledger.machine.probe.runner import Runner
-from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
+from nodeledger.machine.profile import (
+    Accelerator,
+    CardProcess,
+    Interconnect,
+    Link,
+    LinkKind,
+    LinkPair,
+)
 
-QUERY = "index,name,memory.total,pci.bus_id,mig.mode.current"
+QUERY_BASE = "index,name,memory.total,pci.bus_id,mig.mode.current"
+HEALTH_FIELDS = (
+    "memory.used,persistence_mode,ecc.mode.current,ecc.errors.corrected.volatile.total,"
+    "ecc.errors.uncorrected.volatile.total,retired_pages.single_bit_ecc.count,"
+    "retired_pages.double_bit.count,retired_pages.pending,remapped_rows.pending,"
+    "remapped_rows.failure"
+)
+QUERY = f"{QUERY_BASE},{HEALTH_FIELDS}"
+APPS = "gpu_bus_id,pid,process_name,used_memory"
+# row key -> (profile field, nvidia-smi field for its source)
+HEALTH = {
+    "persistence": ("persistence_mode", "persistence_mode"),
+    "ecc_mode": ("ecc_mode", "ecc.mode.current"),
+    "ecc_corrected": ("ecc_errors_corrected", "ecc.errors.corrected.volatile.total"),
+    "ecc_uncorrected": ("ecc_errors_uncorrected", "ecc.errors.uncorrected.volatile.total"),
+    "retired_pending": ("retired_pages_pending", "retired_pages.pending"),
+    "remapped_pending": ("remapped_rows_pending", "remapped_rows.pending"),
+    "remapped_failed": ("remapped_rows_failed", "remapped_rows.failure"),
+}
+
+
+def _na(v: str) -> bool:
+    """nvidia-smi's unknowns: "[N/A]", "[Not Supported]", "[Unknown Error]", "N/A", empty."""
+    return not v or v.startswith("[") or v == "N/A"
+
+
+def _row(d: dict[str, str], n: int) -> dict:
+    idx = d.get("index", "")
+    if not idx.isdigit():
+        raise InputError(
+            f"nvidia-smi query row {n} has no numeric index (first field {idx[:20]!r})"
+        )
+
+    def mib(key: str) -> int | None:
+        m = re.match(r"(\d+)\s*(MiB)?$", d.get(key, ""))
+        return int(m.group(1)) if m else None
+
+    def word(key: str, allowed: tuple[str, ...]) -> str | None:
+        v = d.get(key, "").strip().lower()
+        return v if v in allowed else None
+
+    def count(key: str) -> int | None:
+        v = d.get(key, "").strip()
+        return int(v) if v.isdigit() else None
+
+    return {
+        "index": int(idx),
+        "name": d.get("name") or None,
+        "memory_mib": mib("memory.total"),
+        "pci_bus_id": d.get("pci.bus_id") or None,
+        "mig": d.get("mig.mode.current") or None,
+        "memory_used_mib": mib("memory.used"),
+        "persistence": word("persistence_mode", ("enabled", "disabled")),
+        "ecc_mode": word("ecc.mode.current", ("enabled", "disabled")),
+        "ecc_corrected": count("ecc.errors.corrected.volatile.total"),
+        "ecc_uncorrected": count("ecc.errors.uncorrected.volatile.total"),
+        "retired_sbe": count("retired_pages.single_bit_ecc.count"),
+        "retired_dbe": count("retired_pages.double_bit.count"),
+        "retired_pending": word("retired_pages.pending", ("yes", "no")),
+        "remapped_pending": word("remapped_rows.pending", ("yes", "no")),
+        "remapped_failed": word("remapped_rows.failure", ("yes", "no")),
+    }
 
 
 def parse_query_csv(text: str) -> list[dict]:
-    """``nvidia-smi --query-gpu=index,name,memory.total,pci.bus_id,mig.mode.current
-    --format=csv,noheader,nounits`` -> rows (memory in MiB)."""
+    """``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`` (or QUERY_BASE, or any
+    ``--format=csv`` output with a header naming these fields) -> rows: index, name,
+    memory_mib, pci_bus_id, mig, memory_used_mib, persistence, ecc_mode, ecc_corrected,
+    ecc_uncorrected, retired_sbe, retired_dbe, retired_pending, remapped_pending, remapped_failed
+    (memory in MiB); nvidia-smi's "[N/A]" / "[Not Supported]" are None."""
     rows = []
     reader = list(csv.reader(io.StringIO(text.strip())))
     cols = None
     if reader and reader[0] and not reader[0][0].strip().isdigit():
-        cols = [
-            c.strip().split(" [")[0] for c in reader[0]
-        ]  # a header row (format=csv with header)
+        cols = [c.strip().split(" [")[0] for c in reader[0]]  # a header row (format=csv)
         reader = reader[1:]
+    full, base = QUERY.split(","), QUERY_BASE.split(",")
     for n, rec in enumerate(reader, 1):
         if not rec:
             continue
+        vals = [x.strip() for x in rec]
         if cols:
-            d = dict(zip(cols, (x.strip() for x in rec), strict=False))
-            idx, name, mem, bus, mig = (
-                d.get(k, "")
-                for k in ("index", "name", "memory.total", "pci.bus_id", "mig.mode.current")
-            )
+            names = cols
+        elif len(vals) == len(full):
+            names = full
+        elif 4 <= len(vals) <= len(base):
+            names = base
         else:
-            if len(rec) < 4:
-                raise InputError(f"nvidia-smi query row {n} has {len(rec)} fields, expected 5")
-            idx, name, mem, bus = (x.strip() for x in rec[:4])
-            mig = rec[4].strip() if len(rec) > 4 else ""
-        if not idx.isdigit():
             raise InputError(
-                f"nvidia-smi query row {n} has no numeric index (first field {idx[:20]!r})"
+                f"nvidia-smi query row {n} has {len(vals)} fields, expected {len(base)} or {len(full)}"
             )
-        m = re.match(r"(\d+)\s*(MiB)?$", mem)
-        rows.append({"index": int(idx), "name": name or None, "memory_mib": int(m.group(1)) if m else None,
-                     "pci_bus_id": bus or None, "mig": mig or None})  # fmt: skip
+        d = {k: ("" if _na(v) else v) for k, v in zip(names, vals, strict=False)}
+        rows.append(_row(d, n))
     return rows
 
 
-def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect | None]:
+def _processes_from_apps(r: Runner, cards: list[Accelerator], notes: list[str]) -> None:
+    res = r.run(["nvidia-smi", f"--query-compute-apps={APPS}", "--format=csv,noheader,nounits"])
+    if not res.ok:
+        notes.append(f"NVIDIA processes unknown: nvidia-smi --query-compute-apps {res.problem}")
+        return
+    try:
+        apps = nvidia_smi.parse_compute_apps(res.stdout)
+    except InputError as exc:
+        notes.append(f"NVIDIA processes unknown: --query-compute-apps not understood ({exc})")
+        return
+    by_bus = {bus_key(c.pci_bus_id): c for c in cards if c.pci_bus_id}
+    unmatched = 0
+    for a in apps:
+        card = by_bus.get(bus_key(a["gpu_bus_id"]))
+        if card is None:
+            unmatched += 1
+            continue
+        card.processes.append(CardProcess(pid=a["pid"], name=a["process_name"],
+                                          used_bytes=a["used_bytes"], kind="C"))  # fmt: skip
+    for c in cards:
+        if c.pci_bus_id:
+            c.sources["processes"] = "nvidia-smi --query-compute-apps (compute processes)"
+    if unmatched:
+        notes.append(f"{unmatched} compute process(es) on a bus id no listed card has")
+
+
+def _card_from_row(row: dict) -> Accelerator:
+    mem = row["memory_mib"] * 2**20 if row["memory_mib"] else None
+    sources = (
+        {"memory_bytes": "nvidia-smi memory.total (MiB)", "product": "nvidia-smi name"}
+        if mem
+        else {}
+    )
+    fields: dict = {}
+    for key, (field, smi) in HEALTH.items():
+        if row.get(key) is not None:
+            fields[field] = row[key]
+            sources[field] = f"nvidia-smi --query-gpu {smi}"
+    if row.get("retired_sbe") is not None and row.get("retired_dbe") is not None:
+        fields["retired_pages"] = row["retired_sbe"] + row["retired_dbe"]
+        sources["retired_pages"] = (
+            "nvidia-smi --query-gpu retired_pages.single_bit_ecc.count + retired_pages.double_bit.count"
+        )
+    if row.get("memory_used_mib") is not None:
+        fields["memory_used_bytes"] = row["memory_used_mib"] * 2**20
+        sources["memory_used_bytes"] = "nvidia-smi --query-gpu memory.used (MiB, at probe time)"
+    return Accelerator(
+        index=row["index"], vendor="nvidia", product=row["name"] or "unknown NVIDIA GPU",
+        memory_bytes=mem, pci_bus_id=row["pci_bus_id"] or None,
+        partition=f"MIG {row['mig']}" if row["mig"] and row["mig"] != "[N/A]" else None,
+        sources=sources, **fields,
+    )  # fmt: skip
+
+
+def _cards_from_table(table: nvidia_smi.SmiInfo) -> list[Accelerator]:
+    """Cards from the default table: memory, persistence (On/Off), used memory, the ECC cell
+    and the process table (WDDM/TCC in the persistence column say nothing about persistence)."""
+    cards = []
+    for c in table.cards:
+        card = _card_from_row({
+            "index": c.index, "name": c.name, "pci_bus_id": c.pci_bus_id, "mig": c.mig,
+            "memory_mib": c.memory_total_bytes // 2**20 if c.memory_total_bytes else None,
+        })  # fmt: skip
+        src = "nvidia-smi table"
+        pers = {"On": "enabled", "Off": "disabled"}.get(c.persistence or "")
+        for field, value, where in (
+            ("persistence_mode", pers, "Persistence-M"),
+            ("memory_used_bytes", c.memory_used_bytes, "Memory-Usage (used, at probe time)"),
+            (
+                "ecc_mode",
+                c.ecc_mode,
+                "Volatile Uncorr. ECC (a count or On: enabled, Off: disabled)",
+            ),
+            ("ecc_errors_uncorrected", c.ecc_uncorrected_volatile, "Volatile Uncorr. ECC"),
+        ):
+            if value is not None:
+                setattr(card, field, value)
+                card.sources[field] = f"{src} {where}"
+        card.processes = [
+            CardProcess(
+                pid=p.pid, name=p.name or None, used_bytes=p.used_bytes, kind=p.type or None
+            )
+            for p in table.processes
+            if p.gpu == c.index
+        ]
+        card.sources["processes"] = f"{src} Processes"
+        cards.append(card)
+    return cards
+
+
+def probe(
+    r: Runner, notes: list[str], want_nics: bool = False
+) -> tuple[list[Accelerator], Interconnect | None, list[TopoNic]]:
+    """Cards, links and the NIC rows of ``topo -m``.  ``want_nics``: the host has RDMA devices,
+    so an NVML probe still runs ``topo -m`` for the NICs' distance to the cards."""
     if r.live:
         from nodeledger.machine.probe import nvml
 
-        found = nvml.probe(notes, timeout=r.timeout)
+        found = nvml.probe(notes, timeout=r.timeout, runner=r)
         if found is not None and found[0]:
-            return found
+            nics: list[TopoNic] = []
+            if want_nics and r.which("nvidia-smi") is not None:
+                t = r.run(["nvidia-smi", "topo", "-m"])
+                try:
+                    nics = nvidia_topo.parse(t.stdout).nics if t.ok else []
+                except InputError as exc:
+                    notes.append(f"NVIDIA topology not understood ({exc}); NIC distances unknown")
+                if not t.ok:
+                    notes.append(f"nvidia-smi topo -m {t.problem}; NIC distances unknown")
+            return found[0], found[1], nics
     if r.which("nvidia-smi") is None:
         notes.append("NVIDIA backend: nvidia-smi absent (not on PATH)")
-        return [], None
+        return [], None, []
     rows = None
+    cards: list[Accelerator] | None = None
     topo_res = None  # topo -m output, run once
     q = r.run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"])
+    if not q.ok and not q.problem.startswith(("timed out", "permission", "absent")):
+        # an older driver refuses a field it does not know (and the whole query with it)
+        notes.append(
+            f"NVIDIA backend: nvidia-smi --query-gpu with health fields {q.problem}; "
+            "retrying with the base fields (health unknown)"
+        )
+        q = r.run(["nvidia-smi", f"--query-gpu={QUERY_BASE}", "--format=csv,noheader,nounits"])
     if q.ok:
         try:
             rows = parse_query_csv(q.stdout) or None
         except InputError as exc:
             notes.append(f"NVIDIA backend: nvidia-smi output not understood ({exc}); cards unknown")
-            return [], None
+            return [], None, []
         if rows is None:
             notes.append("NVIDIA backend: nvidia-smi --query-gpu listed no GPU")
-            return [], None
+            return [], None, []
+        cards = [_card_from_row(row) for row in rows]
+        _processes_from_apps(r, cards, notes)
     else:
         notes.append(f"NVIDIA backend: nvidia-smi --query-gpu {q.problem}")
         if q.problem.startswith(("timed out", "permission")):
-            return [], None
+            return [], None, []
         t = r.run(["nvidia-smi"])  # older drivers / bundles: fall back to the default table
         if t.ok:
             try:
-                table = nvidia_smi.parse_table(t.stdout)
-                rows = [{"index": c.index, "name": c.name,
-                         "memory_mib": c.memory_total_bytes // 2**20 if c.memory_total_bytes else None,
-                         "pci_bus_id": c.pci_bus_id, "mig": c.mig} for c in table.cards]  # fmt: skip
+                cards = _cards_from_table(nvidia_smi.parse_table(t.stdout))
                 notes.append("NVIDIA cards read from the nvidia-smi table")
             except InputError as exc:
                 notes.append(f"NVIDIA backend: nvidia-smi table not understood ({exc})")
-        if rows is None:
+        if cards is None:
             # last resort (e.g. a bundle holding only topo -m): the cards topo lists, memory unknown
             topo_res = r.run(["nvidia-smi", "topo", "-m"])
             try:
@@ -94,25 +276,15 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
             except InputError:
                 topo_only = None
             if topo_only is None:
-                return [], None
-            rows = [{"index": c.index, "name": None, "memory_mib": None, "pci_bus_id": None, "mig": None}
-                    for c in topo_only.cards]  # fmt: skip
+                return [], None, []
+            cards = [_card_from_row({"index": c.index, "name": None, "memory_mib": None,
+                                     "pci_bus_id": None, "mig": None}) for c in topo_only.cards]  # fmt: skip
             notes.append(
                 "NVIDIA cards known only from nvidia-smi topo -m: names and memory unknown"
             )
-    cards = []
-    for row in rows:
-        mem = row["memory_mib"] * 2**20 if row["memory_mib"] else None
-        cards.append(Accelerator(
-            index=row["index"], vendor="nvidia", product=row["name"] or "unknown NVIDIA GPU",
-            memory_bytes=mem, pci_bus_id=row["pci_bus_id"] or None,
-            partition=f"MIG {row['mig']}" if row["mig"] and row["mig"] != "[N/A]" else None,
-            sources={"memory_bytes": "nvidia-smi memory.total (MiB)", "product": "nvidia-smi name"}
-            if mem
-            else {},
-        ))  # fmt: skip
     t = topo_res or r.run(["nvidia-smi", "topo", "-m"])
     inter = None
+    nics = []
     if not t.ok:
         notes.append(f"NVIDIA topology: nvidia-smi topo -m {t.problem}; links unknown")
     else:
@@ -122,6 +294,7 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
             notes.append(f"NVIDIA topology not understood ({exc}); links unknown")
             topo = None
         if topo is not None:
+            nics = topo.nics
             by_index = {c.index: c for c in topo.cards}
             for card in cards:
                 tc = by_index.get(card.index)
@@ -149,4 +322,4 @@ def probe(r: Runner, notes: list[str]) -> tuple[list[Accelerator], Interconnect 
                 if lk.a in known and lk.b in known
             ]
             inter = Interconnect(default=Link(), pairs=pairs)
-    return cards, inter
+    return cards, inter, nics

@@ -6,20 +6,97 @@ import socket
 
 from pydantic import ValidationError
 
+from nodeledger.machine.parsers.nvidia_topo import TopoNic
 from nodeledger.machine.probe import linux, nvidia, others
 from nodeledger.machine.probe.runner import Runner
-from nodeledger.machine.profile import Host, Interconnect, MachineProfile, Network, Storage
+from nodeledger.machine.profile import (
+    Accelerator,
+    Host,
+    Interconnect,
+    MachineProfile,
+    Network,
+    Nic,
+    Storage,
+)
 
 OTHER_VENDOR_TOOLS = ("rocm-smi", "hy-smi", "npu-smi")
+NEAR = ("PIX", "PXB")  # a NIC this close to a card serves it (GPUDirect RDMA)
+SAME_NUMA = ("PIX", "PXB", "PHB", "NODE")  # topo labels that stay within one NUMA node
+
+
+def merge_topo_nics(net: Network, topo_nics: list[TopoNic], cards: list[Accelerator],
+                    rdma: dict[str, dict], notes: list[str]) -> Network:  # fmt: skip
+    """Add the NIC rows of ``nvidia-smi topo -m`` to the NICs found in sysfs, by device name:
+    an InfiniBand NIC is listed by its RDMA device (mlx5_0), a RoCE one by its netdev (matched
+    through /sys/class/infiniband/<dev>/device/net).  sysfs facts win (kind, speed, NUMA node,
+    bus id); topo adds the cards at PIX/PXB (``near_cards``) and, where sysfs does not say, the
+    NUMA node of the cards on the NIC's side of the host (PIX/PXB/PHB/NODE)."""
+    if not topo_nics:
+        return net
+    numa_of = {c.index: c.numa_node for c in cards}
+    nics = list(net.nics)
+    by_name = {n.name: i for i, n in enumerate(nics)}
+    unnamed = []
+    for t in topo_nics:
+        if t.device is None:
+            unnamed.append(t.name)
+            continue
+        near = sorted(g for g, label in t.links.items() if label.upper() in NEAR and g in numa_of)
+        sides = {
+            numa_of[g]
+            for g, label in t.links.items()
+            if label.upper() in SAME_NUMA and g in numa_of
+        }
+        numa = sides.pop() if len(sides) == 1 and None not in sides else None
+        dev = rdma.get(t.device, {})
+        targets = [by_name[t.device]] if t.device in by_name else [
+            by_name[n] for n in dev.get("netdevs", []) if n in by_name
+        ]  # fmt: skip
+        if targets:
+            for i in targets:
+                old = nics[i]
+                src = old.source or ""
+                if "nvidia-smi topo -m" not in src:
+                    src += "; near_cards from nvidia-smi topo -m"
+                update: dict = {
+                    "near_cards": sorted(set(old.near_cards) | set(near)),
+                    "source": src,
+                }
+                if old.numa_node is None and numa is not None:
+                    update["numa_node"] = numa
+                    update["source"] += " (NUMA node: that of its cards)"
+                nics[i] = old.model_copy(update=update)
+            continue
+        layer = dev.get("layer")
+        kind = {"infiniband": "infiniband", "ethernet": "roce"}.get(layer or "", t.kind)
+        src = "nvidia-smi topo -m"
+        if dev.get("numa_node") is not None:
+            numa = dev["numa_node"]
+            src += f"; NUMA node from {dev['dir']}/device/numa_node"
+        elif numa is not None:
+            src += " (NUMA node: that of its cards)"
+        if layer:
+            src += f"; kind from {dev['dir']}/ports/1/link_layer"
+        nics.append(Nic(name=t.device, kind=kind if kind in ("infiniband", "roce", "rdma") else "unknown",
+                        speed_gbit=dev.get("rate_gbit"), numa_node=numa, pci_bus_id=dev.get("pci_bus_id"),
+                        near_cards=near, source=src))  # fmt: skip
+        by_name[t.device] = len(nics) - 1
+    if unnamed:
+        notes.append(
+            f"topo -m NIC rows without a NIC Legend ({', '.join(unnamed)}): device names unknown, "
+            "not added to the network"
+        )
+    return Network(nics=nics)
 
 
 def probe_machine(runner: Runner | None = None) -> MachineProfile:
     r = runner or Runner()
     notes: list[str] = []
     host = linux.host(r, notes)
-    net = linux.network(r, notes)
+    rdma = linux.rdma_devices(r)
+    net = linux.network(r, notes, rdma)
     disks = linux.storage(r, notes)
-    cards, inter = nvidia.probe(r, notes)
+    cards, inter, topo_nics = nvidia.probe(r, notes, want_nics=bool(rdma))
     for backend in (others.probe_amd, others.probe_ascend):
         if cards:
             break
@@ -57,6 +134,13 @@ def probe_machine(runner: Runner | None = None) -> MachineProfile:
                 f"card {c.index}: NUMA node {c.numa_node} not in the host's map; set unknown"
             )
             c.numa_node = None
+    net = merge_topo_nics(net, topo_nics if cards else [], cards, rdma, notes)
+    for nic in net.nics:
+        if numa_ids and nic.numa_node is not None and nic.numa_node not in numa_ids:
+            notes.append(
+                f"NIC {nic.name}: NUMA node {nic.numa_node} not in the host's map; set unknown"
+            )
+            nic.numa_node = None
     try:
         name = socket.gethostname() or "this-host"
     except OSError:
