@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -840,35 +841,300 @@ def _render_fit(d: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+FORMATS = ("terminal", "md", "json", "html")
+
+
+def _report_machine(machine: str | None) -> tuple[Any, list[str]]:
+    """--machine as given; none: probe this host, or the reference machine without cards."""
+    from nodeledger.machine import resolve_machine
+    from nodeledger.machine.io import DEFAULT_PRESET
+    from nodeledger.machine.probe import probe_machine
+
+    if machine is not None:
+        return resolve_machine(machine), [f"machine: {machine}"]
+    probed = probe_machine()
+    if probed.accelerators:
+        return probed, [f"machine: live probe of this host ({len(probed.accelerators)} cards)"]
+    return resolve_machine(None), [
+        f"No accelerator found on this host (live probe): reporting on the bundled reference "
+        f"machine {DEFAULT_PRESET} (MISSION.md). Use --machine PRESET|FILE|BUNDLE for another."
+    ]
+
+
+def _catalogue(workloads: str | None):
+    from nodeledger.model import load_model
+    from nodeledger.report.catalogue import load_catalogue
+
+    ws, src = load_catalogue(workloads)
+    specs = {}
+    for w in ws:
+        if w.model not in specs:
+            try:
+                specs[w.model] = load_model(w.model)[0]
+            except NodeledgerError as exc:
+                raise NodeledgerError(f"workload {w.id!r}: {exc}") from None
+    return ws, specs, src
+
+
+def _pick_format(fmt: str | None, out: Path | None) -> str:
+    if fmt is None:
+        suffix = out.suffix.lower().lstrip(".") if out else ""
+        fmt = {"md": "md", "markdown": "md", "json": "json", "html": "html", "htm": "html"}.get(
+            suffix, "terminal"
+        )
+    if fmt not in FORMATS:
+        raise NodeledgerError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise NodeledgerError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
+    sys.stderr.write(f"wrote {out} ({len(text.encode()):,} bytes)\n")
+
+
+FormatOpt = Annotated[
+    str | None,
+    typer.Option("--format", "-f", help="terminal | md | json | html (default: from -o's suffix)."),
+]
+OutOpt = Annotated[Path | None, typer.Option("-o", "--output", help="Write to this file.")]
+WorkloadsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--workloads",
+        help="Workload catalogue (TOML); '+FILE' adds FILE to the bundled default catalogue.",
+    ),
+]
+
+
 @app.command("report")
 def report(
     machine: Annotated[
         str | None,
-        typer.Option("--machine", help="Preset name or profile file; default: reference machine."),
+        typer.Option(
+            "--machine",
+            help="Preset, profile file or bundle (.tar.gz); default: probe this host, or the "
+            "bundled reference machine when it has no accelerator.",
+        ),
     ] = None,
-    model: Annotated[
-        str, typer.Option("--model", help="Model to show beside the machine.")
-    ] = "Qwen/Qwen3-32B",
+    workloads: WorkloadsOpt = None,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+    lifeboat: Annotated[
+        int, typer.Option("--lifeboat", help="Cards kept free for triage (default 1).")
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """The machine and a model side by side (default: the bundled reference machine).
+    """Capacity report: can / tight / cannot for each workload, what binds, serving capacity
+    with the lifeboat card, big loads at once, links and network, and the scale-out verdict."""
+    from nodeledger.report import render
+    from nodeledger.report.capacity import capacity_report
 
-    No accelerator probe exists yet, so the machine is the bundled reference preset unless
-    --machine names another.
-    """
+    fmt = "json" if as_json else _pick_format(fmt, output)
+    profile, intro = _report_machine(machine)
+    ws, specs, src = _catalogue(workloads)
+    intro.append(f"workloads: {src} ({len(ws)})")
+    rep = capacity_report(profile, ws, specs, lifeboat)
+    if fmt == "json":
+        _write(json.dumps({"intro": intro, **rep}, indent=2, default=str), output)
+    elif fmt == "md":
+        _write(render.markdown(rep, intro), output)
+    elif fmt == "html":
+        _write(render.html(rep, profile, intro), output)
+    else:
+        _render_report(rep, intro, output)
+
+
+TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
+
+
+def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from nodeledger.report import render
+
+    if output is not None:
+        fh = output.open("w", encoding="utf-8")
+        con = Console(file=fh, width=140, no_color=True)
+    else:
+        fh, con = None, _console()
+    try:
+        for line in intro:
+            con.print(line, markup=False, highlight=False)
+        con.print(render.headline(rep), markup=False)
+        t = Table(title="Workloads", show_lines=False)
+        for col in (
+            "workload",
+            "tier",
+            "binds",
+            "reason (numbers; `nodeledger fit` shows every item)",
+            "MISSION.md",
+        ):
+            t.add_column(col)
+        for r in rep["workloads"]:
+            tier = r["tier_name"]
+            t.add_row(
+                r["id"],
+                f"[{TIER_STYLE[tier]}]{tier}[/]",
+                r["binding"] or "",
+                r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),
+                render._expect(r),
+            )
+        con.print(t)
+        for r in rep["workloads"]:
+            if r.get("claim") and r.get("model_state"):
+                con.print(
+                    f"{r['id']}: claim: {r['claim']}.\n  ledger: {render.state_line(r['model_state'])}",
+                    markup=False,
+                )
+        b = Table(title="Bottleneck ranking (workloads each resource binds)")
+        for col in ("resource", "cannot", "tight", "worst used/capacity", "unknown"):
+            b.add_column(col)
+        for x in rep["bottlenecks"]:
+            ratio = "" if x["worst_ratio"] is None else f"{x['worst_ratio']:.0%}"
+            b.add_row(x["resource"], str(x["cannot"]), str(x["tight"]), ratio, str(x["unknown"]))
+        con.print(b)
+        s = rep["serving"]
+        con.print(f"Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free):")
+        for line in render.serving_lines(rep):
+            con.print(f"  {line}", markup=False)
+        con.print("Host RAM, big loads at once:")
+        for h in rep["host_loads"]:
+            con.print(f"  {h['model']}: {h['max_concurrent']} at once (hard limit), "
+                      f"{h['max_without_tight']} without entering tight; {h['reason']}", markup=False)  # fmt: skip
+        con.print("Links and network:")
+        for lk in rep["links"]:
+            con.print(f"  {lk['id']} ({lk['basis']}): {lk['reason']}", markup=False)
+        so = rep["scale_out"]
+        con.print(f"Scale-out verdict: {so['verdict']}", markup=False)
+        for i, c in enumerate(so["criteria"], 1):
+            con.print(
+                f"  {i}. {c['criterion']}: {'holds' if c['holds'] else 'does not hold'}",
+                markup=False,
+            )
+            for e in c["evidence"]:
+                con.print(f"     - {e}", markup=False)
+    finally:
+        if fh is not None:
+            fh.close()
+            sys.stderr.write(f"wrote {output}\n")
+
+
+@app.command("compare")
+def compare_cmd(
+    machines: Annotated[
+        list[str], typer.Argument(help="Two or more presets, profile files or bundles.")
+    ],
+    workloads: WorkloadsOpt = None,
+    price: Annotated[
+        list[str] | None,
+        typer.Option("--price", help="MACHINE=AMOUNT (any currency), repeatable."),
+    ] = None,
+    fmt: FormatOpt = None,
+    output: OutOpt = None,
+    lifeboat: Annotated[
+        int, typer.Option("--lifeboat", help="Cards kept free for triage (default 1).")
+    ] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Which machine runs which workloads in which tier, serving capacity, cost per workload."""
+    from rich.table import Table
+
     from nodeledger.machine import resolve_machine
-    from nodeledger.model import load_model
-    from nodeledger.report.model_summary import model_summary
+    from nodeledger.report.compare import compare, parse_prices
 
-    profile = resolve_machine(machine)
-    spec, src = load_model(model)
-    summary = model_summary(spec, src)
-    if as_json:
-        _print_json({"machine": profile.model_dump(mode="json"), "model": summary})
+    if len(machines) < 2:
+        raise NodeledgerError("compare needs at least two machines")
+    if len(set(machines)) != len(machines):
+        raise NodeledgerError(f"compare: a machine is named twice: {machines}")
+    fmt = "json" if as_json else _pick_format(fmt, output)
+    if fmt == "html":
+        raise NodeledgerError(
+            "compare writes terminal, md or json; use `report --format html` per machine"
+        )
+    profiles = [(m, resolve_machine(m)) for m in machines]
+    prices = parse_prices(price or [], machines)
+    ws, specs, src = _catalogue(workloads)
+    res = compare(profiles, ws, specs, prices, lifeboat)
+    if fmt == "json":
+        _write(json.dumps({"workloads_source": src, **res}, indent=2, default=str), output)
         return
-    _render_machine(profile)
-    _console().rule()
-    _render_model(summary)
+    lines = _compare_md(res, src)
+    if fmt == "md":
+        _write("\n".join(lines), output)
+        return
+    con = _console()
+    t = Table(title=f"Workloads ({src})")
+    t.add_column("workload")
+    for m in machines:
+        t.add_column(m)
+    for row in res["workloads"]:
+        cells = []
+        for m in machines:
+            c = row["machines"][m]
+            cells.append(
+                f"[{TIER_STYLE[c['tier']]}]{c['tier']}[/]"
+                + (f" ({c['binding']})" if c["tier"] != "can" and c["binding"] else "")
+            )
+        t.add_row(row["id"], *cells)
+    con.print(t)
+    s = Table(title="Per machine")
+    for col in (
+        "machine",
+        "cards",
+        "card memory",
+        "can / tight / cannot / unknown",
+        "first bottleneck",
+        "price",
+        "price per runnable workload",
+    ):
+        s.add_column(col)
+    for m in res["machines"]:
+        c = m["counts"]
+        s.add_row(m["machine"], str(m["cards"]), _num(m["card_memory_bytes"] and m["card_memory_bytes"] / 2**30, "GiB"),
+                  f"{c['can']} / {c['tight']} / {c['cannot']} / {c['unknown']}", m["bottleneck"] or "none",
+                  _num(m["price"]), _num(m["price_per_runnable_workload"]))  # fmt: skip
+    con.print(s)
+    sv = Table(title="Serving capacity on the business cards (sequences at the workload's context)")
+    sv.add_column("workload")
+    for m in machines:
+        sv.add_column(m)
+    ids = [w for w in res["machines"][0]["serving_sequences"]]
+    for wid in ids:
+        sv.add_row(wid, *[_num(m["serving_sequences"].get(wid)) + (
+            f" ({m['price_per_sequence'][wid]:,.0f}/seq)" if m["price_per_sequence"].get(wid) else "")
+            for m in res["machines"]])  # fmt: skip
+    con.print(sv)
+    for m in res["machines"]:
+        con.print(f"{m['machine']}: {m['scale_out']}", markup=False)
+
+
+def _compare_md(res: dict, src: str) -> list[str]:
+    names = [m["machine"] for m in res["machines"]]
+    L = [f"# Machine comparison ({src})", "", "| workload | " + " | ".join(names) + " |",
+         "|---|" + "---|" * len(names)]  # fmt: skip
+    for row in res["workloads"]:
+        cells = [row["machines"][n]["tier"] + (f" ({row['machines'][n]['binding']})" if row["machines"][n]["tier"] != "can" and row["machines"][n]["binding"] else "") for n in names]  # fmt: skip
+        L.append(f"| {row['id']} | " + " | ".join(cells) + " |")
+    L += ["", "| machine | cards | can / tight / cannot / unknown | first bottleneck | price | price per runnable workload |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for m in res["machines"]:
+        c = m["counts"]
+        L.append(f"| {m['machine']} | {m['cards']} | {c['can']} / {c['tight']} / {c['cannot']} / {c['unknown']} | "
+                 f"{m['bottleneck'] or 'none'} | {_num(m['price'])} | {_num(m['price_per_runnable_workload'])} |")  # fmt: skip
+    L += ["", "Serving capacity (sequences on the business cards):", ""]
+    for m in res["machines"]:
+        L.append(
+            f"- {m['machine']}: "
+            + ", ".join(f"{k} {_num(v)}" for k, v in m["serving_sequences"].items())
+        )
+    L.append("")
+    return L
 
 
 def main(argv: list[str] | None = None) -> int:

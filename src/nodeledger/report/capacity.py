@@ -1,0 +1,483 @@
+"""The capacity report: a workload catalogue judged on one machine.
+
+For each workload: the ledger (report/fit.py) for card memory and host RAM, the traffic check
+(report/links.py) for card links and network, and the card count; the tier is the worst of them
+("can" / "tight" / "cannot", or "unknown" when the card memory is unknown).  Then, per machine:
+the bottleneck ranking, the serving capacity with the lifeboat rule, how many big loads host RAM
+takes at once, and the scale-out verdict (MISSION.md's three criteria, each with its evidence).
+
+The result is plain data (dicts and lists) so that JSON, Markdown, HTML and the terminal render
+the same figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nodeledger.errors import InputError
+from nodeledger.ledger.build import load_ledger
+from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
+from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.model.spec import ModelSpec
+from nodeledger.report.catalogue import Workload
+from nodeledger.report.fit import TIGHT, _judge, fit, largest_serving
+from nodeledger.report.links import link_check
+
+GiB = 2**30
+TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
+ORDER = {"fits": 0, "unknown": 1, "tight": 2, "cannot": 3}
+RESOURCES = ("card memory", "host RAM", "card links", "network", "cards")
+
+
+def span(machine: MachineProfile, machines: int) -> MachineProfile:
+    """``machines`` identical copies seen as one pool of cards (for the per-card ledger; host
+    RAM grows with the copies since every machine holds its own ranks)."""
+    if machines == 1:
+        return machine
+    n = len(machine.accelerators)
+    cards = [
+        a.model_copy(update={"index": k * n + a.index, "numa_node": None})
+        for k in range(machines)
+        for a in machine.accelerators
+    ]
+    ram = machine.host.ram_bytes
+    host = machine.host.model_copy(
+        update={"ram_bytes": None if ram is None else ram * machines, "numa_nodes": []}
+    )
+    return machine.model_copy(
+        update={
+            "name": f"{machines} x {machine.name}",
+            "accelerators": cards,
+            "interconnect": machine.interconnect.model_copy(update={"pairs": []}),
+            "host": host,
+        }
+    )
+
+
+def cards_needed(job) -> int:
+    if isinstance(job, LoadJob):
+        return 0
+    p = job.parallel
+    return p.tp * p.pp * (p.dp if isinstance(job, TrainJob) else job.replicas)
+
+
+def _resource(name: str, tier: str, used: float | None, cap: float | None, reason: str) -> dict:
+    return {
+        "resource": name,
+        "tier": tier,
+        "used": used,
+        "capacity": cap,
+        "ratio": None if not cap or used is None else round(used / cap, 4),
+        "reason": reason,
+    }
+
+
+def _card_stack(ledger) -> dict:
+    card = max(ledger.cards, key=lambda c: c.total_bytes)
+    return {
+        "cards": card.cards,
+        "capacity_bytes": card.capacity_bytes,
+        "total_bytes": card.total_bytes,
+        "items": [{"name": i.name, "bytes": i.bytes} for i in card.items if i.bytes > 0],
+    }
+
+
+def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
+    """One workload on one machine: resources, tier, binding, reason (with numbers)."""
+    job = w.job()
+    row: dict = {
+        "id": w.id,
+        "title": w.title,
+        "model": w.model,
+        "job": w.kind,
+        "options": dict(w.options),
+        "machines": w.machines,
+        "expect": w.expect,
+        "beside": list(w.beside),
+    }
+    have = len(machine.accelerators) * w.machines
+    need = cards_needed(job)
+    row["cards_needed"] = need
+    if need > have:
+        res = _resource(
+            "cards", "cannot", need, have, f"needs {need} cards, {machine.name} has {have}"
+        )
+        row.update(tier="cannot", binding="cards", reason=res["reason"], resources=[res])
+        row.update(ledger=None, stack=None, links=None, largest=None)
+        per = need // job.replicas if isinstance(job, ServeJob) else need
+        if isinstance(job, ServeJob) and w.machines == 1 and per <= have:
+            # what one replica does here, for the serving capacity (the tier stays "cannot")
+            one_job = dataclasses.replace(job, replicas=have // per)
+            one = fit(spec, one_job, machine, suggest=False)
+            card = next(r for r in one.verdict.resources if r.resource == "card memory")
+            res["per_replica_card_tier"] = card.tier
+            row.update(
+                stack=_card_stack(one.ledger), largest=largest_serving(spec, one_job, machine)
+            )
+        return row
+    pool = span(machine, w.machines)
+    result = fit(spec, job, pool, suggest=True)
+    lg, v = result.ledger, result.verdict
+    resources = []
+    for r in v.resources:
+        used, cap = r.used_bytes, r.capacity_bytes
+        pct = "" if not cap else f" ({100 * used / cap:.0f} %)"
+        reason = (
+            f"{used / GiB:,.1f} GiB of {'unknown' if cap is None else f'{cap / GiB:,.1f} GiB'}{pct}"
+        )
+        if r.resource == "card memory":
+            reason = f"busiest card {reason}"
+        if r.resource == "host RAM" and lg.host.reclaimable_bytes:
+            reason += f" + {lg.host.reclaimable_bytes / GiB:,.1f} GiB evictable page cache"
+        resources.append(_resource(r.resource, r.tier, used, cap, reason))
+    if v.resources[0].tier == "cannot" and lg.extras.get("kv_shortfall"):
+        resources[0]["reason"] += f"; {lg.extras['kv_shortfall']}"
+    big = lg.extras.get("largest") or {}
+    if big.get("max_concurrency_at_context") is not None:
+        resources[0]["reason"] += (
+            f"; at most {big['max_concurrency_at_context']:,} sequences of "
+            f"{big['context']:,} tokens fit per replica"
+        )
+    links = link_check(spec, job, machine, w.machines)
+    if links is not None:
+        ratio = links.get("ratio")
+        resources.append(
+            _resource(
+                links["resource"], links["tier"], ratio, 1.0 if ratio else None, links["reason"]
+            )
+        )
+    if isinstance(job, TrainJob):
+        row["model_state"] = model_state(lg)
+    if need and need > len(machine.accelerators) - 1 and w.machines == 1:
+        row["lifeboat"] = (
+            f"uses all {len(machine.accelerators)} cards: no lifeboat card while it runs "
+            "(run it off-hours, or move triage elsewhere)"
+        )
+    row.update(
+        resources=resources,
+        ledger={
+            "host_peak_bytes": lg.host.peak_bytes,
+            "host_reclaimable_bytes": lg.host.reclaimable_bytes,
+            "host_items": [
+                {"name": i.name, "bytes": i.bytes, "reclaimable": i.reclaimable}
+                for i in lg.host.items
+            ],
+        },
+        stack=_card_stack(lg),
+        links=links,
+        largest=lg.extras.get("largest"),
+        suggestions=[s.get("options") or s for s in v.suggestions][:3],
+        notes=lg.notes,
+    )
+    _decide(row, machine)
+    return row
+
+
+STATE_ITEMS = ("parameters", "gradients", "optimizer states")
+
+
+def model_state(lg) -> dict:
+    """Parameters + gradients + optimizer states: per card, and over all cards of the job."""
+    per_card = {}
+    total = 0
+    for c in lg.cards:
+        here = sum(i.bytes for i in c.items if i.name.startswith(STATE_ITEMS))
+        per_card[str(c.cards[0])] = here
+        total += here * len(c.cards)
+    busiest = max(lg.cards, key=lambda c: c.total_bytes)
+    return {
+        "total_bytes": total,
+        "per_card_bytes": max(per_card.values()) if per_card else 0,
+        "busiest_card_total_bytes": busiest.total_bytes,
+        "cards": sum(len(c.cards) for c in lg.cards),
+        "items": {
+            name: sum(
+                i.bytes * len(c.cards) for c in lg.cards for i in c.items if i.name.startswith(name)
+            )
+            for name in STATE_ITEMS
+        },
+    }
+
+
+def _decide(row: dict, machine: MachineProfile) -> None:
+    res = row["resources"]
+    card = next(r for r in res if r["resource"] == "card memory")
+    known = [r for r in res if r["tier"] != "unknown"]
+    if not known:
+        row.update(tier="unknown", binding=None, reason="capacities unknown")
+        return
+    worst = max(known, key=lambda r: (ORDER[r["tier"]], r["ratio"] or 0))
+    tier = worst["tier"]
+    if card["tier"] == "unknown" and tier != "cannot":
+        worst, tier = card, "unknown"
+    # the resource a workload exists to test: unknown there means no verdict
+    net = next((r for r in res if r["resource"] == "network"), None)
+    host = next((r for r in res if r["resource"] == "host RAM"), None)
+    if row["machines"] > 1 and net is not None and net["tier"] == "unknown" and tier != "cannot":
+        worst, tier = net, "unknown"  # a job across machines lives or dies by its network
+    if (row["job"] == "load" or row["beside"]) and host and host["tier"] == "unknown":
+        if tier != "cannot":
+            worst, tier = host, "unknown"  # a load is a host-RAM question
+    unknown = [r["resource"] for r in res if r["tier"] == "unknown" and r is not worst]
+    reason = f"{worst['resource']}: {worst['reason']}" if not worst["reason"].startswith(worst["resource"]) else worst["reason"]  # fmt: skip
+    if unknown:
+        reason += f"; not judged: {', '.join(unknown)} unknown"
+    row.update(tier=tier, binding=worst["resource"], reason=reason)
+
+
+def _add_beside(rows: dict[str, dict], machine: MachineProfile) -> None:
+    """Workloads that share the host with others: host RAM is judged on the sum."""
+    for row in rows.values():
+        if not row["beside"] or row.get("ledger") is None:
+            continue
+        others = [rows[b] for b in row["beside"] if rows[b].get("ledger")]
+        hard = row["ledger"]["host_peak_bytes"] + sum(
+            o["ledger"]["host_peak_bytes"] for o in others
+        )
+        soft = row["ledger"]["host_reclaimable_bytes"] + sum(
+            o["ledger"]["host_reclaimable_bytes"] for o in others
+        )
+        cap = machine.host.ram_bytes
+        j = _judge("host RAM", hard, cap)
+        pct = "" if not cap else f" ({100 * hard / cap:.0f} %)"
+        reason = (
+            f"{hard / GiB:,.1f} GiB with {', '.join(row['beside'])} running beside it, of "
+            f"{'unknown' if cap is None else f'{cap / GiB:,.1f} GiB'}{pct}"
+            + (f" + {soft / GiB:,.1f} GiB evictable page cache" if soft else "")
+        )
+        host = next(r for r in row["resources"] if r["resource"] == "host RAM")
+        host.update(tier=j.tier, used=hard, capacity=cap, ratio=None if not cap else round(hard / cap, 4),
+                    reason=reason)  # fmt: skip
+        _decide(row, machine)
+
+
+def _weights_bytes(spec: ModelSpec, job) -> int:
+    dtype = getattr(job, "dtype", None)
+    scheme = scheme_for(dtype, spec) if dtype else config_scheme(spec)
+    return weight_bytes(spec, scheme).total_bytes
+
+
+def bottlenecks(rows: list[dict]) -> list[dict]:
+    """Which resource binds how many workloads, and by how much (worst used / capacity)."""
+    out = []
+    for name in RESOURCES:
+        bound = [r for r in rows if r.get("binding") == name and r["tier"] in ("tight", "cannot")]
+        hit = [res for r in rows for res in r.get("resources", []) if res["resource"] == name]
+        unknown = sum(1 for res in hit if res["tier"] == "unknown")
+        ratios = [res["ratio"] for res in hit if res["ratio"] is not None]
+        out.append({
+            "resource": name,
+            "cannot": sum(1 for r in bound if r["tier"] == "cannot"),
+            "tight": sum(1 for r in bound if r["tier"] == "tight"),
+            "workloads": [r["id"] for r in bound],
+            "worst_ratio": max(ratios) if ratios else None,
+            "unknown": unknown,
+        })  # fmt: skip
+    out.sort(key=lambda b: (b["cannot"], b["tight"], b["worst_ratio"] or 0), reverse=True)
+    return out
+
+
+def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -> dict:
+    n = len(machine.accelerators)
+    business = max(0, n - lifeboat)
+    out = []
+    for r in rows:
+        if r["job"] != "serve" or r["machines"] != 1 or not r.get("stack"):
+            continue
+        o = r["options"]
+        per = o.get("tp", 1) * o.get("pp", 1)
+        largest = r.get("largest") or {}
+        conc = largest.get("max_concurrency_at_context")
+        card_tier = next(
+            (x["tier"] for x in r["resources"] if x["resource"] == "card memory"),
+            r["resources"][0].get("per_replica_card_tier", "unknown"),
+        )
+        replicas = business // per if card_tier in ("fits", "tight") else 0
+        out.append({
+            "id": r["id"],
+            "cards_per_replica": per,
+            "replicas_on_business_cards": replicas,
+            "max_sequences_per_replica": conc,
+            "context": largest.get("context"),
+            "total_sequences": None if conc is None else replicas * conc,
+            "note": None
+            if replicas
+            else (
+                f"one replica needs {per} cards, more than the {business} business cards"
+                if card_tier in ("fits", "tight")
+                else f"does not fit ({card_tier}): no replica"
+            ),
+        })  # fmt: skip
+    return {"cards": n, "lifeboat": lifeboat, "business_cards": business, "workloads": out}
+
+
+def host_load_concurrency(rows, specs, machine: MachineProfile) -> list[dict]:
+    """How many loads of each loaded checkpoint host RAM takes at once (load ledger, ranks k)."""
+    out = []
+    seen = set()
+    n = max(1, len(machine.accelerators))
+    for r in rows:
+        if r["job"] != "load" or r["model"] in seen:
+            continue
+        seen.add(r["model"])
+        spec = specs[r["model"]]
+        base = LoadJob()
+        hard_max = fits_max = 0
+        cap = machine.host.ram_bytes
+        if cap is None:
+            out.append({"model": r["model"], "max_concurrent": None, "max_without_tight": None,
+                        "reason": "host RAM unknown"})  # fmt: skip
+            continue
+        per_load = None
+        for k in range(1, n + 1):
+            lg = load_ledger(spec, dataclasses.replace(base, ranks=k), machine)
+            j = _judge("host RAM", lg.host.peak_bytes, cap)
+            if k == 1:
+                per_load = lg.host.peak_bytes
+            if j.tier != "cannot":
+                hard_max = k
+            if j.tier == "fits":
+                fits_max = k
+        out.append({
+            "model": r["model"],
+            "one_load_host_bytes": per_load,
+            "max_concurrent": hard_max,
+            "max_without_tight": fits_max,
+            "reason": f"one load holds {per_load / GiB:,.1f} GiB (+ page cache); host RAM "
+            f"{cap / GiB:,.1f} GiB, tight above {TIGHT['host RAM']:.0%}",
+        })  # fmt: skip
+    return out
+
+
+def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -> dict:
+    """MISSION.md: buy a second machine only when all three hold at once."""
+    total = machine.total_accelerator_memory_bytes()
+    # 1. a model that does not fit the total card memory of one machine (really, not a bad split)
+    too_big, bad_split = [], []
+    for r in rows:
+        if r["machines"] != 1 or r["job"] == "load" or r["tier"] != "cannot":
+            continue
+        if r["binding"] not in ("card memory", "cards"):
+            continue
+        job = Workload(r["id"], r["title"], r["model"], r["job"], r["options"]).job()
+        w = _weights_bytes(specs[r["model"]], job) if isinstance(job, ServeJob) else None
+        if isinstance(job, ServeJob) and total is not None and w > total:
+            too_big.append(
+                f"{r['id']}: weights {w / GiB:,.0f} GiB > all cards {total / GiB:,.0f} GiB"
+            )
+        else:
+            bad_split.append(r["id"])
+    c1 = {
+        "criterion": "the model does not fit the total card memory of one machine",
+        "holds": bool(too_big),
+        "evidence": too_big or ["every catalogue model's weights fit the machine's cards"],
+    }
+    if bad_split:
+        c1["evidence"].append(
+            "cannot as split, but the weights fit in all cards (re-split first): "
+            + ", ".join(bad_split)
+        )
+    # 2. one machine's throughput cannot carry the peak
+    declared = [r for r in rows if r.get("peak_sequences")]
+    cap_by_id = {s["id"]: s for s in serving["workloads"]}
+    short, ok = [], []
+    for r in declared:
+        if r["tier"] == "cannot" and r["binding"] in ("card memory", "cards"):
+            ok.append(
+                f"{r['id']}: does not fit one machine at all (criterion 1), not a throughput limit"
+            )
+            continue
+        s = cap_by_id.get(r["id"])
+        have = None if s is None else s["total_sequences"]
+        line = f"{r['id']}: peak {r['peak_sequences']:,} sequences, one machine serves {have if have is not None else 'unknown'}"
+        (short if have is not None and have < r["peak_sequences"] else ok).append(line)
+    c2 = {
+        "criterion": "one machine's throughput cannot carry the peak",
+        "holds": bool(short),
+        "evidence": short + ok
+        if declared
+        else ["no serving workload declares peak_sequences: not established"],
+    }
+    # 3. training needs pipeline parallel across machines
+    from nodeledger.report.search import search_train
+
+    need_pp, fits_in_box = [], []
+    for r in rows:
+        if r["job"] not in ("train", "lora", "qlora") or r["machines"] != 1:
+            continue
+        if r["tier"] != "cannot":
+            fits_in_box.append(f"{r['id']}: {TIER_NAME[r['tier']]} in one machine as written")
+            continue
+        job = Workload(r["id"], r["title"], r["model"], r["job"], r["options"]).job()
+        found, tried = search_train(specs[r["model"]], job, machine, top=1, lifeboat=0)
+        if found:
+            fits_in_box.append(f"{r['id']}: fits in one machine as {found[0].options} "
+                               f"(searched {tried} layouts)")  # fmt: skip
+        else:
+            need_pp.append(f"{r['id']}: none of {tried} in-box layouts fits")
+    c3 = {
+        "criterion": "training needs pipeline parallel across machines",
+        "holds": bool(need_pp),
+        "evidence": need_pp + fits_in_box or ["no training workload in the catalogue"],
+    }
+    crit = [c1, c2, c3]
+    buy = all(c["holds"] for c in crit)
+    failing = [str(i + 1) for i, c in enumerate(crit) if not c["holds"]]
+    verdict = (
+        "buy a second machine: all three criteria hold"
+        if buy
+        else f"stay on one machine: criterion {failing[0]} does not hold"
+        if len(failing) == 1
+        else f"stay on one machine: criteria {' and '.join(failing)} do not hold"
+    )
+    return {"buy_second_machine": buy, "verdict": verdict, "criteria": crit}
+
+
+def capacity_report(
+    machine: MachineProfile,
+    workloads: list[Workload],
+    specs: dict[str, ModelSpec],
+    lifeboat: int = 1,
+) -> dict:
+    if lifeboat < 0 or (lifeboat >= max(1, len(machine.accelerators)) and machine.accelerators):
+        raise InputError(
+            f"--lifeboat {lifeboat}: the machine has {len(machine.accelerators)} cards"
+        )
+    rows = {}
+    for w in workloads:
+        try:
+            rows[w.id] = evaluate(w, specs[w.model], machine)
+        except InputError as exc:
+            msg = str(exc)
+            raise InputError(
+                msg if msg.startswith("workload ") else f"workload {w.id!r}: {msg}"
+            ) from None
+    for w in workloads:
+        rows[w.id]["peak_sequences"] = w.peak_sequences
+        rows[w.id]["claim"] = w.claim
+    _add_beside(rows, machine)
+    ordered = [rows[w.id] for w in workloads]
+    for r in ordered:
+        r["tier_name"] = TIER_NAME[r["tier"]]
+        r["agrees"] = None if not r["expect"] else r["expect"] == r["tier_name"]
+    serving = serving_capacity(ordered, machine, lifeboat)
+    return {
+        "machine": {
+            "name": machine.name,
+            "description": machine.description,
+            "cards": len(machine.accelerators),
+            "card_memory_bytes": machine.total_accelerator_memory_bytes(),
+            "host_ram_bytes": machine.host.ram_bytes,
+        },
+        "workloads": ordered,
+        "counts": {
+            t: sum(1 for r in ordered if r["tier_name"] == t)
+            for t in ("can", "tight", "cannot", "unknown")
+        },
+        "bottlenecks": bottlenecks(ordered),
+        "serving": serving,
+        "host_loads": host_load_concurrency(ordered, specs, machine),
+        "links": [{"id": r["id"], **r["links"]} for r in ordered if r.get("links")],
+        "scale_out": scale_out(ordered, specs, machine, serving),
+    }

@@ -1,0 +1,155 @@
+"""Workload catalogues (TOML): the work a machine is asked to carry.
+
+Each ``[[workloads]]`` entry names a model, a job kind and `nodeledger fit`'s options in snake_case
+(``tp``, ``context``, ``shard`` ...), plus the report's own keys (see ``workloads/default.toml``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from nodeledger.errors import InputError
+from nodeledger.ledger.jobs import build_job
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+OWN_KEYS = {
+    "id",
+    "title",
+    "model",
+    "job",
+    "expect",
+    "machines",
+    "beside",
+    "peak_sequences",
+    "claim",
+}
+EXPECT = ("can", "tight", "cannot")
+JOB_KINDS = ("serve", "train", "lora", "qlora", "load")
+
+
+@dataclass(frozen=True)
+class Workload:
+    id: str
+    title: str
+    model: str
+    kind: str
+    options: dict = field(default_factory=dict)
+    expect: str | None = None
+    machines: int = 1
+    beside: tuple[str, ...] = ()
+    peak_sequences: int | None = None
+    claim: str | None = None  # a field claim to check against the ledger (printed beside it)
+
+    def job(self):
+        """The job object (ServeJob / TrainJob / LoadJob); InputError names the workload."""
+        opts = dict(self.options)
+        if "concurrency" in opts and not isinstance(opts["concurrency"], str):
+            opts["concurrency"] = str(opts["concurrency"])
+        try:
+            return build_job(self.kind, opts)
+        except InputError as exc:
+            raise InputError(f"workload {self.id!r}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"workload {self.id!r}: an option has the wrong type ({exc})"
+            ) from None
+
+
+def default_catalogue_text() -> str:
+    return (resources.files("nodeledger.report") / "workloads" / "default.toml").read_text()
+
+
+def parse_catalogue(text: str, where: str) -> list[Workload]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: not valid TOML ({exc})") from None
+    extra = sorted(set(data) - {"workloads"})
+    if extra:
+        raise InputError(f"{where}: unknown top-level key(s) {extra}; expected [[workloads]]")
+    items = data.get("workloads")
+    if not isinstance(items, list) or not items:
+        raise InputError(f"{where}: no [[workloads]] entries")
+    out: list[Workload] = []
+    for n, raw in enumerate(items, 1):
+        if not isinstance(raw, dict):
+            raise InputError(f"{where}: workloads entry {n} is not a table")
+        wid = raw.get("id")
+        if not isinstance(wid, str) or not wid.strip():
+            raise InputError(f"{where}: workloads entry {n} has no id (a non-empty string)")
+        for key in ("model", "job"):
+            if not isinstance(raw.get(key), str) or not raw[key].strip():
+                raise InputError(f'{where}: workload {wid!r} needs {key} = "..."')
+        if raw["job"] not in JOB_KINDS:
+            raise InputError(
+                f"{where}: workload {wid!r}: job {raw['job']!r} is not one of {', '.join(JOB_KINDS)}"
+            )
+        expect = raw.get("expect")
+        if expect is not None and expect not in EXPECT:
+            raise InputError(f"{where}: workload {wid!r}: expect must be one of {EXPECT}")
+        machines = raw.get("machines", 1)
+        if not isinstance(machines, int) or isinstance(machines, bool) or machines < 1:
+            raise InputError(f"{where}: workload {wid!r}: machines must be an integer >= 1")
+        beside = raw.get("beside", [])
+        if not isinstance(beside, list) or not all(isinstance(b, str) for b in beside):
+            raise InputError(f"{where}: workload {wid!r}: beside must be a list of workload ids")
+        peak = raw.get("peak_sequences")
+        if peak is not None and (not isinstance(peak, int) or isinstance(peak, bool) or peak < 1):
+            raise InputError(f"{where}: workload {wid!r}: peak_sequences must be an integer >= 1")
+        if peak is not None and raw["job"] != "serve":
+            raise InputError(f"{where}: workload {wid!r}: peak_sequences applies to serve jobs")
+        opts = {k.replace("-", "_"): v for k, v in raw.items() if k not in OWN_KEYS}
+        w = Workload(
+            id=wid,
+            title=str(raw.get("title", wid)),
+            model=raw["model"],
+            kind=raw["job"],
+            options=opts,
+            expect=expect,
+            machines=machines,
+            beside=tuple(beside),
+            peak_sequences=peak,
+            claim=str(raw["claim"]) if raw.get("claim") is not None else None,
+        )
+        w.job()  # validate the options now, with the workload's name in the message
+        out.append(w)
+    ids = [w.id for w in out]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise InputError(f"{where}: workload ids repeat: {dupes}")
+    for w in out:
+        for b in w.beside:
+            if b not in ids or b == w.id:
+                raise InputError(f"{where}: workload {w.id!r}: beside names unknown workload {b!r}")
+    return out
+
+
+def load_catalogue(ref: str | None) -> tuple[list[Workload], str]:
+    """None: the bundled default; "FILE": that catalogue; "+FILE": the default plus FILE."""
+    if ref is None:
+        return parse_catalogue(default_catalogue_text(), "default catalogue"), "default catalogue"
+    append = ref.startswith("+")
+    path = Path(ref[1:] if append else ref)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"workload catalogue {str(path)!r} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"workload catalogue {str(path)!r} unreadable: {exc}") from None
+    own = parse_catalogue(text, str(path))
+    if not append:
+        return own, str(path)
+    base = parse_catalogue(default_catalogue_text(), "default catalogue")
+    merged = base + own
+    ids = [w.id for w in merged]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise InputError(f"{path}: workload ids already in the default catalogue: {dupes}")
+    return merged, f"default catalogue + {path}"

@@ -1,0 +1,326 @@
+"""`nodeledger report` / `compare`: tiers, bottlenecks, lifeboat, loads, links, scale-out, and
+the output formats.  Tiers pinned on three machines, each with the reason the ledger gives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import cli_json, run_cli
+from nodeledger.errors import InputError
+from nodeledger.machine import resolve_machine
+from nodeledger.model import load_model
+from nodeledger.report.capacity import capacity_report
+from nodeledger.report.catalogue import load_catalogue, parse_catalogue
+
+_CACHE: dict[str, dict] = {}
+
+
+def rep(machine: str) -> dict:
+    if machine not in _CACHE:
+        ws, _ = load_catalogue(None)
+        specs = {w.model: load_model(w.model)[0] for w in ws}
+        _CACHE[machine] = capacity_report(resolve_machine(machine), ws, specs)
+    return _CACHE[machine]
+
+
+def row(machine: str, wid: str) -> dict:
+    return next(r for r in rep(machine)["workloads"] if r["id"] == wid)
+
+
+# -- the reference machine reproduces MISSION.md where the accounting supports it ------------
+
+MISSION_AGREES = [
+    "serve-0.6b-tp1", "serve-8b-tp1", "serve-32b-tp2", "serve-32b-tp4", "train-32b-full-zero3",
+    "lora-32b", "train-8b-fsdp8", "serve-671b-moe-tp8", "train-32b-cpu-offload", "load-32b-x2",
+    "load-32b-x1", "dataloader-8x4-beside-load",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("wid", MISSION_AGREES)
+def test_reference_agrees_with_mission(wid):
+    r = row("k100-ai-8x64g", wid)
+    assert r["agrees"] is True, (r["expect"], r["tier_name"], r["reason"])
+
+
+def test_reference_disagreements_are_explained():
+    """Exactly two workloads differ from MISSION.md, each with its numbers."""
+    differ = {r["id"]: r for r in rep("k100-ai-8x64g")["workloads"] if r["agrees"] is False}
+    assert set(differ) == {"train-8b-cpu-offload", "serve-671b-tp16-2machines"}
+    off = differ["train-8b-cpu-offload"]
+    assert off["tier_name"] == "cannot" and off["binding"] == "host RAM"
+    assert "146.1 GiB of 125.0 GiB" in off["reason"]  # 16 B x 8.19e9 params + 8 x 3 GiB
+    net = differ["serve-671b-tp16-2machines"]
+    assert net["tier_name"] == "unknown" and net["binding"] == "network"
+    assert "speed unknown" in net["reason"] and "cannot for any card faster than" in net["reason"]
+
+
+def test_reference_field_claim_checked_with_numbers():
+    r = row("k100-ai-8x64g", "train-32b-full-zero3")
+    ms = r["model_state"]
+    it = ms["items"]
+    # bf16 params and grads (2 B each) + AdamW m, v in bf16 (4 B): 8 B x 32.76e9 parameters
+    assert it["parameters"] == it["gradients"] and it["optimizer states"] == 2 * it["parameters"]
+    assert ms["total_bytes"] == sum(it.values())
+    assert 240 * 2**30 < ms["total_bytes"] < 250 * 2**30  # ~244 GiB, not the claimed ~130 GB
+    assert ms["per_card_bytes"] * 8 == ms["total_bytes"]
+    assert r["claim"] and "130 GB" in r["claim"]
+
+
+def test_reference_bottlenecks_serving_loads_scale_out():
+    d = rep("k100-ai-8x64g")
+    ranking = [b["resource"] for b in d["bottlenecks"]]
+    assert ranking[:2] == ["host RAM", "card memory"]
+    host = d["bottlenecks"][0]
+    assert host["cannot"] == 3 and host["tight"] == 1
+    # lifeboat: 7 business cards -> 7 TP1 replicas, 3 TP2 replicas, 1 TP4 replica
+    s = {w["id"]: w for w in d["serving"]["workloads"]}
+    assert d["serving"]["business_cards"] == 7
+    assert s["serve-8b-tp1"]["replicas_on_business_cards"] == 7
+    assert s["serve-32b-tp2"]["replicas_on_business_cards"] == 3
+    assert s["serve-32b-tp4"]["replicas_on_business_cards"] == 1
+    assert s["serve-235b-moe-tp8"]["replicas_on_business_cards"] == 0
+    assert "more than the 7 business cards" in s["serve-235b-moe-tp8"]["note"]
+    per = s["serve-8b-tp1"]["max_sequences_per_replica"]
+    assert s["serve-8b-tp1"]["total_sequences"] == 7 * per and per >= 16
+    (load,) = d["host_loads"]
+    assert load["model"] == "qwen3-32b" and load["max_concurrent"] == 1
+    so = d["scale_out"]
+    assert so["buy_second_machine"] is False
+    c1, c2, c3 = so["criteria"]
+    assert c1["holds"] and "serve-671b-moe-tp8" in c1["evidence"][0]
+    assert not c2["holds"] and "not established" in c2["evidence"][0]
+    assert not c3["holds"]
+
+
+# -- three machines, different and explained answers ------------------------------------------
+
+PINNED = [
+    # (workload, reference, dgx-h100, 8x-rtx4090)
+    ("serve-8b-tp1", "can", "can", "cannot"),
+    ("serve-235b-moe-tp8", "tight", "can", "cannot"),
+    ("serve-671b-moe-tp8", "cannot", "cannot", "cannot"),
+    ("serve-671b-tp16-2machines", "unknown", "cannot", "cannot"),
+    ("train-32b-cpu-offload", "cannot", "can", "tight"),
+    ("load-32b-x2", "cannot", "can", "cannot"),
+    ("train-32b-full-zero3", "can", "can", "cannot"),
+]
+
+
+@pytest.mark.parametrize(("wid", "ref", "dgx", "rtx"), PINNED)
+def test_tiers_on_three_machines(wid, ref, dgx, rtx):
+    got = tuple(row(m, wid)["tier_name"] for m in ("k100-ai-8x64g", "dgx-h100", "8x-rtx4090"))
+    assert got == (ref, dgx, rtx), [
+        row(m, wid)["reason"] for m in ("k100-ai-8x64g", "dgx-h100", "8x-rtx4090")
+    ]
+
+
+def test_three_machines_reasons():
+    # dgx-h100: 8 x 400 Gb/s InfiniBand, 989.5 TFLOPS cards: TP16 across two boxes is network-bound
+    net = row("dgx-h100", "serve-671b-tp16-2machines")
+    assert net["binding"] == "network" and "the NIC share gives 50.0 GB/s" in net["reason"]
+    # 2 TB host RAM absorbs the offload and two loads
+    assert row("dgx-h100", "load-32b-x2")["binding"] == "card memory"
+    # 8 x RTX 4090: 24 GiB cards; PCIe links carry ZeRO-3 + offload traffic near compute time
+    rtx = row("8x-rtx4090", "train-32b-cpu-offload")
+    assert rtx["binding"] == "card links" and "32.0 GB/s" in rtx["reason"]
+    assert "of 24.0 GiB" in row("8x-rtx4090", "serve-8b-tp1")["reason"]
+    assert rep("8x-rtx4090")["bottlenecks"][0]["resource"] == "card memory"
+    assert rep("dgx-h100")["bottlenecks"][0]["resource"] == "network"
+
+
+# -- scale-out: all three criteria can hold ---------------------------------------------------
+
+BUY = """
+[[workloads]]
+id = "dsv3"
+model = "deepseek-v3"
+job = "serve"
+tp = 8
+context = 4096
+concurrency = 1
+peak_sequences = 400
+
+[[workloads]]
+id = "big-serve"
+model = "qwen3-8b"
+job = "serve"
+context = 4096
+concurrency = 16
+peak_sequences = 100000
+
+[[workloads]]
+id = "train-405b"
+model = "llama-3.1-405b"
+job = "train"
+dp = 8
+shard = "zero3"
+checkpointing = "full"
+"""
+
+
+def test_scale_out_buy_only_when_all_three_hold():
+    ws = parse_catalogue(BUY, "test")
+    specs = {w.model: load_model(w.model)[0] for w in ws}
+    d = capacity_report(resolve_machine("k100-ai-8x64g"), ws, specs)
+    c1, c2, c3 = d["scale_out"]["criteria"]
+    assert c1["holds"] and c2["holds"] and c3["holds"], d["scale_out"]
+    assert d["scale_out"]["buy_second_machine"] is True
+    assert any("none of" in e for e in c3["evidence"])
+    # drop the peak: criterion 2 fails, so no purchase
+    d2 = capacity_report(resolve_machine("k100-ai-8x64g"), ws[:1] + ws[2:], specs)
+    assert d2["scale_out"]["buy_second_machine"] is False
+
+
+# -- catalogue errors: one line, exit 2 --------------------------------------------------------
+
+BAD = [
+    ("[[workloads]\nid='x'", "not valid TOML"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\ncontxt=4096", "--contxt does not apply"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='fly'", "job 'fly' is not one of"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\ntp='2'", "workload 'x'"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\nbeside=['y']", "unknown workload 'y'"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\n[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'", "ids repeat"),
+    ("[[workloads]]\nid='x'\nmodel='no-such-model'\njob='serve'", "workload 'x'"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-32b'\njob='serve'\ntp=3", "workload 'x'"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='train'\npeak_sequences=3", "applies to serve"),
+    ("", "no [[workloads]]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD)
+def test_bad_catalogue_one_line_exit_2(tmp_path, text, expected):
+    f = tmp_path / "w.toml"
+    f.write_text(text)
+    proc = run_cli("report", "--machine", "k100-ai-8x64g", "--workloads", str(f))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert expected in lines[0], lines[0]
+
+
+def test_user_catalogue_appends_to_default(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text("[[workloads]]\nid='mine'\nmodel='qwen3-8b'\njob='serve'\ncontext=2048\n")
+    ws, src = load_catalogue(f"+{f}")
+    assert ws[-1].id == "mine" and len(ws) == 17 and "default catalogue +" in src
+    with pytest.raises(InputError, match="already in the default"):
+        f.write_text("[[workloads]]\nid='lora-32b'\nmodel='qwen3-8b'\njob='serve'\n")
+        load_catalogue(f"+{f}")
+
+
+# -- formats ---------------------------------------------------------------------------------
+
+
+def test_json_contract():
+    d = cli_json("report", "--machine", "dgx-h100")
+    assert {"intro", "machine", "workloads", "bottlenecks", "serving", "host_loads", "links",
+            "scale_out", "counts"} <= set(d)  # fmt: skip
+    for r in d["workloads"]:
+        assert r["tier_name"] in ("can", "tight", "cannot", "unknown")
+        assert r["reason"] and ("GiB" in r["reason"] or "GB/s" in r["reason"])
+    assert sum(d["counts"].values()) == len(d["workloads"]) == 16
+    json.dumps(d, allow_nan=False)  # no NaN leaks
+
+
+def test_markdown_and_html_files(tmp_path):
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    assert run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(md)).returncode == 0
+    text = md.read_text()
+    assert text.startswith("# Capacity report: k100-ai-8x64g")
+    assert "## Scale-out verdict" in text and "| serve-8b-tp1" in text
+    assert run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(html)).returncode == 0
+    page = html.read_text()
+    assert page.count("<svg") == 2 and "http://" not in page.replace(
+        "http://www.w3.org/2000/svg", ""
+    )
+    assert html.stat().st_size < 2_000_000
+
+
+def test_bad_format_and_output(tmp_path):
+    proc = run_cli("report", "--format", "pdf")
+    assert proc.returncode == 2 and "--format 'pdf'" in proc.stderr
+    proc = run_cli("report", "-o", str(tmp_path / "no" / "dir" / "r.md"))
+    assert proc.returncode == 2 and "cannot write" in proc.stderr
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs Debian's)")
+def test_html_renders_in_headless_chromium(tmp_path):
+    """The page shows its tables and charts: DOM text present, screenshot neither blank nor
+    missing the tier badges and bars (their colours are counted in the pixels)."""
+    from PIL import Image
+
+    page = tmp_path / "r.html"
+    assert run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(page)).returncode == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'ud'}"]  # fmt: skip
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    for text in ("Capacity report: k100-ai-8x64g", "Bottleneck ranking", "Scale-out verdict",
+                 "serve-671b-tp16-2machines", "Card-to-card links"):  # fmt: skip
+        assert text in dom
+    png = tmp_path / "r.png"
+    subprocess.run([CHROMIUM, *flags, "--window-size=1200,2600", f"--screenshot={png}",
+                    page.as_uri()], capture_output=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    img = Image.open(png).convert("RGB")
+    assert img.size == (1200, 2600)
+    pixels = (
+        list(img.getdata()) if not hasattr(img, "get_flattened_data") else img.get_flattened_data()
+    )
+    counts: dict[tuple, int] = {}
+    for p in pixels:
+        counts[p] = counts.get(p, 0) + 1
+    white = counts.get((255, 255, 255), 0)
+    assert white < 0.95 * len(pixels)  # not blank
+    for rgb in ((0x2E, 0x7D, 0x32), (0xC6, 0x28, 0x28), (0x15, 0x65, 0xC0)):  # can, cannot, bars
+        near = sum(c for p, c in counts.items() if all(abs(p[k] - rgb[k]) <= 8 for k in range(3)))
+        assert near > 200, rgb
+
+
+# -- compare -----------------------------------------------------------------------------------
+
+
+def test_compare_with_prices():
+    d = cli_json("compare", "4x-a100-80g-pcie", "8x-a40-48g-pcie",
+                 "--price", "4x-a100-80g-pcie=60000", "--price", "8x-a40-48g-pcie=60000")  # fmt: skip
+    by = {m["machine"]: m for m in d["machines"]}
+    a100, a40 = by["4x-a100-80g-pcie"], by["8x-a40-48g-pcie"]
+    assert a100["cards"] == 4 and a40["cards"] == 8
+    for m in (a100, a40):
+        if m["runnable"]:
+            assert m["price_per_runnable_workload"] == pytest.approx(60000 / m["runnable"])
+    # 8 small serving instances: the A40 box keeps 7 business cards, the A100 box 3
+    sv = {m: {w["id"]: w for w in d["reports"][m]["serving"]["workloads"]} for m in by}
+    a, b = sv["4x-a100-80g-pcie"]["serve-8b-tp1"], sv["8x-a40-48g-pcie"]["serve-8b-tp1"]
+    assert a["replicas_on_business_cards"] == 3 and b["replicas_on_business_cards"] == 7
+    # 80 GiB cards hold more sequences each; here both boxes land on the same total
+    assert a["max_sequences_per_replica"] > b["max_sequences_per_replica"]
+    assert a100["serving_sequences"]["serve-8b-tp1"] == 3 * a["max_sequences_per_replica"]
+    assert a40["serving_sequences"]["serve-8b-tp1"] == 7 * b["max_sequences_per_replica"]
+    tiers = {r["id"]: r["machines"] for r in d["workloads"]}
+    assert tiers["serve-0.6b-tp1"]["4x-a100-80g-pcie"]["tier"] == "cannot"  # 8 replicas > 4 cards
+    assert tiers["serve-0.6b-tp1"]["4x-a100-80g-pcie"]["binding"] == "cards"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["dgx-h100"], "at least two machines"),
+        (["dgx-h100", "dgx-h100"], "named twice"),
+        (["dgx-h100", "8x-rtx4090", "--price", "dgx-h100"], "MACHINE=AMOUNT"),
+        (["dgx-h100", "8x-rtx4090", "--price", "dgx-a100-80g=3"], "not one of the compared"),
+        (["dgx-h100", "8x-rtx4090", "--price", "dgx-h100=-1"], "positive finite"),
+        (["dgx-h100", "no-such-machine"], "no-such-machine"),
+    ],
+)
+def test_compare_bad_input(args, expected):
+    proc = run_cli("compare", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and expected in proc.stderr
