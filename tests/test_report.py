@@ -130,6 +130,9 @@ def test_three_machines_reasons():
     assert "of 24.0 GiB" in row("8x-rtx4090", "serve-8b-tp1")["reason"]
     assert rep("8x-rtx4090")["bottlenecks"][0]["resource"] == "card memory"
     assert rep("dgx-h100")["bottlenecks"][0]["resource"] == "network"
+    # 627 GiB of fp8 weights in 637 GiB of cards: criterion 1 holds though the weights "fit"
+    c1 = rep("dgx-h100")["scale_out"]["criteria"][0]
+    assert c1["holds"] and "spread over all 8 cards it still does not fit" in c1["evidence"][0]
 
 
 # -- scale-out: all three criteria can hold ---------------------------------------------------

@@ -366,6 +366,17 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
             too_big.append(
                 f"{r['id']}: weights {w / GiB:,.0f} GiB > all cards {total / GiB:,.0f} GiB"
             )
+        elif (
+            isinstance(job, ServeJob)
+            and r["binding"] == "card memory"
+            and r["cards_needed"] >= len(machine.accelerators)
+        ):
+            too_big.append(
+                f"{r['id']}: spread over all {len(machine.accelerators)} cards it still does not "
+                f"fit (weights {w / GiB:,.0f} GiB of "
+                f"{'unknown' if total is None else f'{total / GiB:,.0f} GiB'} of cards; no room "
+                "left for the runtime and the KV cache)"
+            )
         else:
             bad_split.append(r["id"])
     c1 = {
