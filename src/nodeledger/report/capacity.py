@@ -216,9 +216,9 @@ def _decide(row: dict, machine: MachineProfile) -> None:
     host = next((r for r in res if r["resource"] == "host RAM"), None)
     if row["machines"] > 1 and net is not None and net["tier"] == "unknown" and tier != "cannot":
         worst, tier = net, "unknown"  # a job across machines lives or dies by its network
-    if (row["job"] == "load" or row["beside"]) and host and host["tier"] == "unknown":
-        if tier != "cannot":
-            worst, tier = host, "unknown"  # a load is a host-RAM question
+    loads = row["job"] == "load" or row["beside"]
+    if loads and host and host["tier"] == "unknown" and tier != "cannot":
+        worst, tier = host, "unknown"  # a load is a host-RAM question
     unknown = [r["resource"] for r in res if r["tier"] == "unknown" and r is not worst]
     reason = f"{worst['resource']}: {worst['reason']}" if not worst["reason"].startswith(worst["resource"]) else worst["reason"]  # fmt: skip
     if unknown:
