@@ -19,7 +19,7 @@ from nodeledger.machine.profile import (
     Storage,
 )
 
-OTHER_VENDOR_TOOLS = ("rocm-smi", "hy-smi", "npu-smi")
+OTHER_VENDOR_TOOLS = ("amd-smi", "rocm-smi", "hy-smi", "npu-smi")
 NEAR = ("PIX", "PXB")  # a NIC this close to a card serves it (GPUDirect RDMA)
 SAME_NUMA = ("PIX", "PXB", "PHB", "NODE")  # topo labels that stay within one NUMA node
 
