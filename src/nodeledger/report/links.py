@@ -90,14 +90,15 @@ def link_check(
     fl_token = comm.flops_per_token(active, training, recompute) / (tp * pp)
     elem = 2  # bf16 activations and gradients on the wire
     tp_b = comm.tp_bytes_per_token(spec.hidden_size, -(-spec.num_layers // pp), tp, elem, training)
-    dp_b = 0.0
+    dp_b = dp_step = 0.0
     if training and dp > 1:
         trainable = spec.params_total() if not job.is_lora else _lora_params(spec, job)
         grad_elem = 4 if job.precision == "mixed" else 2
         grads = trainable * grad_elem / (tp * pp)
         params = spec.params_total() * 2 / (tp * pp)
         tokens_per_step = job.micro_batch * job.seq * job.grad_accum
-        dp_b = comm.dp_bytes_per_step(grads, params, dp, job.shard) / tokens_per_step
+        dp_step = comm.dp_bytes_per_step(grads, params, dp, job.shard)
+        dp_b = dp_step / tokens_per_step
     cards_used = tp * pp * dp
     crosses_tp = machines > 1 and tp > per_machine
     crosses_dp = machines > 1 and not crosses_tp
@@ -131,6 +132,14 @@ def link_check(
         f"{mfu:.0%}",
     }
     total_b = sum(b for _, _, b in paths)
+    out["dp_bytes_per_step"] = round(dp_step)
+    volume = []
+    if tp > 1:
+        volume.append(f"TP {tp_b / 1e6:,.2f} MB per token per card")
+    if dp_step:
+        volume.append(f"{'ZeRO-3/FSDP' if job.shard in ('zero3', 'fsdp', 'fsdp_hybrid') else 'DP'} "
+                      f"sync {dp_step / 1e9:,.2f} GB per step per card")  # fmt: skip
+    moves = ", ".join(volume)
     # GB/s of link each card needs per TFLOPS of its own peak, so that traffic = compute time
     need_per_tflops = total_b * 1e12 * mfu / fl_token / GB
     out["needed_gbps_per_card_tflops"] = need_per_tflops
@@ -149,7 +158,7 @@ def link_check(
             if peak is not None
             else f"needs {need_per_tflops:,.2f} GB/s per card for each TFLOPS of card peak"
         )
-        reason = f"{resource}: {need} to keep pace with compute; {'; '.join(missing)}"
+        reason = f"{resource}: {moves}; {need} to keep pace with compute; {'; '.join(missing)}"
         if peak is None:
             # the card peak above which the link would bind (ratio > 2): what is unknown matters
             # only if the real card is slower than this
@@ -177,7 +186,7 @@ def link_check(
         comm_seconds_per_token=comm_s,
         compute_seconds_per_token=comp_s,
         reason=(
-            f"{resource}: needs {out['needed_gbps_per_card']:,.1f} GB/s per card, "
+            f"{resource}: {moves}; needs {out['needed_gbps_per_card']:,.1f} GB/s per card, "
             f"{'the NIC share gives' if resource == 'network' else 'the link gives'} "
             f"{out['link_gbps_per_card']:,.1f} GB/s ({out['path']}); traffic takes "
             f"{ratio:.2f}x the compute time"

@@ -1,0 +1,50 @@
+"""ledger/comm.py terms against hand-computed values (derivations in the module docstring)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeledger.ledger import comm
+from nodeledger.ledger.jobs import build_job
+from nodeledger.machine import resolve_machine
+from nodeledger.model import load_model
+from nodeledger.report.links import link_check
+
+
+def test_ring_and_gather_factors():
+    assert comm.ring_allreduce_bytes_per_rank(800, 8) == 2 * 7 / 8 * 800 == 1400
+    assert comm.ring_allreduce_bytes_per_rank(800, 1) == 0
+    assert comm.gather_bytes_per_rank(800, 4) == 600
+
+
+def test_tp_bytes_per_token_qwen3_32b_tp2():
+    # 64 layers x 2 all-reduces x 2(2-1)/2 x 5120 hidden x 2 B = 1,310,720 B forward
+    assert comm.tp_bytes_per_token(5120, 64, 2, 2, backward=False) == 1_310_720
+    assert comm.tp_bytes_per_token(5120, 64, 2, 2, backward=True) == 2 * 1_310_720
+
+
+def test_dp_bytes_per_step():
+    g = p = 16e9
+    assert comm.dp_bytes_per_step(g, p, 8, "none") == pytest.approx(2 * 7 / 8 * g)
+    assert comm.dp_bytes_per_step(g, p, 8, "zero2") == pytest.approx(2 * 7 / 8 * g)
+    assert comm.dp_bytes_per_step(g, p, 8, "zero3") == pytest.approx(3 * 7 / 8 * p)
+
+
+def test_flops_and_seconds():
+    assert comm.flops_per_token(10, training=False) == 20
+    assert comm.flops_per_token(10, training=True) == 60
+    assert comm.flops_per_token(10, training=True, recompute=True) == 80
+    assert comm.compute_seconds(4e14, 1000, 0.4) == pytest.approx(1.0)
+    assert comm.transfer_seconds(50e9, 50) == pytest.approx(1.0)
+
+
+def test_link_check_ratio_is_traffic_over_compute():
+    spec = load_model("qwen3-32b")[0]
+    m = resolve_machine("dgx-h100")
+    job = build_job("serve", {"tp": 2})
+    lk = link_check(spec, job, m)
+    comp = comm.compute_seconds(2 * spec.params_active() / 2, 989.5)
+    traffic = 1_310_720 / 450e9
+    assert lk["ratio"] == round(traffic / comp, 3)
+    assert lk["tier"] == "fits" and lk["resource"] == "card links"
+    assert link_check(spec, build_job("serve", {}), m) is None  # TP1: nothing between cards
