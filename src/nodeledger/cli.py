@@ -1137,6 +1137,18 @@ def _compare_md(res: dict, src: str) -> list[str]:
     return L
 
 
+# commands whose rendering lives in their own CLI-layer modules (cli_*.py): they print and map
+# errors exactly as this file does, and are registered here
+def _register_more() -> None:
+    from nodeledger import cli_doctor, cli_oom, cli_place
+
+    for mod in (cli_doctor, cli_oom, cli_place):
+        mod.register(app)
+
+
+_register_more()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="nodeledger", standalone_mode=True)
