@@ -19,17 +19,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-OWN_KEYS = {
-    "id",
-    "title",
-    "model",
-    "job",
-    "expect",
-    "machines",
-    "beside",
-    "peak_sequences",
-    "claim",
-}
+OWN_KEYS = {"id", "title", "model", "job", "expect", "machines", "beside", "peak_sequences", "claim",
+            "priority", "command"}  # fmt: skip
 EXPECT = ("can", "tight", "cannot")
 JOB_KINDS = ("serve", "train", "lora", "qlora", "load")
 
@@ -46,6 +37,8 @@ class Workload:
     beside: tuple[str, ...] = ()
     peak_sequences: int | None = None
     claim: str | None = None  # a field claim to check against the ledger (printed beside it)
+    priority: int = 0  # placement: higher is placed first
+    command: tuple[str, ...] | None = None  # placement: the argv `nodeledger run` starts
 
     def job(self):
         """The job object (ServeJob / TrainJob / LoadJob); InputError names the workload."""
@@ -105,6 +98,16 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             raise InputError(f"{where}: workload {wid!r}: peak_sequences must be an integer >= 1")
         if peak is not None and raw["job"] != "serve":
             raise InputError(f"{where}: workload {wid!r}: peak_sequences applies to serve jobs")
+        prio = raw.get("priority", 0)
+        if not isinstance(prio, int) or isinstance(prio, bool):
+            raise InputError(f"{where}: workload {wid!r}: priority must be an integer")
+        cmd = raw.get("command")
+        if cmd is not None and (
+            not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd)
+        ):
+            raise InputError(
+                f"{where}: workload {wid!r}: command must be a list of strings (argv, no shell)"
+            )
         opts = {k.replace("-", "_"): v for k, v in raw.items() if k not in OWN_KEYS}
         w = Workload(
             id=wid,
@@ -117,6 +120,8 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             beside=tuple(beside),
             peak_sequences=peak,
             claim=str(raw["claim"]) if raw.get("claim") is not None else None,
+            priority=prio,
+            command=tuple(cmd) if cmd else None,
         )
         w.job()  # validate the options now, with the workload's name in the message
         out.append(w)

@@ -1,0 +1,364 @@
+"""Placement: which replica goes on which cards, bound to which CPUs, with a lifeboat card.
+
+1. Units.  Each workload of the plan becomes replicas of ``tp x pp`` cards (serve: ``replicas``
+   of them; train: one replica of ``tp x pp x dp`` cards; load: ``ranks`` cards).  Each replica's
+   busiest card and host peak come from the ledger (report/fit.py) for ONE replica.
+2. Free cards.  Cards holding processes at probe time are taken (``running`` in the result).
+3. Lifeboat.  Every free card is tried as the lifeboat; the plan without it is scored and the
+   best kept; ties go to the card whose loss breaks no well-linked group (its best link is the
+   weakest), then to the NUMA node with the most free cards, then to the highest index.
+4. Groups.  Replicas are placed by priority (high first), then size (big first).  For each, every
+   set of k free cards is scored by its links: the weakest pair first (NVLink / xGMI / HCCS >
+   PIX > PXB > PHB > NODE > SYS; NVLink lane count breaks ties), then the sum over pairs, then
+   one NUMA node over several.  A depth-first search over the whole plan keeps the assignment
+   with the most replicas placed (weighted by priority), then the best links, then the least
+   fragmentation (the free cards left form the fewest islands of well-linked cards) — not the
+   first group a greedy pass would take.
+5. Sharing (``share=True``): a TP1 replica that found no free card may join a card whose placed
+   replicas plus it stay within the card-memory margin (90 %); MPS / MIG is noted.
+6. Host RAM: the replicas' host peaks add up; a replica that would push the sum past RAM is not
+   placed (binding: host RAM).
+7. CPU binding: a replica's NUMA node is its cards' node when they agree; that node's CPUs are
+   split evenly between the replicas bound to it; workers = CPUs of the slice - 1 (the main
+   process), capped by what host RAM leaves at 300 MiB per worker (fit's documented default).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from nodeledger.errors import InputError
+from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
+from nodeledger.machine.parsers.npu_smi import cpulist_ids
+from nodeledger.machine.parsers.numa import compress_cpus
+from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
+from nodeledger.model.spec import ModelSpec
+from nodeledger.report.catalogue import Workload
+from nodeledger.report.fit import TIGHT, fit
+
+GiB = 2**30
+WORKER_BYTES = 300 * 2**20  # fit's HostSide.worker_rss_bytes default
+KIND_SCORE = {
+    LinkKind.nvlink: 100, LinkKind.xgmi: 100, LinkKind.hccs: 100, LinkKind.pix: 50,
+    LinkKind.pxb: 40, LinkKind.pcie: 35, LinkKind.phb: 30, LinkKind.node: 20, LinkKind.sys: 10,
+    LinkKind.unknown: 0,
+}  # fmt: skip
+VISIBLE = {
+    Vendor.nvidia: "CUDA_VISIBLE_DEVICES",
+    Vendor.amd: "HIP_VISIBLE_DEVICES",
+    Vendor.hygon: "HIP_VISIBLE_DEVICES",
+    Vendor.huawei: "ASCEND_RT_VISIBLE_DEVICES",
+}
+MAX_NODES = 50_000  # search budget (nodes of the depth-first search)
+
+
+@dataclass
+class Unit:
+    name: str  # "<workload id>#<n>"
+    workload: str
+    priority: int
+    cards: int
+    card_bytes: int | None  # busiest card of one replica
+    host_bytes: int  # host peak of one replica (held, not page cache)
+    workers: int  # dataloader workers the job asked for (train), else 0
+    shareable: bool
+
+
+@dataclass
+class Placed:
+    unit: Unit
+    cards: list[int]
+    shared: bool = False
+
+
+@dataclass
+class State:
+    placed: list[Placed] = field(default_factory=list)
+    unplaced: list[tuple[Unit, str, str]] = field(default_factory=list)  # unit, binding, reason
+
+
+def pair_score(machine: MachineProfile, a: int, b: int) -> int:
+    lk = machine.link(a, b)
+    s = KIND_SCORE[lk.kind] * 100
+    if lk.kind == LinkKind.nvlink and lk.lanes:
+        s += lk.lanes
+    return s
+
+
+def group_score(machine: MachineProfile, cards: tuple[int, ...], numa: dict[int, int | None]):
+    if len(cards) == 1:
+        return (10**6, 0, 1)
+    pairs = [pair_score(machine, a, b) for a, b in itertools.combinations(cards, 2)]
+    nodes = {numa.get(c) for c in cards}
+    return (min(pairs), sum(pairs) / len(pairs), 1 if len(nodes) == 1 and None not in nodes else 0)
+
+
+def islands(machine: MachineProfile, free: list[int]) -> int:
+    """Number of groups of free cards joined by their best link class (fragmentation)."""
+    if not free:
+        return 0
+    best = max((pair_score(machine, a, b) for a, b in itertools.combinations(free, 2)), default=0)
+    parent = {c: c for c in free}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in itertools.combinations(free, 2):
+        if pair_score(machine, a, b) // 100 == best // 100:
+            parent[find(a)] = find(b)
+    return len({find(c) for c in free})
+
+
+def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: MachineProfile):
+    units: list[Unit] = []
+    refused: list[tuple[Unit, str, str]] = []
+    for w in workloads:
+        job = w.job()
+        prio = w.priority
+        if isinstance(job, ServeJob):
+            per, count = job.parallel.tp * job.parallel.pp, job.replicas
+            one = _replace(job, replicas=1)
+        elif isinstance(job, TrainJob):
+            per, count, one = job.parallel.tp * job.parallel.pp * job.parallel.dp, 1, job
+        elif isinstance(job, LoadJob):
+            per, count, one = job.ranks, 1, job
+        else:  # pragma: no cover
+            raise InputError(f"workload {w.id!r}: unknown job kind")
+        try:
+            res = fit(specs[w.model], one, machine, suggest=False)
+        except InputError as exc:
+            raise InputError(f"workload {w.id!r}: {exc}") from None
+        card = next(r for r in res.verdict.resources if r.resource == "card memory")
+        busiest = max(res.ledger.cards, key=lambda c: c.total_bytes).total_bytes
+        workers = job.host.workers if isinstance(job, TrainJob) else 0
+        for n in range(count):
+            u = Unit(f"{w.id}#{n}", w.id, prio, per, busiest, res.ledger.host.peak_bytes,
+                     workers, per == 1)  # fmt: skip
+            if card.tier == "cannot":
+                refused.append((u, "card memory", f"one replica needs {busiest / GiB:,.1f} GiB "
+                                f"on its busiest card, the card has {card.capacity_bytes / GiB:,.1f} GiB"))  # fmt: skip
+            elif card.tier == "unknown":
+                refused.append(
+                    (u, "card memory", "card memory unknown: cannot place by the ledger")
+                )
+            else:
+                units.append(u)
+    return units, refused
+
+
+def _replace(job, **kw):
+    import dataclasses
+
+    return dataclasses.replace(job, **kw)
+
+
+def _search(machine, units, free, numa, share, cap_card, ram):
+    """Depth-first search over the whole plan; returns the best State."""
+    best = {"key": None, "state": None}
+    budget = [MAX_NODES]
+    order = sorted(units, key=lambda u: (-u.priority, -u.cards))
+
+    def key_of(state: State, left: list[int]):
+        placed_w = sum(1 + p.unit.priority for p in state.placed)
+        links = sum(group_score(machine, tuple(p.cards), numa)[0] for p in state.placed)
+        frag = -islands(machine, left)
+        return (placed_w, links, frag, -sum(p.shared for p in state.placed))
+
+    def rec(i: int, left: list[int], state: State, load: dict[int, int], host: int):
+        budget[0] -= 1
+        if i == len(order) or budget[0] <= 0:
+            k = key_of(state, left)
+            if best["key"] is None or k > best["key"]:
+                best["key"] = k
+                best["state"] = State(list(state.placed), list(state.unplaced))
+            return
+        u = order[i]
+        if ram is not None and host + u.host_bytes > ram:
+            state.unplaced.append((u, "host RAM", f"host RAM: {(host + u.host_bytes) / GiB:,.1f} GiB "
+                                   f"with it, of {ram / GiB:,.1f} GiB"))  # fmt: skip
+            rec(i + 1, left, state, load, host)
+            state.unplaced.pop()
+            return
+        groups = sorted(
+            itertools.combinations(sorted(left), u.cards),
+            key=lambda g: group_score(machine, g, numa),
+            reverse=True,
+        )
+        tried = 0
+        seen_scores = set()
+        for g in groups:
+            sc = group_score(machine, g, numa)
+            if sc in seen_scores and tried >= 2:
+                continue  # equivalent groups: a few are enough to compare fragmentation
+            seen_scores.add(sc)
+            tried += 1
+            if tried > 6:
+                break
+            rest = [c for c in left if c not in g]
+            state.placed.append(Placed(u, list(g)))
+            rec(i + 1, rest, state, load, host + u.host_bytes)
+            state.placed.pop()
+        if not groups and share and u.shareable and cap_card is not None:
+            for p in list(state.placed):
+                if len(p.cards) != 1 or not p.unit.shareable:
+                    continue
+                c = p.cards[0]
+                if load.get(c, 0) + (p.unit.card_bytes or 0) + (u.card_bytes or 0) <= cap_card:
+                    load[c] = load.get(c, 0) + (u.card_bytes or 0)
+                    state.placed.append(Placed(u, [c], shared=True))
+                    rec(i + 1, left, state, load, host + u.host_bytes)
+                    state.placed.pop()
+                    load[c] -= u.card_bytes or 0
+                    break
+            else:
+                pass
+        if not groups or tried == 0:
+            free_n = len(left)
+            state.unplaced.append((u, "cards", f"needs {u.cards} free card(s), {free_n} left"))
+            rec(i + 1, left, state, load, host)
+            state.unplaced.pop()
+
+    rec(0, list(free), State(), {}, 0)
+    return best["state"] or State()
+
+
+def plan(
+    machine: MachineProfile,
+    workloads: list[Workload],
+    specs: dict[str, ModelSpec],
+    lifeboat: int = 1,
+    share: bool = False,
+) -> dict:
+    cards = [a.index for a in machine.accelerators]
+    if not cards:
+        raise InputError(f"machine {machine.name} has no accelerator: nothing to place")
+    if lifeboat < 0 or lifeboat >= len(cards):
+        raise InputError(f"--lifeboat {lifeboat}: the machine has {len(cards)} cards")
+    numa = {a.index: a.numa_node for a in machine.accelerators}
+    running = {a.index: [p.pid for p in a.processes] for a in machine.accelerators if a.processes}
+    free = [c for c in cards if c not in running]
+    units, refused = units_of(workloads, specs, machine)
+    caps = [a.memory_bytes for a in machine.accelerators]
+    cap_card = None if any(c is None for c in caps) else int(min(caps) * TIGHT["card memory"])
+    ram = machine.host.ram_bytes
+    notes: list[str] = []
+    if lifeboat == 0:
+        notes.append("--lifeboat 0: no card kept free; a misbehaving service leaves nothing to "
+                     "debug on without stopping another (MISSION.md)")  # fmt: skip
+    best = None
+    for boats in itertools.combinations(free, min(lifeboat, len(free))):
+        usable = [c for c in free if c not in boats]
+        st = _search(machine, units, usable, numa, share, cap_card, ram)
+        placed_w = sum(1 + p.unit.priority for p in st.placed)
+        links = sum(group_score(machine, tuple(p.cards), numa)[0] for p in st.placed)
+        frag = -islands(machine, [c for c in usable if all(c not in p.cards for p in st.placed)])
+        weakest = -sum(max((pair_score(machine, b, o) for o in cards if o != b), default=0)
+                       for b in boats)  # fmt: skip
+        numa_free = sum(sum(1 for c in free if numa.get(c) == numa.get(b)) for b in boats)
+        key = (placed_w, links, frag, weakest, numa_free, sum(boats))
+        if best is None or key > best[0]:
+            best = (key, boats, st)
+    _, boats, st = best
+    boat_reason = _lifeboat_reason(machine, boats, free, numa) if boats else None
+    replicas = _bindings(machine, st.placed, numa, ram)
+    not_placed = [
+        {"replica": u.name, "workload": u.workload, "cards": u.cards, "binding": b, "reason": r}
+        for u, b, r in refused + st.unplaced
+    ]
+    return {
+        "machine": machine.name,
+        "cards": cards,
+        "running": {str(k): v for k, v in running.items()},
+        "lifeboat": list(boats),
+        "lifeboat_reason": boat_reason,
+        "replicas": replicas,
+        "not_placed": not_placed,
+        "free_after": [
+            c for c in free if c not in boats and all(c not in r["cards"] for r in replicas)
+        ],
+        "notes": notes,
+    }
+
+
+def _lifeboat_reason(machine, boats, free, numa) -> str:
+    parts = []
+    for b in boats:
+        best = max((pair_score(machine, b, o) for o in free if o != b), default=0)
+        kinds = {machine.link(b, o).kind.value for o in free if o != b}
+        parts.append(
+            f"card {b}: the plan without it places as many replicas on links as good as with any "
+            f"other card kept free; its links to the others ({', '.join(sorted(kinds)) or 'none'}) "
+            f"{'are its best' if best else 'are unknown'}, so keeping it out breaks no "
+            f"better-linked group; NUMA node {numa.get(b) if numa.get(b) is not None else 'unknown'}"
+        )
+    return "; ".join(parts)
+
+
+def _bindings(machine: MachineProfile, placed: list[Placed], numa, ram) -> list[dict]:
+    nodes = {n.id: n for n in machine.host.numa_nodes}
+    by_node: dict[int | None, list[Placed]] = {}
+    for p in placed:
+        ns = {numa.get(c) for c in p.cards}
+        key = ns.pop() if len(ns) == 1 else None
+        by_node.setdefault(key, []).append(p)
+    vendor = machine.accelerators[0].vendor
+    var = VISIBLE.get(vendor, "CUDA_VISIBLE_DEVICES")
+    host_used = sum(p.unit.host_bytes for p in placed if not p.shared)
+    spare = None if ram is None else max(0, int(ram * TIGHT["host RAM"]) - host_used)
+    out = []
+    for node, group in by_node.items():
+        cpus = None
+        if node is not None and node in nodes and nodes[node].cpus:
+            cpus = sorted(cpulist_ids(nodes[node].cpus) or [])
+        slice_n = len(group)
+        for k, p in enumerate(sorted(group, key=lambda x: x.cards)):
+            mine = None
+            if cpus:
+                size = len(cpus) // slice_n
+                mine = cpus[k * size : (k + 1) * size] if size else cpus
+            workers = None
+            if mine:
+                workers = max(0, len(mine) - 1)
+                if spare is not None and placed:
+                    workers = min(workers, spare // len(placed) // WORKER_BYTES)
+            env = {var: ",".join(str(c) for c in p.cards)}
+            if vendor == Vendor.nvidia:
+                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            bind = (
+                f"numactl --physcpubind={compress_cpus(mine)} --membind={node}"
+                if mine
+                else (f"numactl --cpunodebind={node} --membind={node}" if node is not None else "")
+            )
+            prefix = " ".join(f"{k}={v}" for k, v in env.items())
+            out.append({
+                "replica": p.unit.name,
+                "workload": p.unit.workload,
+                "cards": p.cards,
+                "shared": p.shared,
+                "links": _links_text(machine, p.cards),
+                "numa_node": node,
+                "cpus": compress_cpus(mine) if mine else None,
+                "workers": workers,
+                "card_bytes": p.unit.card_bytes,
+                "host_bytes": p.unit.host_bytes,
+                "env": env,
+                "launch": f"{prefix} {bind + ' -- ' if bind else ''}CMD".strip(),
+                "note": "shares its card: run under MPS (NVIDIA) or a MIG slice" if p.shared else None,
+            })  # fmt: skip
+    out.sort(key=lambda r: r["replica"])
+    return out
+
+
+def _links_text(machine: MachineProfile, cards: list[int]) -> str:
+    if len(cards) < 2:
+        return "single card"
+    kinds = {}
+    for a, b in itertools.combinations(cards, 2):
+        lk = machine.link(a, b)
+        label = lk.label or lk.kind.value
+        kinds[label] = kinds.get(label, 0) + 1
+    return ", ".join(f"{n} pair(s) {k}" for k, n in sorted(kinds.items()))
