@@ -1,7 +1,115 @@
-"""CLI layer of `nodeledger place` (rendering only; the work is in the library)."""
+"""CLI layer of `nodeledger place` (rendering only; the work is in nodeledger.placement)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nodeledger.errors import NodeledgerError
 
 
 def register(app) -> None:
     """Add the command(s) to the typer app (called by cli.py)."""
+    app.command("place")(place)
+
+
+def place(
+    plan_file: Annotated[Path, typer.Argument(help="Plan (TOML): workloads as in the report's catalogue, with replicas, priority and command.")],
+    machine: Annotated[
+        str | None,
+        typer.Option("--machine", help="Preset, profile file or bundle; default: probe this host, or the reference machine when it has no accelerator."),
+    ] = None,
+    lifeboat: Annotated[int, typer.Option("--lifeboat", help="Cards kept free (default 1; 0 disables, with a warning).")] = 1,
+    share: Annotated[bool, typer.Option("--share", help="Let TP1 replicas share a card when the sum fits (MPS / MIG).")] = False,
+    emit: Annotated[str | None, typer.Option("--emit", help="slurm (gres.conf + sbatch per workload) | k8s (a Pod per replica).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Folder for --emit files (default: ./nodeledger-<emit>).")] = None,
+    node_name: Annotated[str, typer.Option("--node-name", help="Slurm NodeName for gres.conf.")] = "node1",
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:  # fmt: skip
+    """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
+    kept free), bind each to its cards' NUMA node, and print the environment and launch line."""
+    from nodeledger.cli import _catalogue, _console, _print_json, _report_machine
+    from nodeledger.placement import emit as em
+    from nodeledger.placement.planner import GiB, plan
+
+    if emit is not None and emit not in ("slurm", "k8s"):
+        raise NodeledgerError(f"--emit {emit!r} is not one of slurm, k8s")
+    if not plan_file.is_file():
+        raise NodeledgerError(f"plan {str(plan_file)!r} not found")
+    profile, intro = _report_machine(machine)
+    ws, specs, src = _catalogue(str(plan_file))
+    res = plan(profile, ws, specs, lifeboat=lifeboat, share=share)
+    res["intro"] = intro
+    commands = {w.id: w.command for w in ws}
+    written = []
+    if emit:
+        folder = output or Path(f"nodeledger-{emit}")
+        files = (
+            {"gres.conf": em.gres_conf(profile, node_name),
+             **{f"{wid}.sbatch": t for wid, t in em.sbatch_scripts(profile, res, commands).items()}}
+            if emit == "slurm"
+            else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands).items()}
+        )  # fmt: skip
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in files.items():
+                (folder / name).write_text(text, encoding="utf-8")
+                written.append(str(folder / name))
+        except OSError as exc:
+            raise NodeledgerError(f"-o {folder}: cannot write ({exc.strerror or exc})") from None
+        res["written"] = written
+    if as_json:
+        _print_json(res)
+        return
+    from rich.table import Table
+
+    con = _console()
+    for line in intro:
+        con.print(line, markup=False, highlight=False)
+    con.print(f"plan: {src} ({len(ws)} workloads) on {res['machine']}", markup=False)
+    if res["running"]:
+        con.print(
+            "cards already held (probe): "
+            + ", ".join(f"{c} by pid {p}" for c, p in res["running"].items()),
+            markup=False,
+        )
+    if res["lifeboat"]:
+        con.print(
+            f"lifeboat: card {', '.join(map(str, res['lifeboat']))} — {res['lifeboat_reason']}",
+            markup=False,
+        )
+    for n in res["notes"]:
+        con.print(f"warning: {n}", markup=False)
+    t = Table(title="Replicas")
+    for col in (
+        "replica",
+        "cards",
+        "links",
+        "NUMA",
+        "CPUs",
+        "workers",
+        "card GiB",
+        "host GiB",
+        "launch",
+    ):
+        t.add_column(col)
+    for r in res["replicas"]:
+        t.add_row(r["replica"] + (" (shared)" if r["shared"] else ""), ",".join(map(str, r["cards"])), r["links"],
+                  "unknown" if r["numa_node"] is None else str(r["numa_node"]), r["cpus"] or "unknown",
+                  "unknown" if r["workers"] is None else str(r["workers"]),
+                  f"{r['card_bytes'] / GiB:,.1f}", f"{r['host_bytes'] / GiB:,.1f}", r["launch"])  # fmt: skip
+    con.print(t)
+    if res["not_placed"]:
+        con.print("not placed:")
+        for x in res["not_placed"]:
+            con.print(
+                f"  {x['replica']} ({x['cards']} card(s)): {x['binding']} — {x['reason']}",
+                markup=False,
+            )
+    con.print(f"free after placement: {', '.join(map(str, res['free_after'])) or 'none'}")
+    for w in written:
+        con.print(f"wrote {w}", markup=False)
+    _ = json  # JSON goes through _print_json

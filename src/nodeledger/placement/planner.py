@@ -263,7 +263,8 @@ def plan(
         if best is None or key > best[0]:
             best = (key, boats, st)
     _, boats, st = best
-    boat_reason = _lifeboat_reason(machine, boats, free, numa) if boats else None
+    n_alt = sum(1 for _ in itertools.combinations(free, min(lifeboat, len(free))))
+    boat_reason = _lifeboat_reason(machine, boats, free, numa, st, n_alt) if boats else None
     replicas = _bindings(machine, st.placed, numa, ram)
     not_placed = [
         {"replica": u.name, "workload": u.workload, "cards": u.cards, "binding": b, "reason": r}
@@ -284,16 +285,33 @@ def plan(
     }
 
 
-def _lifeboat_reason(machine, boats, free, numa) -> str:
+def _lifeboat_reason(machine, boats, free, numa, st, alternatives) -> str:
+    """Why this card: what the plan keeps without it, and which links its absence costs."""
     parts = []
+    groups = {c: p for p in st.placed for c in p.cards}
     for b in boats:
-        best = max((pair_score(machine, b, o) for o in free if o != b), default=0)
-        kinds = {machine.link(b, o).kind.value for o in free if o != b}
+        others = [o for o in free if o != b]
+        best = max((pair_score(machine, b, o) for o in others), default=0)
+        partners = [o for o in others if pair_score(machine, b, o) == best]
+        kind = (
+            machine.link(b, partners[0]).label or machine.link(b, partners[0]).kind.value
+            if partners
+            else "none"
+        )
+        in_tp = sorted(
+            {groups[o].unit.name for o in partners if o in groups and len(groups[o].cards) > 1}
+        )
+        breaks = (
+            f"its {kind} partners ({', '.join(map(str, partners))}) run no multi-card replica that "
+            "would need it, so keeping it out breaks no TP group"
+            if not in_tp
+            else f"its {kind} partners serve {', '.join(in_tp)}, which did not need it"
+        )
         parts.append(
-            f"card {b}: the plan without it places as many replicas on links as good as with any "
-            f"other card kept free; its links to the others ({', '.join(sorted(kinds)) or 'none'}) "
-            f"{'are its best' if best else 'are unknown'}, so keeping it out breaks no "
-            f"better-linked group; NUMA node {numa.get(b) if numa.get(b) is not None else 'unknown'}"
+            f"card {b}: with it kept free the plan still places {len(st.placed)} replica(s), as "
+            f"many as the best of the {alternatives} choices; {breaks}; ties go to the weakest-"
+            "linked card, then the NUMA node with the most free cards, then the highest index "
+            f"(NUMA node {numa.get(b) if numa.get(b) is not None else 'unknown'})"
         )
     return "; ".join(parts)
 
