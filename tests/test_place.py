@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+
 import pytest
 
 from conftest import cli_json, run_cli
@@ -209,3 +214,43 @@ def test_place_cli_emit_and_errors(tmp_path):
         assert proc.returncode == 2 and msg in proc.stderr and len(proc.stderr.splitlines()) == 1
     proc = run_cli("place", str(tmp_path / "none.toml"))
     assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+SLURMD = shutil.which("slurmd") or next(
+    (p for p in ("/usr/sbin/slurmd",) if os.access(p, os.X_OK)), None
+)
+
+
+@pytest.mark.skipif(
+    SLURMD is None, reason="slurmd not installed (.ci/run installs Debian's slurmd)"
+)
+def test_gres_conf_accepted_by_slurmd(tmp_path):
+    """`slurmd -G` parses the generated gres.conf: Cores and Links as written.  The device
+    files are swapped for /dev/null and /dev/zero (this machine has no /dev/nvidia*), and the
+    NUMA CPU lists are this machine's CPUs so slurmd can map them."""
+    host = socket.gethostname()
+    m = numa_box(pairs=[(0, 1)])
+    nodes = [NumaNode(id=0, cpus="0"), NumaNode(id=1, cpus=str(min(1, os.cpu_count() - 1)))]
+    m = m.model_copy(update={
+        "accelerators": [a.model_copy(update={"numa_node": i}) for i, a in enumerate(m.accelerators[:2])],
+        "host": m.host.model_copy(update={"numa_nodes": nodes}),
+        "interconnect": m.interconnect.model_copy(update={"pairs": m.interconnect.pairs[:1]}),
+    })  # fmt: skip
+    gres = (
+        emit.gres_conf(m, host)
+        .replace("/dev/nvidia0", "/dev/null")
+        .replace("/dev/nvidia1", "/dev/zero")
+    )
+    (tmp_path / "gres.conf").write_text(gres)
+    n = os.cpu_count()
+    (tmp_path / "slurm.conf").write_text(
+        f"ClusterName=t\nSlurmctldHost={host}\nGresTypes=gpu\n"
+        f"NodeName={host} Gres=gpu:nvidia_h100_80gb_hbm3:2 CPUs={n} Boards=1 SocketsPerBoard=1 "
+        f"CoresPerSocket={n} ThreadsPerCore=1 State=UNKNOWN\nPartitionName=main Nodes={host} Default=YES\n"
+    )
+    proc = subprocess.run([SLURMD, "-G"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert "error" not in out.lower(), out
+    assert "File=/dev/null Cores=0 " in out and "Links=-1,4" in out
+    assert "File=/dev/zero" in out and "Links=4,-1" in out
