@@ -50,6 +50,16 @@ VISIBLE = {
     Vendor.hygon: "HIP_VISIBLE_DEVICES",
     Vendor.huawei: "ASCEND_RT_VISIBLE_DEVICES",
 }
+SHARE_NOTE = {
+    Vendor.nvidia: "shares its card: run under MPS (nvidia-cuda-mps-control -d) or give each "
+    "replica a MIG slice (A100/H100/H200 class)",
+    Vendor.amd: "shares its card: ROCm time-slices processes (no MPS); or a compute partition "
+    "(MI300 CPX) where the card has one",
+    Vendor.hygon: "shares its card: the DCU time-slices processes (no MPS equivalent)",
+    Vendor.huawei: "shares its card: split it into vNPUs (npu-smi set -t create-vnpu) where "
+    "the chip supports it",
+    Vendor.other: "shares its card with another replica",
+}
 MAX_NODES = 50_000  # search budget (nodes of the depth-first search)
 
 
@@ -365,7 +375,7 @@ def _bindings(machine: MachineProfile, placed: list[Placed], numa, ram) -> list[
                 "host_bytes": p.unit.host_bytes,
                 "env": env,
                 "launch": f"{prefix} {bind + ' -- ' if bind else ''}CMD".strip(),
-                "note": "shares its card: run under MPS (NVIDIA) or a MIG slice" if p.shared else None,
+                "note": SHARE_NOTE.get(vendor, SHARE_NOTE[Vendor.other]) if p.shared else None,
             })  # fmt: skip
     out.sort(key=lambda r: r["replica"])
     return out
