@@ -327,3 +327,13 @@ def test_compare_bad_input(args, expected):
     proc = run_cli("compare", *args)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and expected in proc.stderr
+
+
+def test_report_on_a_host_only_profile(tmp_path):
+    """A profile without cards (a live probe of this CI machine): every workload is `cannot`
+    with binding "cards", nothing crashes."""
+    f = tmp_path / "host.toml"
+    assert run_cli("machine", "probe", "--save", str(f)).returncode == 0
+    d = cli_json("report", "--machine", str(f))
+    assert {r["tier_name"] for r in d["workloads"]} == {"cannot"}
+    assert {r["binding"] for r in d["workloads"]} == {"cards"}

@@ -57,7 +57,7 @@ def span(machine: MachineProfile, machines: int) -> MachineProfile:
 
 def cards_needed(job) -> int:
     if isinstance(job, LoadJob):
-        return 0
+        return job.ranks  # each loading rank puts the weights on its own card
     p = job.parallel
     return p.tp * p.pp * (p.dp if isinstance(job, TrainJob) else job.replicas)
 
