@@ -1140,9 +1140,9 @@ def _compare_md(res: dict, src: str) -> list[str]:
 # commands whose rendering lives in their own CLI-layer modules (cli_*.py): they print and map
 # errors exactly as this file does, and are registered here
 def _register_more() -> None:
-    from nodeledger import cli_doctor, cli_oom, cli_place, cli_run, cli_watch
+    from nodeledger import cli_bench, cli_doctor, cli_oom, cli_place, cli_run, cli_watch
 
-    for mod in (cli_doctor, cli_oom, cli_place, cli_run, cli_watch):
+    for mod in (cli_bench, cli_doctor, cli_oom, cli_place, cli_run, cli_watch):
         mod.register(app)
 
 
