@@ -1,7 +1,239 @@
-"""CLI layer of `nodeledger run` (rendering only; the work is in the library)."""
+"""CLI layer of `nodeledger run` (rendering only; the work is in placement/reserve.py).
+
+Exit codes: 0 ok (``--list`` / ``--release``; a start replaces this process with the command,
+whose exit code is then the command's own); 2 bad input, a state file that is corrupt or
+unwritable, a command that cannot be started (one line); 4 refused: the replica's cards are
+reserved by a live process or host RAM is short (with ``--wait``: still so at ``--timeout``).
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from nodeledger.errors import InputError
+
+HELP = (
+    "Start one replica of a plan on its cards, with its environment and NUMA binding.\n\n"
+    "Plans PLAN.toml (a workload catalogue) with the placement planner, reserves REPLICA's cards "
+    "in a state file and execs the command (after --; else the workload's `command` in the plan) "
+    "as `numactl --physcpubind=CPUS --membind=NODE -- CMD` with the replica's *_VISIBLE_DEVICES. "
+    'REPLICA is "id#n", or a workload id: its first replica whose cards are free.\n\n'
+    "Refused (exit 4) while its cards are reserved by a live process, or while live MemAvailable "
+    "minus the host bytes of reservations started in the last --settle seconds is below the "
+    "replica's host peak; --wait checks again every second. Reservations of dead processes are "
+    "deleted at every check. --list shows the reservations, --release REPLICA forgets one."
+)
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(f"nodeledger: {line}\n")
+    sys.stderr.flush()
 
 
 def register(app) -> None:
     """Add the command(s) to the typer app (called by cli.py)."""
+    app.command("run", help=HELP)(run_cmd)
+
+
+def run_cmd(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="REPLICA [-- CMD...]",
+            help='"id#n" or a workload id, then the command after -- (argv, no shell).',
+            show_default=False,
+        ),
+    ] = None,
+    plan: Annotated[
+        str | None, typer.Option("--plan", help="The plan: a workload catalogue TOML.")
+    ] = None,
+    machine: Annotated[
+        str | None,
+        typer.Option(
+            "--machine",
+            help="Preset, profile file or bundle; default: probe this host, or the bundled "
+            "reference machine when it has no accelerator.",
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait (checking every 1 s) instead of refusing.")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="With --wait: give up (exit 4) after S seconds."),
+    ] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(
+            "--state",
+            help="Reservations file (SQLite); default $NODELEDGER_STATE or "
+            "~/.local/state/nodeledger/reservations.sqlite.",
+        ),
+    ] = None,
+    lifeboat: Annotated[int, typer.Option("--lifeboat", help="Cards kept free by the plan.")] = 1,
+    settle: Annotated[
+        float,
+        typer.Option(
+            "--settle",
+            help="Seconds a new start's host bytes count against MemAvailable (its load may "
+            "not have allocated yet).",
+        ),
+    ] = 120.0,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Show the live reservations (dead ones are deleted).")
+    ] = False,
+    release: Annotated[
+        str | None,
+        typer.Option(
+            "--release",
+            help="Forget REPLICA's reservation (manual cleanup; the process is not touched).",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON (with --list / --release).")
+    ] = False,
+) -> None:
+    from nodeledger.placement import reserve as rs
+
+    args = list(args or [])
+    if list_ or release is not None:
+        if list_ and release is not None:
+            raise InputError("--list and --release: give one")
+        extra = [
+            name
+            for name, given in (
+                ("REPLICA/CMD", bool(args)), ("--plan", plan is not None),
+                ("--machine", machine is not None), ("--wait", wait),
+                ("--timeout", timeout is not None),
+            )
+            if given
+        ]  # fmt: skip
+        if extra:
+            raise InputError(
+                f"{'--list' if list_ else '--release'} takes only --state and --json, "
+                f"not {', '.join(extra)}"
+            )
+        store = rs.Store(state)
+        if list_:
+            _list(store, as_json)
+        else:
+            _release(store, release, as_json)
+        return
+    if as_json:
+        raise InputError("--json applies to --list and --release (a start execs the command)")
+    if plan is None:
+        raise InputError("run needs --plan PLAN.toml (a workload catalogue), or --list / --release")
+    if not args:
+        raise InputError('run needs a REPLICA ("id#n" or a workload id) after the options')
+    if timeout is not None and not wait:
+        raise InputError("--timeout applies to --wait")
+    if timeout is not None and not timeout > 0:
+        raise InputError(f"--timeout must be > 0, got {timeout:g}")
+    if not settle >= 0:
+        raise InputError(f"--settle must be >= 0 seconds, got {settle:g}")
+    target, cmd = args[0], args[1:]
+
+    store = rs.Store(state)
+    store.check()  # a bad state file is reported before any planning
+    workloads, specs = rs.load_plan_inputs(plan)
+    profile, note, live = rs.resolve_run_machine(machine)
+    if note:
+        _err(note)
+    cached: dict = {}
+
+    def get_plan(reserved: set[int]) -> dict:
+        if live or "plan" not in cached:  # a live probe is taken again at every check
+            prof = rs.resolve_run_machine(machine)[0] if live and cached else profile
+            cached["plan"] = rs.make_plan(prof, workloads, specs, lifeboat, reserved)
+        return cached["plan"]
+
+    plan_now = get_plan({r.card for r in store.check()[0]})
+    reps = rs.find_replicas(plan_now, target)  # unknown / unplaced replica: exit 2 now
+    if not cmd:
+        w = next((w for w in workloads if w.id == reps[0]["workload"]), None)
+        if w is None or not w.command:
+            raise InputError(
+                f"no command for {target}: give it after -- or set `command` of workload "
+                f"{reps[0]['workload']!r} in {plan}"
+            )
+        cmd = list(w.command)
+
+    pid = os.getpid()  # exec keeps it: the reservation names the command's own process
+    try:
+        d = rs.reserve(store, get_plan, target, pid=pid, wait=wait, timeout=timeout,
+                       settle=settle, say=_err)  # fmt: skip
+    except rs.Refused as exc:
+        store.close()
+        _err(f"refused: {exc}")
+        raise typer.Exit(rs.EXIT_REFUSED) from None
+    rep = d.replica
+    store.close()
+    argv, bind_note = rs.command_line(rep, cmd)
+    for line in (d.note, bind_note):
+        if line:
+            _err(line)
+    env = rs.replica_env(rep)
+    shown = " ".join(f"{k}={v}" for k, v in sorted((rep.get("env") or {}).items()))
+    _err(f"run {rep['replica']} on card(s) {','.join(map(str, rep['cards']))} as pid {pid} "
+         f"({shown}; state {store.path})")  # fmt: skip
+    sys.stdout.flush()
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        store.drop_pid(pid)
+        store.close()
+        raise InputError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+
+
+def _list(store, as_json: bool) -> None:
+    live, dead = store.check()
+    store.close()
+    now = time.time()
+    if as_json:
+        sys.stdout.write(json.dumps({
+            "state": str(store.path),
+            "reservations": [r.as_dict(now) for r in live],
+            "deleted_dead": [r.as_dict(now) for r in dead],
+        }, indent=2) + "\n")  # fmt: skip
+        return
+    for r in dead:
+        print(f"deleted: {r.replica} card {r.card} (pid {r.pid} is gone)")
+    if not live:
+        print(f"no reservations in {store.path}")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Reservations ({store.path})")
+    for col in ("card", "replica", "pid", "started", "host RAM", "machine"):
+        t.add_column(col)
+    for r in live:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
+        t.add_row(str(r.card), r.replica, str(r.pid), f"{started} ({r.age(now):,.0f} s ago)",
+                  f"{r.host_bytes / 2**30:,.2f} GiB", r.machine)  # fmt: skip
+    Console().print(t)
+
+
+def _release(store, replica: str, as_json: bool) -> None:
+    from nodeledger.placement.reserve import alive
+
+    gone, dead = store.release(replica)
+    store.close()
+    pids = sorted({r.pid for r in gone})
+    still = [p for p in pids if alive(p)]
+    if as_json:
+        sys.stdout.write(json.dumps({
+            "state": str(store.path), "released": [r.as_dict() for r in gone],
+            "still_running_pids": still, "deleted_dead": [r.as_dict() for r in dead],
+        }, indent=2) + "\n")  # fmt: skip
+        return
+    cards = ",".join(str(r.card) for r in gone)
+    print(f"released {replica}: card(s) {cards} (pid {', '.join(map(str, pids))})")
+    if still:
+        _err(f"pid {', '.join(map(str, still))} still runs: its card(s) may still be in use")
