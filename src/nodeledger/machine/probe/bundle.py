@@ -1,7 +1,14 @@
 """Support bundles: every raw output a probe collected (each command's argv, stdout, stderr,
 exit code, duration; each /proc and /sys file read; tool look-ups and globs) in one .tar.gz
 with a manifest, and a replaying runner so `machine probe --from BUNDLE` rebuilds the same
-profile on another machine (a laptop)."""
+profile on another machine (a laptop).
+
+A probe also reads the live facts `doctor` checks (machine/probe/facts.py: the process table,
+/proc/cmdline, IOMMU groups, ``lspci -D -vvv``, /proc/self/mountinfo, the working directory and
+the HF / MPS variables of /proc/self/environ — only those, never the rest of the environment), so
+`doctor --from BUNDLE` replays the same findings.  A file that could not be read is kept with its
+reason (``{"file": null, "problem": "No such file or directory"}``): a pid a card lists whose
+/proc entry was gone replays as gone."""
 
 from __future__ import annotations
 

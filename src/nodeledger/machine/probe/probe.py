@@ -7,7 +7,7 @@ import socket
 from pydantic import ValidationError
 
 from nodeledger.machine.parsers.nvidia_topo import TopoNic
-from nodeledger.machine.probe import linux, nvidia, others
+from nodeledger.machine.probe import facts, linux, nvidia, others
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
@@ -90,7 +90,20 @@ def merge_topo_nics(net: Network, topo_nics: list[TopoNic], cards: list[Accelera
 
 
 def probe_machine(runner: Runner | None = None) -> MachineProfile:
+    """The machine profile of this box (or of the box a replaying runner recorded).  The live
+    facts doctor reads (process table, kernel command line, IOMMU groups, mounts, ...) are read
+    too, so that a support bundle made from this runner holds them."""
+    return probe_with_facts(runner)[0]
+
+
+def probe_with_facts(runner: Runner | None = None) -> tuple[MachineProfile, facts.Facts]:
+    """The profile and the live facts (machine/probe/facts.py), both through one runner."""
     r = runner or Runner()
+    profile = _profile(r)
+    return profile, facts.collect(r, profile)
+
+
+def _profile(r: Runner) -> MachineProfile:
     notes: list[str] = []
     host = linux.host(r, notes)
     rdma = linux.rdma_devices(r)
