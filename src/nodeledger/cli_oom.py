@@ -1,7 +1,178 @@
-"""CLI layer of `nodeledger oom` (rendering only; the work is in the library)."""
+"""CLI layer of `nodeledger oom` (rendering only; the work is in nodeledger.triage)."""
 
 from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from nodeledger.errors import NodeledgerError
 
 
 def register(app) -> None:
     """Add the command(s) to the typer app (called by cli.py)."""
+    app.command("oom")(oom)
+
+
+def oom(
+    files: Annotated[list[str] | None, typer.Argument(help="Job logs, or saved kernel logs (dmesg, kern.log, journalctl -k), to read.", show_default=False)] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Only incidents in the last DURATION (90s, 30m, 2h, 1d); undated ones are kept.")] = None,
+    no_kernel_log: Annotated[bool, typer.Option("--no-kernel-log", help="Do not read this machine's kernel log (for logs from another machine).")] = False,
+    window: Annotated[float, typer.Option("--link-window", help="Seconds within which a kernel kill and a job-log incident are linked by time.")] = 60.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds dmesg / journalctl may run.")] = 5.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:  # fmt: skip
+    """Why did the job die? Find out-of-memory incidents in the kernel log and job logs, say
+    whether host RAM or card memory ran out, with every figure, and the fixes for that side."""
+    from nodeledger.cli import _print_json
+    from nodeledger.machine.probe.runner import Runner
+    from nodeledger.triage.collect import now, parse_duration, read_files, read_kernel_log
+    from nodeledger.triage.report import build_report
+
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    if not window >= 0:
+        raise NodeledgerError(f"--link-window must be >= 0, got {window}")
+    since_s = parse_duration(since) if since is not None else None
+    sources = read_files(list(files or []))  # a missing file: one line, exit 2
+    notes: list[str] = []
+    if no_kernel_log:
+        notes.append("kernel log not read (--no-kernel-log)")
+    else:
+        kl = read_kernel_log(Runner(timeout=timeout, live=True), since_s)
+        notes += kl.notes
+        if kl.source is not None:
+            sources.insert(0, kl.source)
+    report = build_report(
+        sources, notes=notes, since_s=since_s, since_text=since, now=now(), window_s=window
+    )
+    if as_json:
+        _print_json(report.to_dict())
+        return
+    _render(report)
+
+
+_KEY_FIGURES = {
+    "host": (
+        ("anon-rss", "anon_rss_bytes"),
+        ("file-rss", "file_rss_bytes"),
+        ("shmem-rss", "shmem_rss_bytes"),
+        ("total-vm", "total_vm_bytes"),
+        ("cgroup usage", "memcg_usage_bytes"),
+        ("cgroup limit", "memcg_limit_bytes"),
+        ("cgroup rss", "memcg_rss_bytes"),
+        ("swap total", "swap_total_bytes"),
+    ),
+    "card": (
+        ("requested", "requested_bytes"),
+        ("total", "total_bytes"),
+        ("free", "free_bytes"),
+        ("allocated", "allocated_bytes"),
+        ("reserved", "reserved_bytes"),
+        ("reserved-unallocated", "reserved_unallocated_bytes"),
+        ("allowed", "allowed_bytes"),
+        ("this process", "this_process_bytes"),
+        ("non-PyTorch", "non_pytorch_bytes"),
+        ("other processes", "other_processes_bytes"),
+        ("outside PyTorch", "outside_pytorch_bytes"),
+        ("KV needed", "kv_cache_needed_bytes"),
+        ("KV available", "kv_cache_available_bytes"),
+    ),
+}
+
+
+def _figures_line(inc) -> str:
+    from nodeledger.triage.units import human
+
+    parts = [
+        f"{label} {human(inc.figures[key])}"
+        for label, key in _KEY_FIGURES[inc.side]
+        if inc.figures.get(key) is not None
+    ]
+    d = inc.details
+    if d.get("max_model_len_tokens"):
+        parts.append(f"max_model_len {d['max_model_len_tokens']:,} tokens")
+    if d.get("kv_cache_tokens"):
+        parts.append(f"KV cache {d['kv_cache_tokens']:,} tokens")
+    if d.get("estimated_max_model_len"):
+        parts.append(f"vLLM's estimated max length {d['estimated_max_model_len']:,}")
+    if d.get("constraint"):
+        parts.append(d["constraint"])
+    return ", ".join(parts) or "no figures in the text"
+
+
+def _who(inc) -> str:
+    bits = []
+    if inc.process:
+        bits.append(inc.process)
+    if inc.pid is not None:
+        bits.append(f"pid {inc.pid}")
+    if inc.card is not None:
+        bits.append(f"card {inc.card}")
+    return " ".join(bits) or "-"
+
+
+def _when(inc) -> str:
+    t = inc.time
+    if t is None:
+        return "-"
+    if t.dt is not None:
+        return t.text
+    return f"{t.uptime_s:.0f} s after boot" if t.uptime_s is not None else "-"
+
+
+def _render(report) -> None:
+    from rich.table import Table
+
+    from nodeledger.cli import _console
+
+    con = _console()
+    v = report.verdict
+    con.print(f"[bold]oom: {v['side']}[/bold] — ", end="")
+    con.print(v["summary"], markup=False, highlight=False)
+    read = ", ".join(
+        f"{s['source']} ({s['lines']:,} lines, {s['incidents']} incidents)"
+        for s in report.sources_read
+    )
+    con.print(f"read: {read or 'nothing'}", markup=False, highlight=False)
+    if report.incidents:
+        t = Table(title=f"{len(report.incidents)} incident(s)")
+        for col in ("#", "side", "kind", "when", "who", "source"):
+            t.add_column(col, overflow="fold")
+        for inc in report.incidents:
+            t.add_row(
+                str(inc.id),
+                inc.side,
+                inc.kind + ("" if inc.complete else " (cut)"),
+                _when(inc),
+                _who(inc),
+                inc.where,
+            )
+        con.print(t)
+    for inc in report.incidents:
+        con.print(
+            f"\n#{inc.id} {inc.side} · {inc.kind} · {_who(inc)} · {inc.where}",
+            markup=False,
+            highlight=False,
+        )
+        con.print(f"  figures: {_figures_line(inc)}", markup=False, highlight=False)
+        if inc.occurrences > 1:
+            con.print(
+                f"  seen {inc.occurrences} times"
+                + (f" (also at {', '.join(inc.also_at)})" if inc.also_at else ""),
+                markup=False,
+                highlight=False,
+            )
+        for link in inc.links:
+            con.print(
+                f"  linked to #{link['to']} ({link['kind']}, {link['source']}) by {link['by']}: "
+                f"{link['detail']}",
+                markup=False,
+                highlight=False,
+            )
+        for fix in inc.fixes:
+            con.print(f"  fix: {fix}", markup=False, highlight=False)
+        for note in inc.notes:
+            con.print(f"  note: {note}", markup=False, highlight=False)
+    for note in report.notes:
+        con.print(f"note: {note}", markup=False, highlight=False)
