@@ -1,7 +1,534 @@
-"""CLI layer of `nodeledger watch` / `nodeledger exporter` (rendering only)."""
+"""CLI layer of `nodeledger watch` / `nodeledger exporter` (rendering only; the work is in
+nodeledger.watch).
+
+Exit codes of `watch` (a gate for a job's first minutes):
+  0  watched; nothing failed (verification passed, pending or not asked)
+  2  bad input (one line naming the problem)
+  3  verification failed: sharding not happening / extra contexts / above plan
+  4  no sample: no backend could read any card
+  5  an idle card was found and --fail-on-idle was given
+"""
 
 from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nodeledger.errors import InputError, NodeledgerError
+
+GiB = 2**30
+EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
+# `nodeledger fit` options that describe the job (the same names, help and checks as fit)
+JOB_OPTIONS = ("tp", "pp", "dp", "replicas", "dtype", "kv_dtype", "context", "concurrency",
+               "new_tokens", "engine", "gpu_memory_utilization", "max_num_batched_tokens",
+               "micro_batch", "seq", "grad_accum", "precision", "optimizer", "optimizer_impl",
+               "attention", "checkpointing", "shard", "offload", "workers", "prefetch", "rank",
+               "lora_targets", "load_format", "load_strategy", "ranks")  # fmt: skip
 
 
 def register(app) -> None:
     """Add the command(s) to the typer app (called by cli.py)."""
+    app.command("watch")(_with_job_options(watch))
+    app.command("exporter")(_with_job_options(exporter))
+
+
+def _with_job_options(func):
+    """``func`` with fit's job options appended to its signature (typer reads the signature)."""
+    from nodeledger import cli
+
+    fit_params = inspect.signature(cli.fit_cmd, eval_str=True).parameters
+    own = inspect.signature(func, eval_str=True)
+    params = [p for p in own.parameters.values() if p.name != "job_opts"]
+    params += [fit_params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in JOB_OPTIONS]
+
+    def wrapper(**kw):
+        job_opts = {n: kw.pop(n) for n in JOB_OPTIONS}
+        return func(job_opts=job_opts, **kw)
+
+    wrapper.__name__, wrapper.__doc__ = func.__name__, func.__doc__
+    wrapper.__signature__ = own.replace(parameters=params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
+
+
+Interval = Annotated[float, typer.Option("--interval", help="Seconds between samples.")]
+Backend = Annotated[
+    str,
+    typer.Option(
+        "--backend", help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO"
+    ),
+]
+Plan = Annotated[
+    str | None,
+    typer.Option(
+        "--plan",
+        help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
+    ),
+]
+Model = Annotated[str | None, typer.Option("--model", help="MODEL for --job (as `fit` takes it).")]
+Job = Annotated[
+    str | None,
+    typer.Option(
+        "--job",
+        help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
+    ),
+]
+Cards = Annotated[
+    str | None,
+    typer.Option(
+        "--cards", help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1."
+    ),
+]
+Machine = Annotated[
+    str | None,
+    typer.Option(
+        "--machine",
+        help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
+    ),
+]
+Tolerance = Annotated[
+    float,
+    typer.Option(
+        "--tolerance", help="Above plan: more than prediction x (1 + this) + --tolerance-gib."
+    ),
+]
+ToleranceGib = Annotated[
+    float, typer.Option("--tolerance-gib", help="The fixed part of the above-plan tolerance (GiB).")
+]
+IdleWindow = Annotated[
+    float, typer.Option("--idle-window", help="Seconds a card must stay below the idle threshold.")
+]
+Timeout = Annotated[
+    float, typer.Option("--timeout", help="Seconds each vendor tool call may take.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+
+def _parse_cards(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    from nodeledger.machine.parsers.npu_smi import cpulist_ids
+
+    out: list[int] = []
+    for part in text.split(","):
+        ids = cpulist_ids(part.strip())
+        if not ids:
+            raise InputError(f"--cards {text!r}: expected card indices like 0-3 or 0,2,5")
+        out += sorted(ids)
+    if len(set(out)) != len(out):
+        raise InputError(f"--cards {text!r} names a card twice")
+    return out
+
+
+def _ledger_machine(machine: str | None, header_profile: str | None, live_real: bool):
+    """(profile, name to record) for the ledger."""
+    from nodeledger.machine import list_presets, resolve_machine
+
+    if machine is not None:
+        return resolve_machine(machine), machine
+    if header_profile and header_profile in list_presets():
+        return resolve_machine(header_profile), header_profile
+    if live_real:
+        from nodeledger.cli import _report_machine
+
+        profile, _ = _report_machine(None)
+        return profile, None
+    return resolve_machine(None), None
+
+
+def _expectations(plan, model, job, job_opts, cards, machine, header, live_real):
+    """Expectations from --plan / --job, else a recording's own, else None; (expect, profile)."""
+    given = sorted(k for k, v in job_opts.items() if v is not None)
+    if plan and job:
+        raise InputError("give --plan or --job, not both")
+    if given and not job:
+        names = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise InputError(f"{names} describe a job: give --job (and --model)")
+    if model and not job:
+        raise InputError("--model needs --job")
+    if cards is not None and not job:
+        raise InputError("--cards applies to --job")
+    if not plan and not job:
+        return (header or {}).get("plan"), None
+    from nodeledger.watch import expect as ex
+
+    prof_name = ((header or {}).get("machine") or {}).get("profile")
+    profile, name = _ledger_machine(machine, prof_name, live_real)
+    if plan:
+        return ex.from_plan(plan, profile), name
+    if not model:
+        raise InputError("--job needs --model MODEL")
+    from nodeledger.ledger.jobs import build_job
+    from nodeledger.model import load_model
+
+    job_obj = build_job(job, job_opts)
+    spec, _ = load_model(model)
+    return ex.from_job(model, spec, job_obj, profile, _parse_cards(cards)), name
+
+
+def _positive(name: str, v: float | None) -> None:
+    if v is not None and not v > 0:
+        raise InputError(f"{name} must be > 0, got {v}")
+
+
+# ---------------------------------------------------------------------------------------------
+# watch
+# ---------------------------------------------------------------------------------------------
+
+
+def watch(
+    interval: Interval = 1.0,
+    samples: Annotated[int | None, typer.Option("--samples", help="Stop after N samples.")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after S seconds.")] = None,
+    backend: Backend = "auto",
+    plan: Plan = None,
+    model: Model = None,
+    job: Job = None,
+    cards: Cards = None,
+    machine: Machine = None,
+    record: Annotated[Path | None, typer.Option("--record", help="Write the samples to FILE (.jsonl, or .jsonl.gz).")] = None,
+    replay: Annotated[Path | None, typer.Option("--replay", help="Judge a recorded stream instead of sampling.")] = None,
+    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="Stop (exit 3) at the first failed verification.")] = False,
+    fail_on_idle: Annotated[bool, typer.Option("--fail-on-idle", help="Exit 5 when an idle card was found.")] = False,
+    idle_window: IdleWindow = 60.0,
+    tolerance: Tolerance = 0.10,
+    tolerance_gib: ToleranceGib = 1.0,
+    timeout: Timeout = 5.0,
+    as_json: JsonOpt = False,
+    job_opts: dict | None = None,
+) -> None:  # fmt: skip
+    """Watch every card (memory, utilisation, processes) and the host; verify against the
+    ledger (--plan / --job); find idle cards and their likely cause.  Exit 3: verification
+    failed; 4: no sample; 5: idle card with --fail-on-idle; 2: bad input."""
+    from nodeledger.watch.analyze import Analyzer
+    from nodeledger.watch.analyze import GiB as _G
+
+    job_opts = job_opts or {}
+    for name, v in (("--interval", interval), ("--duration", duration), ("--idle-window", idle_window),
+                    ("--timeout", timeout), ("--samples", samples)):  # fmt: skip
+        _positive(name, v)
+    if tolerance < 0 or tolerance_gib < 0:
+        raise InputError("--tolerance and --tolerance-gib must be >= 0")
+    if replay and record:
+        raise InputError("--record applies to a live watch, not to --replay")
+    kw = {
+        "tolerance": tolerance,
+        "tolerance_bytes": int(tolerance_gib * _G),
+        "idle_window": idle_window,
+    }
+    if replay:
+        from nodeledger.watch.record import read_stream
+
+        header, stream = read_stream(replay)
+        expect, _ = _expectations(plan, model, job, job_opts, cards, machine, header, False)
+        an = Analyzer(header, expect, **kw)
+        t0 = None
+        for s in stream:
+            t0 = s["t"] if t0 is None else t0
+            if duration is not None and s["t"] - t0 > duration:
+                break
+            an.feed(s)
+            if (fail_fast and an.ever_failed) or (samples is not None and an.n >= samples):
+                break
+        _finish(an, header, expect, as_json, fail_on_idle, source=f"replay of {replay}")
+        return
+    from nodeledger.watch.backends import open_backend
+    from nodeledger.watch.watcher import Watcher
+
+    b = open_backend(backend, timeout=timeout)
+    try:
+        host = getattr(b, "host", None)
+        if host is None:
+            from nodeledger.watch.host import HostSampler
+
+            host = HostSampler()
+        w = Watcher(b, host, interval)
+        fake = backend.startswith("fake:")
+        expect, prof = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
+        header = w.header(expect, prof)
+        an = Analyzer(header, expect, **kw)
+        rec = None
+        if record:
+            from nodeledger.watch.record import Recorder
+
+            rec = Recorder(record, header)
+        live = None
+        if not as_json and sys.stdout.isatty():
+            from rich.live import Live
+
+            from nodeledger.cli import _console
+
+            live = Live(console=_console(), refresh_per_second=4, transient=True)
+            live.start()
+
+        def on_sample(s: dict):
+            an.feed(s)
+            if rec:
+                rec.write(s)
+            if live:
+                live.update(_live_view(s, an, header))
+            if fail_fast and an.ever_failed:
+                return False
+            return None
+
+        if fake and samples is None and duration is None:
+            samples = b.sc.steps
+        try:
+            w.run(on_sample, samples=samples, duration=duration,
+                  sleep=(lambda _s: None) if fake else None)  # fmt: skip
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends the watch; the verdict follows
+        finally:
+            if live:
+                live.stop()
+            if rec:
+                rec.close()
+    finally:
+        b.close()
+    _finish(an, header, expect, as_json, fail_on_idle,
+            source=f"{b.name}, every {interval:g} s" + (f", recorded to {record}" if record else ""))  # fmt: skip
+
+
+def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
+    if not summary["samples"] or not summary["cards_seen"]:
+        return EXIT_NO_SAMPLE, "no sample: no card could be read"
+    v = summary["verify"]
+    if v["status"] == "failed":
+        rules = "; ".join(
+            f"{f['rule']} on card(s) {', '.join(map(str, f['cards']))}" for f in v["findings"]
+        )
+        return EXIT_VERIFY, f"verification failed: {rules}"
+    if fail_on_idle and summary["idle"]:
+        return EXIT_IDLE, "idle card(s): " + ", ".join(
+            f"{f['card']} ({f['kind']})" for f in summary["idle"]
+        )
+    return 0, None
+
+
+def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str) -> None:
+    s = an.summary()
+    s["cards_seen"] = an.cards_seen
+    s["source"] = source
+    s["plan"] = (expect or {}).get("source")
+    s["notes"] = header.get("notes", [])
+    code, why = _exit_code(s, fail_on_idle)
+    s["exit_code"] = code
+    if as_json:
+        from nodeledger.cli import _print_json
+
+        _print_json(s)
+    else:
+        _render_summary(s, header)
+    if code:
+        sys.stderr.write(f"nodeledger: {why} (exit {code})\n")
+        raise typer.Exit(code)
+
+
+def _gib(b) -> str:
+    return "-" if b is None else f"{b / GiB:,.1f}"
+
+
+def _bar(used, total, planned, width: int = 24) -> str:
+    if not used or not total:
+        return " " * width
+    cells = [" "] * width
+    n = min(width, round(width * used / total))
+    for k in range(n):
+        cells[k] = "█"
+    if planned:
+        k = min(width - 1, int(width * planned / total))
+        cells[k] = "┃" if cells[k] == " " else "╋"
+    return "".join(cells)
+
+
+def _live_view(s: dict, an, header):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    info = {c["index"]: c for c in header["machine"]["cards"]}
+    t = Table(title=f"nodeledger watch — {header['backend']}, sample {an.n}", expand=False)
+    for col in (
+        "card",
+        "used / total GiB",
+        "used vs plan (┃)",
+        "planned",
+        "util %",
+        "owner",
+        "status",
+    ):
+        t.add_column(col)
+    flagged: dict[int, list[str]] = {}
+    for f in an.verify()["findings"]:
+        for c in f["cards"]:
+            flagged.setdefault(c, []).append(f["rule"])
+    for f in an.idle(active_only=True):
+        flagged.setdefault(f["card"], []).append(f["kind"])
+    for c in s.get("cards", []):
+        i = c["index"]
+        total = c.get("total_bytes") or info.get(i, {}).get("total_bytes")
+        pred = an.predicted.get(i)
+        procs = c.get("processes") or []
+        owner = (f"{procs[0]['pid']} {procs[0].get('name') or ''}".strip()
+                 + (f" +{len(procs) - 1}" if len(procs) > 1 else "")) if procs else "-"  # fmt: skip
+        status = ", ".join(flagged.get(i, [])) or "ok"
+        style = "red" if i in flagged else "green"
+        t.add_row(str(i), f"{_gib(c.get('used_bytes'))} / {_gib(total)}",
+                  Text(_bar(c.get("used_bytes"), total, pred), style=style), _gib(pred),
+                  "-" if c.get("util_pct") is None else f"{c['util_pct']:.0f}", owner,
+                  Text(status, style=style))  # fmt: skip
+    h = s.get("host") or {}
+    line = (f"host: {_gib(h.get('mem_available'))} of {_gib(h.get('mem_total'))} GiB available, "
+            f"swap used {_gib((h.get('swap_total') or 0) - (h.get('swap_free') or 0))} GiB")  # fmt: skip
+    return Group(t, Text(line))
+
+
+def _render_summary(s: dict, header: dict) -> None:
+    from rich.table import Table
+
+    from nodeledger.cli import _console
+
+    con = _console()
+    con.print(
+        f"watch: {s['samples']} samples over {s['duration_s']:.0f} s ({s['source']})", markup=False
+    )
+    if s["plan"]:
+        con.print(f"plan: {s['plan']}", markup=False)
+    for n in s["notes"]:
+        con.print(f"note: {n}", markup=False)
+    t = Table(title="Cards (peak = highest memory held for 3 samples in a row)")
+    for col in (
+        "card",
+        "peak GiB",
+        "planned GiB",
+        "unsharded GiB",
+        "of GiB",
+        "util % (mean)",
+        "owners",
+    ):
+        t.add_column(col)
+    for c in s["cards"]:
+        owners = ", ".join(f"{o['pid']} {o['name'] or ''}".strip() for o in c["owners"][:3])
+        if len(c["owners"]) > 3:
+            owners += f" +{len(c['owners']) - 3}"
+        t.add_row(str(c["index"]), _gib(c["peak_bytes"]), _gib(c["predicted_bytes"]),
+                  _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),
+                  "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
+    con.print(t)
+    v = s["verify"]
+    con.print(f"verify: {v['status']}", markup=False)
+    for f in v["findings"]:
+        con.print(f"  FAIL {f['message']}", markup=False)
+    if s["idle"]:
+        con.print("idle cards:")
+    shown: dict[tuple, list[int]] = {}
+    for f in s["idle"]:
+        key = (f["kind"], f["likely_cause"], tuple(f["evidence"][1:]), tuple(f["hints"]))
+        if key in shown and f["likely_cause"]:  # the same diagnosis as a card above: one line
+            shown[key].append(f["card"])
+            continue
+        shown[key] = []
+        span = f"{f['last_t'] - f['first_t']:.0f} s" + ("" if f["active"] else ", over")
+        con.print(f"  {f['kind']}: {f['message']} [{span}]", markup=False)
+        if f["likely_cause"]:
+            con.print(f"    likely cause: {f['likely_cause']}", markup=False)
+        for e in f["evidence"][1:]:
+            con.print(f"    also: {e}", markup=False)
+        for h in f["hints"]:
+            con.print(f"    hint: {h}", markup=False)
+    for (kind, _c, _e, _h), more in shown.items():
+        if more:
+            con.print(
+                f"  {kind}, same diagnosis: card(s) {', '.join(map(str, more))}", markup=False
+            )
+    if not s["idle"]:
+        con.print("idle cards: none")
+
+
+# ---------------------------------------------------------------------------------------------
+# exporter
+# ---------------------------------------------------------------------------------------------
+
+
+def exporter(
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve /metrics on (default loopback only).")] = "127.0.0.1:9835",
+    expose: Annotated[bool, typer.Option("--expose", help="Allow a non-loopback --listen address (metrics name your processes).")] = False,
+    interval: Interval = 1.0,
+    backend: Backend = "auto",
+    plan: Plan = None,
+    model: Model = None,
+    job: Job = None,
+    cards: Cards = None,
+    machine: Machine = None,
+    idle_window: IdleWindow = 60.0,
+    tolerance: Tolerance = 0.10,
+    tolerance_gib: ToleranceGib = 1.0,
+    timeout: Timeout = 5.0,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after S seconds (default: until Ctrl-C).")] = None,
+    job_opts: dict | None = None,
+) -> None:  # fmt: skip
+    """Serve Prometheus metrics (dcgm-exporter names where they overlap, plus nodeledger_*):
+    per-card memory used / total / planned and headroom, utilisation, per-process memory, host
+    RAM / swap, findings.  Samples once per --interval whatever the scrape rate."""
+    import threading
+    import time
+
+    from nodeledger.watch.analyze import Analyzer
+    from nodeledger.watch.backends import open_backend
+    from nodeledger.watch.exporter import Exporter, parse_listen
+    from nodeledger.watch.watcher import Watcher
+
+    job_opts = job_opts or {}
+    for name, v in (("--interval", interval), ("--duration", duration),
+                    ("--idle-window", idle_window), ("--timeout", timeout)):  # fmt: skip
+        _positive(name, v)
+    host_addr, port, loopback = parse_listen(listen)
+    if not loopback and not expose:
+        raise InputError(
+            f"--listen {listen} is not a loopback address: metrics name your processes and "
+            "models; add --expose to serve them beyond this host"
+        )
+    if not loopback:
+        sys.stderr.write(
+            f"warning: serving metrics on {host_addr}:{port}, reachable beyond this host "
+            "(process names, pids, memory); put a firewall or an authenticating proxy in front\n"
+        )
+    b = open_backend(backend, timeout=timeout)
+    host = getattr(b, "host", None)
+    if host is None:
+        from nodeledger.watch.host import HostSampler
+
+        host = HostSampler()
+    fake = backend.startswith("fake:")
+    w = Watcher(b, host, interval, clock=time.time)  # a fake scenario too: scrapes see real time
+    expect, prof = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
+    header = w.header(expect, prof)
+    an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
+                  idle_window=idle_window)  # fmt: skip
+    exp = Exporter(w, an, header)
+    server = exp.serve(host_addr, port)
+    exp.start_sampling()
+    sys.stderr.write(
+        f"nodeledger exporter: http://{listen if ':' not in host_addr else f'[{host_addr}]:{port}'}/metrics "
+        f"({b.name}, every {interval:g} s)\n"
+    )
+    sys.stderr.flush()
+    timer = threading.Timer(duration or 0, server.shutdown)
+    timer.daemon = True
+    if duration is not None:
+        timer.start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        timer.cancel()
+        exp.shutdown()
+        b.close()
+
+
+_ = NodeledgerError  # errors reach cli.main, which prints one line and exits 2
