@@ -1,7 +1,304 @@
-"""CLI layer of `nodeledger bench` / `nodeledger golive` (rendering only)."""
+"""CLI layer of `nodeledger bench` / `nodeledger golive` (rendering only; the work is in
+nodeledger.bench).
+
+Exit codes: bench — 0 (it reports; figures judged low / bad do not change the exit code, and
+card parts without torch or cards are "unavailable", not failures); golive — 0 no step fails
+(unavailable allowed), 1 a step fails; 2 bad input (one line on stderr).
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nodeledger.errors import NodeledgerError
+
+VERDICT_STYLE = {"ok": "green", "low": "dark_orange", "bad": "red", "unknown": "grey50",
+                 "unavailable": "grey50"}  # fmt: skip
+STATUS_STYLE = {"pass": "green", "fail": "red", "unavailable": "grey50"}
+FORMATS = ("terminal", "md", "json")
 
 
 def register(app) -> None:
     """Add the command(s) to the typer app (called by cli.py)."""
+    app.command("bench")(bench)
+    app.command("golive")(golive)
+
+
+def _progress():
+    if not sys.stderr.isatty():
+        return None
+    return lambda msg: sys.stderr.write(f"nodeledger: {msg} ...\n")
+
+
+def _cards_arg(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, _, b = part.partition("-")
+            if not (a.isdigit() and b.isdigit()) or int(a) > int(b):
+                raise NodeledgerError(f"--cards {text!r}: {part!r} is not a range like 0-3")
+            out += list(range(int(a), int(b) + 1))
+        elif part.isdigit():
+            out.append(int(part))
+        else:
+            raise NodeledgerError(f"--cards {text!r}: {part!r} is not a card index")
+    if not out:
+        raise NodeledgerError(f"--cards {text!r}: no card index")
+    return out
+
+
+def bench(
+    cards: Annotated[str | None, typer.Option("--cards", help="Card indices (nvidia-smi order), e.g. 0,1,2,3 or 0-3; default: every card torch sees.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Bounded run (disk 128 MiB; copies 64 MiB x 5; collectives 256 MiB x 10): <= 60 s on an 8-card box.")] = False,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="Dataset folder to read (default: the working directory).")] = None,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Model cache folder (default: HF_HUB_CACHE / HF_HOME/hub / ~/.cache/huggingface/hub).")] = None,
+    compare_nccl: Annotated[str | None, typer.Option("--compare-nccl", help="nccl-tests output (all_reduce_perf / all_gather_perf) to put beside nodeledger's bus bandwidth.")] = None,
+    nccl_op: Annotated[str | None, typer.Option("--nccl-op", help="The collective of --compare-nccl when its file name does not say (all_reduce, all_gather, ...).")] = None,
+    no_cards: Annotated[bool, typer.Option("--no-cards", help="Disk only: skip the card parts.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:  # fmt: skip
+    """Measure the disks (no torch needed) and, with torch, the cards: host<->card copies (pinned /
+    pageable, NUMA-local / remote), card<->card copies, all-reduce / all-gather bus bandwidth,
+    allocatable memory.  Each figure judged ok / low / bad against its class and the topology."""
+    from nodeledger.bench.run import run_bench
+    from nodeledger.cli import _print_json
+
+    rep = run_bench(cards=_cards_arg(cards), quick=quick, dataset=dataset, cache=cache,
+                    compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,
+                    progress=_progress())  # fmt: skip
+    if as_json:
+        _print_json(rep)
+        return
+    render_bench(rep)
+
+
+# ---------------------------------------------------------------------------------------
+# bench rendering
+# ---------------------------------------------------------------------------------------
+
+
+def fmt_value(f: dict) -> str:
+    v, unit = f["value"], f["unit"]
+    if v is None:
+        return "—"
+    if unit == "%":
+        return f"{v:+.1f} %"
+    if unit == "of total":
+        return f"{v:.1%}"
+    if abs(v) >= 100:
+        text = f"{v:,.0f}"
+    elif abs(v) >= 1:
+        text = f"{v:,.2f}"
+    else:
+        text = f"{v:.3f}"
+    return f"{text} {unit}".strip()
+
+
+def _sources(figs: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in figs:
+        if f["source"] and f["source"] not in out:
+            out[f["source"]] = len(out) + 1
+    return out
+
+
+def render_bench(rep: dict, con=None) -> None:
+    from rich.table import Table
+
+    from nodeledger.cli import _console
+
+    con = con or _console()
+    con.print(f"bench on {rep['machine']} ({'quick' if rep['quick'] else 'full'}; {rep['seconds']:g} s)",
+              markup=False, highlight=False)  # fmt: skip
+    con.print(
+        f"sizes: disk {rep['sizes']['disk']}; cards {rep['sizes']['cards']}",
+        markup=False,
+        highlight=False,
+    )
+    for sec in rep["disk"]:
+        line = f"{sec['label']}: {sec['tested_in']}"
+        if sec["how"]:
+            line += f" ({sec['how']})"
+        line += (f" — mount {sec['mount'] or 'unknown'} ({sec['filesystem'] or 'unknown fs'}), "
+                 f"kind {sec['kind']} [{sec['kind_source']}]")  # fmt: skip
+        con.print(line, markup=False, highlight=False)
+        if sec["status"] == "unavailable":
+            con.print(f"  unavailable: {sec['reason']}", markup=False, highlight=False)
+        elif sec.get("shared_with"):
+            con.print(
+                f"  same filesystem as the {sec['shared_with']}: measured once",
+                markup=False,
+                highlight=False,
+            )
+        else:
+            con.print(f"  page cache {sec['page_cache']}; test file written at {sec['write_mbps']:,.0f} MB/s (not judged)",
+                      markup=False, highlight=False)  # fmt: skip
+    c = rep["cards"] or {}
+    con.print(f"cards: {c.get('backend') or 'no backend'}"
+              + (f" — {c['reason']}" if c.get("status") == "unavailable" else ""), markup=False, highlight=False)  # fmt: skip
+    figs = rep["figures"]
+    peer = [f for f in figs if f["part"] == "peer" and f["verdict"] != "unavailable"]
+    shown = [
+        f
+        for f in figs
+        if f["verdict"] != "unavailable"
+        and (f["part"] != "peer" or f["verdict"] != "ok")
+        and not f["evidence"].startswith("one measurement for both")
+    ]  # printed once
+    src = _sources(shown + peer)
+    t = Table(title="Figures")
+    for col in ("part", "subject", "metric", "value", "verdict", "expected"):
+        t.add_column(col, overflow="fold")
+    for f in shown:
+        st = VERDICT_STYLE[f["verdict"]]
+        exp = f["expected"] + (f" [{src[f['source']]}]" if f["source"] else "")
+        t.add_row(
+            f["part"], f["subject"], f["metric"], fmt_value(f), f"[{st}]{f['verdict']}[/]", exp
+        )
+    con.print(t)
+    if peer:
+        render_peer(con, rep, peer)
+    for f in figs:
+        if f["verdict"] in ("low", "bad", "unknown") and f["evidence"]:
+            con.print(
+                f"{f['verdict']}: {f['subject']} {f['metric']}: {f['evidence']}",
+                markup=False,
+                highlight=False,
+            )
+    for f in figs:
+        if f["verdict"] == "unavailable":
+            con.print(
+                f"unavailable: {f['subject']} — {f['metric']}: {f['evidence']}",
+                markup=False,
+                highlight=False,
+            )
+    if src:
+        con.print("sources:")
+        for text, n in src.items():
+            con.print(f"  [{n}] {text}", markup=False, highlight=False)
+    if rep.get("nccl_tests"):
+        n = rep["nccl_tests"]
+        con.print(f"nccl-tests {n['source']}: {n['collective'] or 'unknown collective'} ({n['collective_from']}), "
+                  f"{n['n']} ranks on {len(n['hosts'])} host(s), {n['rows']} rows; peak busbw "
+                  f"{n['peak']['busbw_gbps']} GB/s at {n['peak']['size_bytes']:,} B; avg {n['avg_busbw']}",
+                  markup=False, highlight=False)  # fmt: skip
+    cnt = rep["counts"]
+    con.print(", ".join(f"{k} {v}" for k, v in cnt.items()), markup=False, highlight=False)
+
+
+def render_peer(con, rep: dict, peer: list[dict]) -> None:
+    from rich.table import Table
+
+    rows = (rep["cards"] or {}).get("peer") or []
+    cards = sorted({r["src"] for r in rows} | {r["dst"] for r in rows})
+    verdict = {f["subject"]: f["verdict"] for f in peer}
+    val = {(r["src"], r["dst"]): r["gbps"] for r in rows}
+    t = Table(title="Card -> card copies (GB/s; row = source)")
+    t.add_column("src \\ dst")
+    for c in cards:
+        t.add_column(str(c), justify="right")
+    for a in cards:
+        cells = []
+        for b in cards:
+            if a == b:
+                cells.append("—")
+                continue
+            v = verdict.get(f"card {a} -> {b}", "unknown")
+            cells.append(f"[{VERDICT_STYLE[v]}]{val.get((a, b), 0):,.1f}[/]")
+        t.add_row(str(a), *cells)
+    con.print(t)
+
+
+# ---------------------------------------------------------------------------------------
+# golive
+# ---------------------------------------------------------------------------------------
+
+
+def golive(
+    plan: Annotated[str | None, typer.Option("--plan", help="Plan (TOML, as for `place`) that must fit with its lifeboat.")] = None,
+    machine: Annotated[str | None, typer.Option("--machine", help="Preset, profile file or bundle for the doctor, card-settings and plan steps; default: probe this host. Bench and drill always run on this host.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Dataset folder for the bench and doctor's network-filesystem check.")] = None,
+    bench_json: Annotated[str | None, typer.Option("--bench-json", help="Use a recorded `bench --json` instead of running `bench --quick`.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="Reservations state file (as `run --state`); default $NODELEDGER_STATE or ~/.local/state/nodeledger/reservations.sqlite.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal | md | json")] = "terminal",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each vendor tool may run.")] = 5.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+) -> None:  # fmt: skip
+    """The pre-production checklist: doctor clean, per-card settings, bench figures ok, the plan
+    fits with its lifeboat, and a recovery drill (a canary on the lifeboat card, killed on
+    purpose; its memory and reservation must come back).  Exit 0 when no step fails, 1 otherwise."""
+    from nodeledger.bench.golive import run_golive
+    from nodeledger.cli import _console, _print_json
+
+    fmt = "json" if as_json else fmt
+    if fmt not in FORMATS:
+        raise NodeledgerError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    rep = run_golive(plan_file=plan, machine=machine, dataset=dataset, bench_json=bench_json,
+                     state_path=state, timeout=timeout, progress=_progress())  # fmt: skip
+    if fmt == "json":
+        _print_json(rep)
+    elif fmt == "md":
+        sys.stdout.write("\n".join(golive_md(rep)) + "\n")
+    else:
+        render_golive(rep, _console())
+    if rep["exit_code"]:
+        raise typer.Exit(rep["exit_code"])
+
+
+def render_golive(rep: dict, con) -> None:
+    from rich.table import Table
+
+    con.print(
+        f"go-live checklist: {rep['machine']} — {rep['origin']}", markup=False, highlight=False
+    )
+    t = Table(title="Steps")
+    for col in ("step", "status", "summary"):
+        t.add_column(col, overflow="fold")
+    for s in rep["steps"]:
+        t.add_row(s["title"], f"[{STATUS_STYLE[s['status']]}]{s['status']}[/]", s["summary"])
+    con.print(t)
+    for s in rep["steps"]:
+        if not s["evidence"]:
+            continue
+        con.print(f"{s['title']} — {s['status']}:", markup=False, highlight=False)
+        for line in s["evidence"]:
+            con.print(f"  {line}", markup=False, highlight=False)
+    style = "green" if rep["exit_code"] == 0 else "red"
+    con.print(f"[{style}]{rep['verdict']}[/] (exit {rep['exit_code']})")
+
+
+def golive_md(rep: dict) -> list[str]:
+    L = [f"# Go-live checklist: {rep['machine']}", "", f"Machine: {rep['origin']}.",
+         f"Plan: {rep['plan'] or 'none given'}.", "",
+         f"**Verdict: {rep['verdict']}** (exit {rep['exit_code']}; unavailable steps do not fail it)", "",
+         "| step | status | summary |", "|---|---|---|"]  # fmt: skip
+    for s in rep["steps"]:
+        L.append(f"| {s['title']} | {s['status']} | {_md(s['summary'])} |")
+    for s in rep["steps"]:
+        L += ["", f"## {s['title']}: {s['status']}", "", _md(s["summary"])]
+        if s["evidence"]:
+            L.append("")
+            L += [f"- {_md(e)}" for e in s["evidence"]]
+    b = rep.get("bench")
+    if b and b.get("figures"):
+        L += ["", "## Bench figures", "", "| subject | metric | value | verdict | expected | source |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+        for f in b["figures"]:
+            L.append(f"| {_md(f['subject'])} | {_md(f['metric'])} | {fmt_value(f)} | {f['verdict']} | "
+                     f"{_md(f['expected'])} | {_md(f['source'] or f['evidence'])} |")  # fmt: skip
+    return L
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
