@@ -195,20 +195,11 @@ def _group_cards(cards):
     return [(i, a) for i, a, _ in groups]
 
 
-def _ranges(indices: list[int]) -> str:
+def _ranges(indices) -> str:
     """[0,1,2,3,5] -> "0-3,5"."""
-    out, start, prev = [], None, None
-    for i in sorted(indices):
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
-            prev = i
-        else:
-            out.append(f"{start}-{prev}" if prev != start else str(start))
-            start = prev = i
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(out)
+    from nodeledger.machine.parsers.numa import compress_cpus
+
+    return compress_cpus(sorted(indices))
 
 
 def _render_machine(p) -> None:
@@ -862,18 +853,10 @@ def _report_machine(machine: str | None) -> tuple[Any, list[str]]:
 
 
 def _catalogue(workloads: str | None):
-    from nodeledger.model import load_model
-    from nodeledger.report.catalogue import load_catalogue
+    from nodeledger.report.catalogue import load_catalogue, load_specs
 
     ws, src = load_catalogue(workloads)
-    specs = {}
-    for w in ws:
-        if w.model not in specs:
-            try:
-                specs[w.model] = load_model(w.model)[0]
-            except NodeledgerError as exc:
-                raise NodeledgerError(f"workload {w.id!r}: {exc}") from None
-    return ws, specs, src
+    return ws, load_specs(ws), src
 
 
 def _pick_format(fmt: str | None, out: Path | None) -> str:

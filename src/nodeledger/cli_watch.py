@@ -111,7 +111,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on 
 def _parse_cards(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    from nodeledger.machine.parsers.npu_smi import cpulist_ids
+    from nodeledger.machine.parsers.common import cpulist_ids
 
     out: list[int] = []
     for part in text.split(","):

@@ -71,19 +71,11 @@ def exit_code(findings: list[Finding]) -> int:
     return EXIT[max((RANK[f.severity] for f in findings), default=0)]
 
 
-def _ranges(xs) -> str:
-    out, start, prev = [], None, None
-    for i in sorted(xs):
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
-            prev = i
-        else:
-            out.append(f"{start}-{prev}" if prev != start else str(start))
-            start = prev = i
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(out)
+def _ranges(indices) -> str:
+    """[0,1,2,3,5] -> "0-3,5"."""
+    from nodeledger.machine.parsers.numa import compress_cpus
+
+    return compress_cpus(sorted(indices))
 
 
 # -- host --------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
-from nodeledger.machine.parsers.npu_smi import cpulist_ids
+from nodeledger.machine.parsers.common import cpulist_ids
 from nodeledger.machine.parsers.numa import compress_cpus
 from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
 from nodeledger.model.spec import ModelSpec

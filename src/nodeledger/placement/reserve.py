@@ -447,18 +447,10 @@ def resolve_run_machine(ref: str | None):
 
 def load_plan_inputs(plan_file: str):
     """(workloads, specs) of a plan file (a workload catalogue, see report/catalogue.py)."""
-    from nodeledger.model import load_model
-    from nodeledger.report.catalogue import load_catalogue
+    from nodeledger.report.catalogue import load_catalogue, load_specs
 
     ws, _ = load_catalogue(plan_file)
-    specs = {}
-    for w in ws:
-        if w.model not in specs:
-            try:
-                specs[w.model] = load_model(w.model)[0]
-            except NodeledgerError as exc:
-                raise InputError(f"workload {w.id!r}: {exc}") from None
-    return ws, specs
+    return ws, load_specs(ws)
 
 
 def make_plan(profile, workloads, specs, lifeboat: int, reserved_cards: set[int]) -> dict:

@@ -158,3 +158,19 @@ def load_catalogue(ref: str | None) -> tuple[list[Workload], str]:
     if dupes:
         raise InputError(f"{path}: workload ids already in the default catalogue: {dupes}")
     return merged, f"default catalogue + {path}"
+
+
+def load_specs(workloads: list[Workload]) -> dict:
+    """Model spec of each workload's model (loaded once per model); an unknown model names the
+    workload that asked for it."""
+    from nodeledger.errors import NodeledgerError
+    from nodeledger.model import load_model
+
+    specs: dict = {}
+    for w in workloads:
+        if w.model not in specs:
+            try:
+                specs[w.model] = load_model(w.model)[0]
+            except NodeledgerError as exc:
+                raise InputError(f"workload {w.id!r}: {exc}") from None
+    return specs

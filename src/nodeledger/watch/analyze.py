@@ -53,7 +53,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from nodeledger.machine.parsers.npu_smi import cpulist_ids
+from nodeledger.machine.parsers.common import cpulist_ids
 
 GiB = 2**30
 CONFIRM = 3

@@ -108,18 +108,11 @@ def from_plan(path: str, machine) -> dict:
                 f"--plan {path}: no 'replicas' list (expected `nodeledger place --json`)"
             )
         return {"source": f"placement {p.name}", "groups": _groups(data["replicas"], {})}
-    from nodeledger.model import load_model
     from nodeledger.placement.planner import plan
-    from nodeledger.report.catalogue import load_catalogue
+    from nodeledger.report.catalogue import load_catalogue, load_specs
 
     ws, _ = load_catalogue(str(p))
-    specs = {}
-    for w in ws:
-        if w.model not in specs:
-            try:
-                specs[w.model] = load_model(w.model)[0]
-            except InputError as exc:
-                raise InputError(f"workload {w.id!r}: {exc}") from None
+    specs = load_specs(ws)
     # as when the plan was made: the job's own processes must not make its cards look taken
     free = machine.model_copy(
         update={

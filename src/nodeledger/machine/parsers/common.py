@@ -18,11 +18,11 @@ def clean(text: str) -> str:
     return ANSI.sub("", text).replace("\r", "")
 
 
-def cpulist_count(cpus: str | None) -> int | None:
-    """Number of CPUs in a kernel cpulist ("0-31,64-95" -> 64); None if not a cpulist."""
-    if not cpus:
+def cpulist_ids(cpus: str | None) -> set[int] | None:
+    """CPU ids of a kernel cpulist ("0-23,96-119" -> {0..23, 96..119}); None if not a cpulist."""
+    if not cpus or not cpus.strip():
         return None
-    total = 0
+    out: set[int] = set()
     for part in cpus.split(","):
         part = part.strip()
         if not part:
@@ -33,8 +33,14 @@ def cpulist_count(cpus: str | None) -> int | None:
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             return None
-        total += hi - lo + 1
-    return total
+        out.update(range(lo, hi + 1))
+    return out or None
+
+
+def cpulist_count(cpus: str | None) -> int | None:
+    """Number of CPUs in a kernel cpulist ("0-31,64-95" -> 64); None if not a cpulist."""
+    ids = cpulist_ids(cpus)
+    return None if ids is None else len(ids)
 
 
 def size_to_bytes(value: float, unit: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean
+from nodeledger.machine.parsers.common import ParseError, clean, cpulist_ids
 
 
 @dataclass
@@ -240,22 +240,6 @@ def parse_topo(text: str) -> NpuTopology:
                      "links": {int(_DEV.match(d).group(2)): c.upper()
                                for d, c in zip(devices, cells[:n], strict=False)}})  # fmt: skip
     return NpuTopology(id_kind, cards, links, nics, notes)
-
-
-def cpulist_ids(cpus: str | None) -> set[int] | None:
-    """{ids} of a kernel cpulist ("0-23,96-119"); None if not a cpulist."""
-    if not cpus:
-        return None
-    out: set[int] = set()
-    for part in cpus.split(","):
-        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
-        if not m:
-            return None
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if hi < lo:
-            return None
-        out.update(range(lo, hi + 1))
-    return out
 
 
 def numa_node_of_cpus(cpus: str | None, nodes: dict[int, str | None]) -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean, cpulist_count
+from nodeledger.machine.parsers.common import ParseError, clean, cpulist_count, cpulist_ids
 
 
 def compress_cpus(cpus: list[int]) -> str:
@@ -151,14 +151,4 @@ def parse_lscpu(text: str) -> CpuInfo:
 
 
 def _expand(cpus: str) -> list[int]:
-    out: list[int] = []
-    for part in cpus.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-")
-            out.extend(range(int(lo), int(hi) + 1))
-        else:
-            out.append(int(part))
-    return out
+    return sorted(cpulist_ids(cpus) or [])

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodeledger.machine.parsers.common import cpulist_ids
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import MachineProfile
 
@@ -106,21 +107,7 @@ class Facts:
 
 def cpuset(text: str | None) -> set[int] | None:
     """Kernel cpulist ("0-3,8,10-11") -> set of CPU numbers; None if not a cpulist."""
-    if text is None:
-        return None
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::\d+/\d+)?", part)
-        if not m:
-            return None
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if hi < lo:
-            return None
-        out.update(range(lo, hi + 1))
-    return out or None
+    return cpulist_ids(text)
 
 
 def bus_address(bus: str | None) -> str | None:
