@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,8 +39,9 @@ def _open(path: Path, mode: str):
     if path.suffix == ".gz":
         if mode == "w":  # mtime 0: the same samples give the same bytes
             return io.TextIOWrapper(gzip.GzipFile(path, "wb", mtime=0), encoding="utf-8")
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    # reading: a byte that is not UTF-8 spoils only its own line (not valid JSON, named by number)
+    return open(path, mode, encoding="utf-8", errors="replace" if mode == "r" else "strict")
 
 
 def dumps(obj) -> str:
@@ -83,9 +85,28 @@ def _check_sample(d, where: str) -> dict:
     return d
 
 
+def _lines(f, p: Path, header: dict) -> Iterator[str]:
+    """The file's lines; a compressed stream that ends early (the watch was killed while
+    writing) ends the samples there, with a note, instead of losing the ones already read."""
+    while True:
+        try:
+            line = f.readline()
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            header.setdefault("notes", []).append(
+                f"{p}: the compressed stream ends early ({exc}): samples up to there are judged "
+                "(the watch was killed?)"
+            )
+            return
+        if not line:
+            return
+        yield line
+
+
 def read_stream(path: str | Path) -> tuple[dict, Iterator[dict]]:
     """(header, samples) of a recorded stream; a malformed file is InputError naming the line."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"--replay {p}: is a directory, not a recorded stream")
     if not p.is_file():
         raise InputError(f"--replay {p}: file not found")
     try:
@@ -115,7 +136,7 @@ def read_stream(path: str | Path) -> tuple[dict, Iterator[dict]]:
         with f:
             n = 1
             pending = None
-            for line in f:
+            for line in _lines(f, p, header):
                 n += 1
                 if pending is not None:  # a bad line followed by more lines: not a cut tail
                     raise InputError(f"{p} line {pending}: not valid JSON")

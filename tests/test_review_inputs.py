@@ -1,0 +1,37 @@
+"""Bad input found in a user review: each case is one clear line and exit 2 (or a note), never
+an internal error, and nothing already collected is lost."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from conftest import FIXTURES, run_cli
+
+STREAMS = FIXTURES / "watch"
+
+
+def test_replay_non_utf8_file_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b"\xff\xfe\x80 not a stream\n")
+    proc = run_cli("watch", "--replay", str(bad))
+    assert proc.returncode == 2, proc.stderr
+    assert "not a nodeledger watch stream" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_replay_directory_is_named_as_one(tmp_path):
+    proc = run_cli("watch", "--replay", str(tmp_path))
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
+
+
+def test_replay_truncated_gzip_keeps_the_samples_read(tmp_path):
+    raw = (STREAMS / "dead-owner.jsonl.gz").read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(raw[: len(raw) // 2])  # the watch was killed while writing
+    with gzip.open(STREAMS / "dead-owner.jsonl.gz", "rt") as f:
+        total = sum(1 for _ in f) - 1
+    proc = run_cli("watch", "--replay", str(cut), "--json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert 0 < d["samples"] < total
+    assert any("ends early" in n for n in d["notes"])
