@@ -35,3 +35,12 @@ def test_replay_truncated_gzip_keeps_the_samples_read(tmp_path):
     d = json.loads(proc.stdout)
     assert 0 < d["samples"] < total
     assert any("ends early" in n for n in d["notes"])
+
+
+def test_golive_bad_plan_is_bad_input_even_without_cards(tmp_path):
+    bad = tmp_path / "plan.toml"
+    bad.write_text("x = [")
+    # this host has no accelerator, so the plan step itself cannot run: the plan is still read
+    proc = run_cli("golive", "--plan", str(bad), "--state", str(tmp_path / "s.sqlite"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "not valid TOML" in proc.stderr and proc.stderr.count("\n") == 1

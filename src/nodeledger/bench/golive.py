@@ -278,19 +278,21 @@ def load_bench_json(path: str) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-def plan_step(profile, plan_file: str | None) -> tuple[dict, dict | None]:
+def plan_step(profile, plan_file: str | None, inputs=None) -> tuple[dict, dict | None]:
+    """``inputs``: the plan's (workloads, specs) already loaded (run_golive reads the plan
+    first, so a bad plan is an input error before any step runs)."""
     title = "plan fits with its lifeboat"
     if plan_file is None:
         return step("plan", title, "unavailable", "no --plan given"), None
     if not Path(plan_file).is_file():
         raise InputError(f"--plan {plan_file!r} not found")
-    if not profile.accelerators:
-        return step("plan", title, "unavailable",
-                    f"{profile.name} has no accelerator: --machine PRESET|FILE|BUNDLE names the production machine"), None  # fmt: skip
     from nodeledger.placement.planner import plan
     from nodeledger.placement.reserve import load_plan_inputs
 
-    ws, specs = load_plan_inputs(plan_file)
+    ws, specs = inputs if inputs is not None else load_plan_inputs(plan_file)
+    if not profile.accelerators:
+        return step("plan", title, "unavailable",
+                    f"{profile.name} has no accelerator: --machine PRESET|FILE|BUNDLE names the production machine"), None  # fmt: skip
     try:
         res = plan(profile, ws, specs, lifeboat=1)
     except InputError as exc:
@@ -588,6 +590,11 @@ def run_golive(*, plan_file: str | None = None, machine: str | None = None,
 
     if plan_file is not None and not Path(plan_file).is_file():
         raise InputError(f"--plan {plan_file!r} not found")
+    plan_inputs = None
+    if plan_file is not None:  # a bad plan is bad input, even where the plan step cannot run
+        from nodeledger.placement.reserve import load_plan_inputs
+
+        plan_inputs = load_plan_inputs(plan_file)
     if dataset is not None and not Path(dataset).exists():
         raise InputError(f"--dataset {dataset!r} not found")
     bench_rep = load_bench_json(bench_json) if bench_json else None
@@ -611,7 +618,7 @@ def run_golive(*, plan_file: str | None = None, machine: str | None = None,
         bench_rep = rep
         steps.append(bench_step(rep, f"bench --quick on this host ({rep['seconds']:g} s)"))
     say("plan")
-    pstep, pres = plan_step(profile, plan_file)
+    pstep, pres = plan_step(profile, plan_file, plan_inputs)
     steps.append(pstep)
     if pres and pres["lifeboat"]:
         boat = pres["lifeboat"][0]
