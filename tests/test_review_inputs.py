@@ -44,3 +44,19 @@ def test_golive_bad_plan_is_bad_input_even_without_cards(tmp_path):
     proc = run_cli("golive", "--plan", str(bad), "--state", str(tmp_path / "s.sqlite"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not valid TOML" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_brackets_in_notes_and_ids_are_printed_not_eaten_as_markup(tmp_path):
+    # the probe's NVML note names the extra: "pip install 'nodeledger[nvidia]'"
+    proc = run_cli("machine", "show", "probe", env={"PATH": "/nonexistent"})
+    assert proc.returncode == 0, proc.stderr
+    if "nvidia-ml-py not installed" in proc.stdout:
+        assert "nodeledger[nvidia]" in proc.stdout
+    plan = tmp_path / "w.toml"
+    plan.write_text(
+        '[[workloads]]\nid = "x[bold]"\ntitle = "t"\nmodel = "qwen3-8b"\njob = "serve"\n'
+    )
+    rep = run_cli("report", "--machine", "dgx-h100", "--workloads", str(plan))
+    assert rep.returncode == 0 and "x[bold]" in rep.stdout
+    place = run_cli("place", str(plan), "--machine", "dgx-h100")
+    assert place.returncode == 0 and "x[bold]#0" in place.stdout

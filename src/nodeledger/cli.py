@@ -44,6 +44,14 @@ def _console():
     return Console()
 
 
+def escape(text: str) -> str:
+    """User- and tool-supplied text for a markup string: '[nvidia]' stays '[nvidia]' (rich would
+    take it for a style tag and drop it)."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -206,7 +214,7 @@ def _render_machine(p) -> None:
     from rich.table import Table
 
     con = _console()
-    con.print(f"[bold]{p.name}[/bold] — {p.description}")
+    con.print(f"[bold]{escape(p.name)}[/bold] — {escape(p.description)}")
     if not p.accelerators:
         con.print("Accelerators: none found (host-only profile)")
     t = Table(title="Accelerators (identical cards share a row)")
@@ -284,9 +292,9 @@ def _render_machine(p) -> None:
     if sources:
         con.print("[bold]Sources[/bold]")
         for k, v in sources.items():
-            con.print(f"  {k}: {v}")
+            con.print(f"  {k}: {v}", markup=False)
     for note in p.notes:
-        con.print(f"  note: {note}")
+        con.print(f"  note: {note}", markup=False)
 
 
 @app.command("bundle")
@@ -377,7 +385,7 @@ def _render_parsed(kind: str, data: dict[str, Any]) -> None:
     else:
         con.print_json(json.dumps(data))
     for note in data.get("notes", []):
-        con.print(f"note: {note}")
+        con.print(f"note: {note}", markup=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -519,7 +527,7 @@ def _render_model(s: dict[str, Any]) -> None:
         )
     con.print(f"  formula: {kv['source']}")
     for note in s["notes"]:
-        con.print(f"note: {note}")
+        con.print(f"note: {note}", markup=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -799,7 +807,7 @@ def _render_fit(d: dict[str, Any]) -> None:
     for s in v["suggestions"]:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
     for n in d["notes"]:
-        con.print(f"  note: {n}")
+        con.print(f"  note: {n}", markup=False)
     if "search" in d:
         sr = d["search"]
         st = Table(
@@ -963,7 +971,7 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
         for r in rep["workloads"]:
             tier = r["tier_name"]
             t.add_row(
-                r["id"],
+                escape(r["id"]),
                 f"[{TIER_STYLE[tier]}]{tier}[/]",
                 r["binding"] or "",
                 r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),

@@ -31,7 +31,7 @@ def place(
 ) -> None:  # fmt: skip
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
     kept free), bind each to its cards' NUMA node, and print the environment and launch line."""
-    from nodeledger.cli import _catalogue, _console, _print_json, _report_machine
+    from nodeledger.cli import _catalogue, _console, _print_json, _report_machine, escape
     from nodeledger.placement import emit as em
     from nodeledger.placement.planner import GiB, plan
 
@@ -97,7 +97,7 @@ def place(
     ):
         t.add_column(col)
     for r in res["replicas"]:
-        t.add_row(r["replica"] + (" (shared)" if r["shared"] else ""), ",".join(map(str, r["cards"])), r["links"],
+        t.add_row(escape(r["replica"]) + (" (shared)" if r["shared"] else ""), ",".join(map(str, r["cards"])), r["links"],
                   "unknown" if r["numa_node"] is None else str(r["numa_node"]), r["cpus"] or "unknown",
                   "unknown" if r["workers"] is None else str(r["workers"]),
                   f"{r['card_bytes'] / GiB:,.1f}", f"{r['host_bytes'] / GiB:,.1f}", r["launch"])  # fmt: skip
