@@ -60,3 +60,14 @@ def test_brackets_in_notes_and_ids_are_printed_not_eaten_as_markup(tmp_path):
     assert rep.returncode == 0 and "x[bold]" in rep.stdout
     place = run_cli("place", str(plan), "--machine", "dgx-h100")
     assert place.returncode == 0 and "x[bold]#0" in place.stdout
+
+
+def test_terminal_format_output_file(tmp_path):
+    out = tmp_path / "cmp.txt"
+    proc = run_cli("compare", "dgx-h100", "hgx-h200", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file() and "Workloads" in out.read_text() and "Workloads" not in proc.stdout
+    for cmd in (["report", "--machine", "dgx-h100"], ["compare", "dgx-h100", "hgx-h200"]):
+        bad = run_cli(*cmd, "-o", str(tmp_path))  # a directory: one line, exit 2 (was exit 70)
+        assert bad.returncode == 2, bad.stderr
+        assert "cannot write" in bad.stderr and "internal error" not in bad.stderr

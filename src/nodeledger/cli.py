@@ -944,17 +944,25 @@ def report(
 TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
 
 
-def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
+def _terminal_out(output: Path | None):
+    """(file handle or None, console) for the terminal format: -o FILE gets plain text."""
+    if output is None:
+        return None, _console()
     from rich.console import Console
+
+    try:
+        fh = output.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise NodeledgerError(f"-o {output}: cannot write ({exc.strerror or exc})") from None
+    return fh, Console(file=fh, width=140, no_color=True)
+
+
+def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
     from rich.table import Table
 
     from nodeledger.report import render
 
-    if output is not None:
-        fh = output.open("w", encoding="utf-8")
-        con = Console(file=fh, width=140, no_color=True)
-    else:
-        fh, con = None, _console()
+    fh, con = _terminal_out(output)
     try:
         for line in intro:
             con.print(line, markup=False, highlight=False)
@@ -1035,7 +1043,6 @@ def compare_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Which machine runs which workloads in which tier, serving capacity, cost per workload."""
-    from rich.table import Table
 
     from nodeledger.machine import resolve_machine
     from nodeledger.report.compare import compare, parse_prices
@@ -1060,7 +1067,18 @@ def compare_cmd(
     if fmt == "md":
         _write("\n".join(lines), output)
         return
-    con = _console()
+    fh, con = _terminal_out(output)
+    try:
+        _render_compare(con, res, src, machines)
+    finally:
+        if fh is not None:
+            fh.close()
+            sys.stderr.write(f"wrote {output}\n")
+
+
+def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
+    from rich.table import Table
+
     t = Table(title=f"Workloads ({src})")
     t.add_column("workload")
     for m in machines:
