@@ -71,3 +71,16 @@ def test_terminal_format_output_file(tmp_path):
         bad = run_cli(*cmd, "-o", str(tmp_path))  # a directory: one line, exit 2 (was exit 70)
         assert bad.returncode == 2, bad.stderr
         assert "cannot write" in bad.stderr and "internal error" not in bad.stderr
+
+
+def test_preflight_with_more_cards_than_the_machine_is_no_go_not_bad_input():
+    # preflight's own rule: "no-go ... it needs more cards than the machine has" (exit 3)
+    proc = run_cli("doctor", "qwen3-32b", "--job", "serve", "--tp", "16", "--machine", "dgx-h100",
+                   "--json")  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["verdict"] == "no-go" and d["reasons"][0]["topic"] == "cards"
+    assert "needs 16 cards, the machine has 8" in d["reasons"][0]["text"]
+    # the model's own limit stays bad input
+    bad = run_cli("doctor", "qwen3-32b", "--job", "serve", "--tp", "3", "--machine", "dgx-h100")
+    assert bad.returncode == 2 and "does not divide" in bad.stderr

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 
 from nodeledger.doctor.state import MachineState
+from nodeledger.ledger.build import check_parallel
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import Accelerator
 from nodeledger.model.spec import ModelSpec
@@ -138,6 +139,12 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> P
     notes: list[str] = []
     add = lambda level, topic, text: reasons.append(Reason(level, topic, text))  # noqa: E731
 
+    have = len(prof.accelerators)
+    if not isinstance(job, LoadJob) and cards_needed(job) > have:
+        # the docstring's no-go: more cards than the machine has (fit itself refuses the job);
+        # the model's own limits (TP vs heads, PP vs layers) stay input errors
+        check_parallel(spec, job.parallel.tp, job.parallel.pp, 0, prof)
+        return _too_few_cards(job, state, lifeboat, have)
     result = fit(spec, job, prof)
     lg, v = result.ledger, result.verdict
     host_v = next(r for r in v.resources if r.resource == "host RAM")
@@ -284,6 +291,20 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> P
     if host_v.tier == "cannot" and isinstance(job, LoadJob):
         notes.extend(_load_instead(spec, job, prof))
     return Preflight(verdict, reasons, card_info, binding, host, fit_summary, state.origin, notes)
+
+
+def _too_few_cards(job, state: MachineState, lifeboat: int, have: int) -> Preflight:
+    from nodeledger.report.fit import job_options
+
+    needed = cards_needed(job)
+    text = f"needs {needed} cards, the machine has {have}"
+    fit_summary = {"tier": "cannot", "binding": "cards", "reason": text, "suggestions": [],
+                   "job_options": job_options(job)}  # fmt: skip
+    card_info = {"needed": needed, "total": have, "free": [], "busy": {}, "chosen": [],
+                 "lifeboat": [], "lifeboat_wanted": lifeboat}  # fmt: skip
+    notes = ["the memory ledger was not run: the job's layout does not fit this machine's cards"]
+    return Preflight("no-go", [Reason("no-go", "cards", text)], card_info, [], {}, fit_summary,
+                     state.origin, notes)  # fmt: skip
 
 
 def _load_instead(spec: ModelSpec, job: LoadJob, prof) -> list[str]:
