@@ -84,3 +84,12 @@ def test_preflight_with_more_cards_than_the_machine_is_no_go_not_bad_input():
     # the model's own limit stays bad input
     bad = run_cli("doctor", "qwen3-32b", "--job", "serve", "--tp", "3", "--machine", "dgx-h100")
     assert bad.returncode == 2 and "does not divide" in bad.stderr
+
+
+def test_fit_names_the_config_dtype_instead_of_none():
+    proc = run_cli("fit", "qwen3-8b", "--job", "serve", "--machine", "dgx-h100")
+    assert proc.returncode == 0, proc.stderr
+    assert "dtype=None" not in proc.stdout and "dtype=bf16" in proc.stdout
+    d = json.loads(run_cli("fit", "qwen3-8b", "--job", "load", "--json").stdout)
+    assert d["job_options"]["dtype"] == "bf16"
+    assert "torch_dtype" in d["job_options"]["dtype_source"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from nodeledger.errors import NodeledgerError
 from nodeledger.ledger.build import Ledger, card_capacity, load_ledger, serve_ledger, train_ledger
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
+from nodeledger.ledger.weights import config_scheme
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 
@@ -207,7 +208,11 @@ def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> 
     v = verdict_of(ledger)
     if suggest and v.tier in ("cannot", "tight"):
         v.suggestions = suggestions(spec, job, machine, v)
-    return FitResult(ledger, v, job_options(job))
+    opts = job_options(job)
+    if "dtype" in opts and opts["dtype"] is None:  # the config's own scheme: say which, and why
+        scheme = config_scheme(spec)
+        opts.update(dtype=scheme.name, dtype_source=scheme.source)
+    return FitResult(ledger, v, opts)
 
 
 def _try(spec, job, machine, what: str) -> dict | None:
