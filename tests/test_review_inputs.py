@@ -93,3 +93,12 @@ def test_fit_names_the_config_dtype_instead_of_none():
     d = json.loads(run_cli("fit", "qwen3-8b", "--job", "load", "--json").stdout)
     assert d["job_options"]["dtype"] == "bf16"
     assert "torch_dtype" in d["job_options"]["dtype_source"]
+
+
+def test_parse_help_lists_every_kind():
+    from nodeledger.machine.parsers import PARSERS
+
+    proc = run_cli("parse", "--help", env={"COLUMNS": "400"})
+    assert proc.returncode == 0
+    missing = [k for k in PARSERS if k not in proc.stdout]
+    assert not missing, missing

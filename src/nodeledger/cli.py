@@ -327,7 +327,10 @@ def parse_cmd(
     kind: Annotated[
         str,
         typer.Argument(
-            help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q-xml | nvidia-smi-query-csv | numactl | lscpu"
+            help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | "
+            "nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | "
+            "rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | hy-smi | "
+            "npu-smi | npu-smi-topo | numactl | lscpu"
         ),
     ],
     file: Annotated[str, typer.Argument(help="A recorded output ('-' for standard input).")],
