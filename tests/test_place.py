@@ -254,3 +254,11 @@ def test_gres_conf_accepted_by_slurmd(tmp_path):
     assert "error" not in out.lower(), out
     assert "File=/dev/null Cores=0 " in out and "Links=-1,4" in out
     assert "File=/dev/zero" in out and "Links=4,-1" in out
+
+
+def test_launch_line_uses_the_plans_command():
+    text = EIGHT_TP1.replace(
+        "replicas = 8", 'replicas = 1\ncommand = ["python", "serve.py", "--name", "a b"]'
+    )
+    (r,) = _plan(text, resolve_machine("dgx-h100"))["replicas"]
+    assert r["launch"].endswith("python serve.py --name 'a b'")

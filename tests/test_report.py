@@ -337,3 +337,11 @@ def test_report_on_a_host_only_profile(tmp_path):
     d = cli_json("report", "--machine", str(f))
     assert {r["tier_name"] for r in d["workloads"]} == {"cannot"}
     assert {r["binding"] for r in d["workloads"]} == {"cards"}
+
+
+def test_output_suffix_without_a_format_is_refused(tmp_path):
+    proc = run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(tmp_path / "r.xyz"))
+    assert proc.returncode == 2 and "no format for the suffix .xyz" in proc.stderr
+    assert not (tmp_path / "r.xyz").exists()
+    proc = run_cli("report", "--machine", "k100-ai-8x64g", "--lifeboat", "-1")
+    assert proc.returncode == 2 and "must be >= 0" in proc.stderr

@@ -873,9 +873,14 @@ def _catalogue(workloads: str | None):
 def _pick_format(fmt: str | None, out: Path | None) -> str:
     if fmt is None:
         suffix = out.suffix.lower().lstrip(".") if out else ""
-        fmt = {"md": "md", "markdown": "md", "json": "json", "html": "html", "htm": "html"}.get(
-            suffix, "terminal"
-        )
+        known = {"md": "md", "markdown": "md", "json": "json", "html": "html", "htm": "html",
+                 "txt": "terminal", "": "terminal"}  # fmt: skip
+        if suffix not in known:
+            raise NodeledgerError(
+                f"-o {out}: no format for the suffix .{suffix}; pass --format "
+                "terminal|md|json|html (or use .txt .md .json .html)"
+            )
+        fmt = known[suffix]
     if fmt not in FORMATS:
         raise NodeledgerError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     return fmt
@@ -1038,7 +1043,10 @@ def compare_cmd(
         list[str] | None,
         typer.Option("--price", help="MACHINE=AMOUNT (any currency), repeatable."),
     ] = None,
-    fmt: FormatOpt = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option("--format", "-f", help="terminal | md | json (default: from -o's suffix)."),
+    ] = None,
     output: OutOpt = None,
     lifeboat: Annotated[
         int, typer.Option("--lifeboat", help="Cards kept free for triage (default 1).")

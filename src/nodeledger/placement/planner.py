@@ -247,7 +247,10 @@ def plan(
     if not cards:
         raise InputError(f"machine {machine.name} has no accelerator: nothing to place")
     if lifeboat < 0 or lifeboat >= len(cards):
-        raise InputError(f"--lifeboat {lifeboat}: the machine has {len(cards)} cards")
+        raise InputError(
+            f"--lifeboat {lifeboat}: must be >= 0 and leave at least one of the machine's "
+            f"{len(cards)} cards"
+        )
     numa = {a.index: a.numa_node for a in machine.accelerators}
     running = {a.index: [p.pid for p in a.processes] for a in machine.accelerators if a.processes}
     free = [c for c in cards if c not in running]
@@ -275,7 +278,10 @@ def plan(
     _, boats, st = best
     n_alt = sum(1 for _ in itertools.combinations(free, min(lifeboat, len(free))))
     boat_reason = _lifeboat_reason(machine, boats, free, numa, st, n_alt) if boats else None
-    replicas = _bindings(machine, st.placed, numa, ram)
+    import shlex
+
+    cmds = {w.id: " ".join(shlex.quote(c) for c in w.command) for w in workloads if w.command}
+    replicas = _bindings(machine, st.placed, numa, ram, cmds)
     not_placed = [
         {"replica": u.name, "workload": u.workload, "cards": u.cards, "binding": b, "reason": r}
         for u, b, r in refused + st.unplaced
@@ -326,7 +332,10 @@ def _lifeboat_reason(machine, boats, free, numa, st, alternatives) -> str:
     return "; ".join(parts)
 
 
-def _bindings(machine: MachineProfile, placed: list[Placed], numa, ram) -> list[dict]:
+def _bindings(
+    machine: MachineProfile, placed: list[Placed], numa, ram, commands: dict[str, str] | None = None
+) -> list[dict]:
+    commands = commands or {}
     nodes = {n.id: n for n in machine.host.numa_nodes}
     by_node: dict[int | None, list[Placed]] = {}
     for p in placed:
@@ -374,7 +383,7 @@ def _bindings(machine: MachineProfile, placed: list[Placed], numa, ram) -> list[
                 "card_bytes": p.unit.card_bytes,
                 "host_bytes": p.unit.host_bytes,
                 "env": env,
-                "launch": f"{prefix} {bind + ' -- ' if bind else ''}CMD".strip(),
+                "launch": f"{prefix} {bind + ' -- ' if bind else ''}{commands.get(p.unit.workload) or 'CMD'}".strip(),
                 "note": SHARE_NOTE.get(vendor, SHARE_NOTE[Vendor.other]) if p.shared else None,
             })  # fmt: skip
     out.sort(key=lambda r: r["replica"])

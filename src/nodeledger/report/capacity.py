@@ -382,9 +382,14 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
     c1 = {
         "criterion": "the model does not fit the total card memory of one machine",
         "holds": bool(too_big),
-        "evidence": too_big or ["every catalogue model's weights fit the machine's cards"],
+        "evidence": too_big
+        or (
+            ["every catalogue model's weights fit the machine's cards"]
+            if machine.accelerators
+            else ["the machine has no accelerator: nothing to split, nothing fits"]
+        ),
     }
-    if bad_split:
+    if bad_split and machine.accelerators:
         c1["evidence"].append(
             "cannot as split, but the weights fit in all cards (re-split first): "
             + ", ".join(bad_split)
@@ -453,7 +458,8 @@ def capacity_report(
 ) -> dict:
     if lifeboat < 0 or (lifeboat >= max(1, len(machine.accelerators)) and machine.accelerators):
         raise InputError(
-            f"--lifeboat {lifeboat}: the machine has {len(machine.accelerators)} cards"
+            f"--lifeboat {lifeboat}: must be >= 0 and leave at least one of the machine's "
+            f"{len(machine.accelerators)} cards"
         )
     rows = {}
     for w in workloads:
