@@ -102,3 +102,21 @@ def test_parse_help_lists_every_kind():
     assert proc.returncode == 0
     missing = [k for k in PARSERS if k not in proc.stdout]
     assert not missing, missing
+
+
+def test_context_beyond_max_position_embeddings_is_refused():
+    proc = run_cli("fit", "qwen3-0.6b", "--context", "1000000000000000000000")
+    assert proc.returncode == 2 and "max_position_embeddings" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_query_csv_without_card_rows_is_refused(tmp_path):
+    f = tmp_path / "q.csv"
+    f.write_text("garbage\n")
+    proc = run_cli("parse", "nvidia-smi-query-csv", str(f))
+    assert proc.returncode == 2 and "no card rows" in proc.stderr
+
+
+def test_bench_cards_named_twice():
+    proc = run_cli("bench", "--cards", "0,0", "--quick")
+    assert proc.returncode == 2 and "named twice" in proc.stderr

@@ -53,6 +53,9 @@ def _cards_arg(text: str | None) -> list[int] | None:
             raise NodeledgerError(f"--cards {text!r}: {part!r} is not a card index")
     if not out:
         raise NodeledgerError(f"--cards {text!r}: no card index")
+    dupes = sorted({c for c in out if out.count(c) > 1})
+    if dupes:
+        raise NodeledgerError(f"--cards {text!r}: card(s) {dupes} named twice")
     return out
 
 

@@ -180,6 +180,12 @@ def serve_ledger(
     tp, pp = job.parallel.tp, job.parallel.pp
     per_replica = tp * pp
     check_parallel(spec, tp, pp, per_replica * job.replicas, machine)
+    if spec.max_position_embeddings and job.context > spec.max_position_embeddings:
+        raise JobError(
+            f"--context {job.context:,} exceeds the model's max_position_embeddings "
+            f"{spec.max_position_embeddings:,} (config.json); vLLM refuses such a max_model_len "
+            "too — extend the config's rope_scaling first if the model supports it"
+        )
     dims = dims_of(spec)
     scheme = scheme_for(job.dtype, spec) if job.dtype else config_scheme(spec)
     w_total = weight_bytes(spec, scheme).total_bytes

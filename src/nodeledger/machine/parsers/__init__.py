@@ -44,7 +44,13 @@ def _amd_smi_topo(text: str) -> dict[str, Any]:
 def _query_csv(text: str) -> dict[str, Any]:
     from nodeledger.machine.probe.nvidia import parse_query_csv
 
-    return {"cards": parse_query_csv(text)}
+    cards = parse_query_csv(text)
+    if not cards:
+        raise ParseError(
+            "no card rows: expected nvidia-smi --query-gpu=... --format=csv output "
+            "(one line per card)"
+        )
+    return {"cards": cards}
 
 
 def _plain(obj: Any) -> Any:
