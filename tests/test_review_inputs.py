@@ -120,3 +120,16 @@ def test_query_csv_without_card_rows_is_refused(tmp_path):
 def test_bench_cards_named_twice():
     proc = run_cli("bench", "--cards", "0,0", "--quick")
     assert proc.returncode == 2 and "named twice" in proc.stderr
+
+
+def test_brackets_in_a_path_never_crash_the_terminal_output(tmp_path):
+    """rich reads "[/x]" as a closing tag: a config under such a folder printed exit 70."""
+    d = tmp_path / "[/x]"
+    d.mkdir(parents=True)
+    cfg = d / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}))  # fmt: skip
+    for args in (("model", "show", str(cfg)), ("fit", str(cfg))):
+        proc = run_cli(*args)
+        assert proc.returncode == 0, proc.stderr
+        assert "[/x]" in proc.stdout and "[bold]" not in proc.stdout

@@ -38,10 +38,23 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on 
 UNKNOWN = "unknown"
 
 
-def _console():
+def _console(**kwargs):
+    """The one Console of the CLI.  Text from profiles, tools, logs and paths may hold brackets:
+    known fields are escaped where printed, and anything that still does not parse as markup
+    (e.g. a path "/tmp/[/x]" that rich reads as a closing tag) prints as plain text instead of
+    failing."""
     from rich.console import Console
+    from rich.errors import MarkupError
 
-    return Console()
+    class SafeConsole(Console):
+        def render_str(self, text, *args, **kw):
+            try:
+                return super().render_str(text, *args, **kw)
+            except MarkupError:
+                kw["markup"] = False
+                return super().render_str(text, *args, **kw)
+
+    return SafeConsole(**kwargs)
 
 
 def escape(text: str) -> str:
@@ -456,7 +469,9 @@ def _render_model(s: dict[str, Any]) -> None:
 
     con = _console()
     arch = s["architecture"]
-    con.print(f"[bold]{s['model']}[/bold]  family {s['family']}  (config: {s['source']})")
+    con.print(
+        f"[bold]{escape(s['model'])}[/bold]  family {escape(s['family'])}  (config: {escape(s['source'])})"
+    )
     layers = ", ".join(f"{v} {k}" for k, v in arch["attention_layers"].items())
     line = (
         f"  {arch['num_layers']} layers ({layers}), hidden {arch['hidden_size']}, "
@@ -742,8 +757,8 @@ def _render_fit(d: dict[str, Any]) -> None:
     v = d["verdict"]
     colour = {"fits": "green", "tight": "yellow", "cannot": "red"}.get(v["tier"], "white")
     con.print(
-        f"[bold]{d['model']}[/bold] --job {d['job']} on {d['machine']}: "
-        f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {v['reason']}"
+        f"[bold]{escape(d['model'])}[/bold] --job {d['job']} on {escape(d['machine'])}: "
+        f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {escape(v['reason'])}"
     )
     basis = ", ".join(f"{k}={v}" for k, v in d.get("job_options", {}).items())
     if basis:
@@ -956,13 +971,12 @@ def _terminal_out(output: Path | None):
     """(file handle or None, console) for the terminal format: -o FILE gets plain text."""
     if output is None:
         return None, _console()
-    from rich.console import Console
 
     try:
         fh = output.open("w", encoding="utf-8")
     except OSError as exc:
         raise NodeledgerError(f"-o {output}: cannot write ({exc.strerror or exc})") from None
-    return fh, Console(file=fh, width=140, no_color=True)
+    return fh, _console(file=fh, width=140, no_color=True)
 
 
 def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:

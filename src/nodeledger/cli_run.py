@@ -207,7 +207,6 @@ def _list(store, as_json: bool) -> None:
     if not live:
         print(f"no reservations in {store.path}")
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"Reservations ({store.path})")
@@ -217,7 +216,9 @@ def _list(store, as_json: bool) -> None:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
         t.add_row(str(r.card), r.replica, str(r.pid), f"{started} ({r.age(now):,.0f} s ago)",
                   f"{r.host_bytes / 2**30:,.2f} GiB", r.machine)  # fmt: skip
-    Console().print(t)
+    from nodeledger.cli import _console
+
+    _console().print(t)
 
 
 def _release(store, replica: str, as_json: bool) -> None:
