@@ -49,8 +49,8 @@ class Scheme:
     block: tuple[int, int] | None = None  # fp8 weight_block_size (out, in)
     group_size: int = 128  # int4 group size; -1 = one group per output channel
     bits: int = 4
-    g_idx: bool = True
-    double_quant: bool = True  # nf4: bitsandbytes bnb_4bit_use_double_quant  # GPTQ stores an int32 g_idx per input feature; AWQ does not
+    g_idx: bool = True  # GPTQ stores an int32 g_idx per input feature; AWQ does not
+    double_quant: bool = True  # nf4: bitsandbytes bnb_4bit_use_double_quant
     skip: tuple[str, ...] = ()  # modules_to_not_convert patterns (without the "model." prefix)
     source: str = ""
 
