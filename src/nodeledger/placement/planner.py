@@ -25,7 +25,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import shlex
 from dataclasses import dataclass, field
 
 from nodeledger.errors import InputError
@@ -131,7 +133,7 @@ def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: Ma
         prio = w.priority
         if isinstance(job, ServeJob):
             per, count = job.parallel.tp * job.parallel.pp, job.replicas
-            one = _replace(job, replicas=1)
+            one = dataclasses.replace(job, replicas=1)
         elif isinstance(job, TrainJob):
             per, count, one = job.parallel.tp * job.parallel.pp * job.parallel.dp, 1, job
         elif isinstance(job, LoadJob):
@@ -160,16 +162,11 @@ def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: Ma
     return units, refused
 
 
-def _replace(job, **kw):
-    import dataclasses
-
-    return dataclasses.replace(job, **kw)
-
-
 def _search(machine, units, free, numa, share, cap_card, ram):
     """Depth-first search over the whole plan; returns the best State."""
     best = {"key": None, "state": None}
     budget = [MAX_NODES]
+    load: dict[int, int] = {}  # card -> bytes of the replicas sharing it beyond its first
     order = sorted(units, key=lambda u: (-u.priority, -u.cards))
 
     def key_of(state: State, left: list[int]):
@@ -178,7 +175,7 @@ def _search(machine, units, free, numa, share, cap_card, ram):
         frag = -islands(machine, left)
         return (placed_w, links, frag, -sum(p.shared for p in state.placed))
 
-    def rec(i: int, left: list[int], state: State, load: dict[int, int], host: int):
+    def rec(i: int, left: list[int], state: State, host: int):
         budget[0] -= 1
         if i == len(order) or budget[0] <= 0:
             k = key_of(state, left)
@@ -190,7 +187,7 @@ def _search(machine, units, free, numa, share, cap_card, ram):
         if ram is not None and host + u.host_bytes > ram:
             state.unplaced.append((u, "host RAM", f"host RAM: {(host + u.host_bytes) / GiB:,.1f} GiB "
                                    f"with it, of {ram / GiB:,.1f} GiB"))  # fmt: skip
-            rec(i + 1, left, state, load, host)
+            rec(i + 1, left, state, host)
             state.unplaced.pop()
             return
         groups = sorted(
@@ -210,7 +207,7 @@ def _search(machine, units, free, numa, share, cap_card, ram):
                 break
             rest = [c for c in left if c not in g]
             state.placed.append(Placed(u, list(g)))
-            rec(i + 1, rest, state, load, host + u.host_bytes)
+            rec(i + 1, rest, state, host + u.host_bytes)
             state.placed.pop()
         if not groups and share and u.shareable and cap_card is not None:
             for p in list(state.placed):
@@ -220,19 +217,17 @@ def _search(machine, units, free, numa, share, cap_card, ram):
                 if load.get(c, 0) + (p.unit.card_bytes or 0) + (u.card_bytes or 0) <= cap_card:
                     load[c] = load.get(c, 0) + (u.card_bytes or 0)
                     state.placed.append(Placed(u, [c], shared=True))
-                    rec(i + 1, left, state, load, host + u.host_bytes)
+                    rec(i + 1, left, state, host + u.host_bytes)
                     state.placed.pop()
                     load[c] -= u.card_bytes or 0
                     break
-            else:
-                pass
-        if not groups or tried == 0:
+        if not groups:
             free_n = len(left)
             state.unplaced.append((u, "cards", f"needs {u.cards} free card(s), {free_n} left"))
-            rec(i + 1, left, state, load, host)
+            rec(i + 1, left, state, host)
             state.unplaced.pop()
 
-    rec(0, list(free), State(), {}, 0)
+    rec(0, list(free), State(), 0)
     return best["state"] or State()
 
 
@@ -278,8 +273,6 @@ def plan(
     _, boats, st = best
     n_alt = sum(1 for _ in itertools.combinations(free, min(lifeboat, len(free))))
     boat_reason = _lifeboat_reason(machine, boats, free, numa, st, n_alt) if boats else None
-    import shlex
-
     cmds = {w.id: " ".join(shlex.quote(c) for c in w.command) for w in workloads if w.command}
     replicas = _bindings(machine, st.placed, numa, ram, cmds)
     not_placed = [
