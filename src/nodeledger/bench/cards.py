@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeledger.bench import judge as J
+from nodeledger.machine.parsers.common import cpulist_ids
 
 MiB = 2**20
 GiB = 2**30
@@ -188,16 +189,13 @@ def load_backend(kind: str | None = None) -> tuple[Backend | None, str]:
 
 
 def parse_cpulist(text: str | None) -> set[int]:
-    out: set[int] = set()
-    for part in (text or "").strip().split(","):
-        if not part:
-            continue
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.update(range(int(a), int(b) + 1))
-        else:
-            out.add(int(part))
-    return out
+    """A kernel cpulist -> CPU ids; empty for no text, ValueError for text that is not one."""
+    if not (text or "").strip():
+        return set()
+    ids = cpulist_ids(text)
+    if ids is None:
+        raise ValueError(f"not a kernel cpulist: {text!r}")
+    return ids
 
 
 def numa_cpus(profile, root: Path = Path("/")) -> dict[int, set[int]]:
