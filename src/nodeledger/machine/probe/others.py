@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import amd_smi, npu_smi
+from nodeledger.machine.parsers.nvidia_smi import bus_key
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
 
@@ -76,14 +77,6 @@ def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
     return cards, inter
 
 
-def _bus(bdf: str | None) -> str | None:
-    """A PCI address in one spelling: lower case, 4-digit domain (00000000:18:00.0 -> 0000:18:00.0)."""
-    if not bdf:
-        return None
-    b = bdf.strip().lower()
-    return b[-12:] if len(b) > 12 else b
-
-
 def _amd_smi(r: Runner, notes: list[str]):
     """amd-smi: cards from `static --json` (else the `static` text), links from `topology`."""
     rows = None
@@ -141,9 +134,9 @@ def _amd_smi_links(r: Runner, cards: list[Accelerator], notes: list[str]) -> Int
         notes.append(f"amd-smi topology not understood ({exc}); links unknown")
         return None
     notes.extend(f"amd-smi topology: {n}" for n in topo.notes)
-    by_bus = {_bus(c.pci_bus_id): c.index for c in cards if c.pci_bus_id}
+    by_bus = {bus_key(c.pci_bus_id): c.index for c in cards if c.pci_bus_id}
     if by_bus:
-        index = {pos: by_bus.get(_bus(bdf)) for pos, bdf in enumerate(topo.devices)}
+        index = {pos: by_bus.get(bus_key(bdf)) for pos, bdf in enumerate(topo.devices)}
     elif len(topo.devices) == len(cards):
         index = dict(enumerate(sorted(c.index for c in cards)))
         notes.append(
