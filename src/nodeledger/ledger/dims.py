@@ -37,6 +37,7 @@ class Dims:
     family: str = ""
     activation: str = ""
     attention_dropout: float = 0.0
+    sdpa_supported: bool = True  # False: transformers runs this family's attention eagerly
 
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
@@ -109,4 +110,5 @@ def dims_of(spec: ModelSpec) -> Dims:
         family=spec.family,
         activation="bloom_gelu" if spec.family == "bloom" else (spec.activation or ""),
         attention_dropout=spec.attention_dropout,
+        sdpa_supported=spec.sdpa_supported,
     )
