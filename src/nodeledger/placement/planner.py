@@ -191,14 +191,16 @@ def _search(machine, units, free, numa, share, cap_card, ram):
             state.unplaced.pop()
             return
         groups = sorted(
-            itertools.combinations(sorted(left), u.cards),
-            key=lambda g: group_score(machine, g, numa),
+            (
+                (group_score(machine, g, numa), g)
+                for g in itertools.combinations(sorted(left), u.cards)
+            ),
+            key=lambda scored: scored[0],
             reverse=True,
         )
         tried = 0
         seen_scores = set()
-        for g in groups:
-            sc = group_score(machine, g, numa)
+        for sc, g in groups:
             if sc in seen_scores and tried >= 2:
                 continue  # equivalent groups: a few are enough to compare fragmentation
             seen_scores.add(sc)
