@@ -167,7 +167,8 @@ class Analyzer:
         self.hist.append(s)
         while len(self.hist) > 2 and t - self.hist[1]["t"] >= self.window:
             self.hist.popleft()
-        self._idle_now = self._idle(s)
+        findings = self.verify()["findings"]  # once a sample: nothing _idle changes alters it
+        self._idle_now = self._idle(s, findings)
         for f in self._idle_now:
             key = (f["kind"], f["card"])
             seen = self.idle_seen.get(key)
@@ -176,7 +177,7 @@ class Analyzer:
             else:  # the evidence of the moment it was first seen stays (a death's cause is then)
                 keep = {k: seen[k] for k in ("evidence", "likely_cause") if seen["evidence"]}
                 seen.update(f, first_t=seen["first_t"], last_t=t, **keep)
-        if any(f["rule"] in VERIFY_RULES for f in self.verify()["findings"]):
+        if any(f["rule"] in VERIFY_RULES for f in findings):
             self.ever_failed = True
 
     def _contexts(self, t: float, cards: dict, home: dict) -> None:
@@ -309,7 +310,7 @@ class Analyzer:
                 out.append(None)
         return out
 
-    def _idle(self, s: dict) -> list[dict]:
+    def _idle(self, s: dict, findings: list[dict]) -> list[dict]:
         pids = s.get("pids") or {}
         cards = {c["index"]: c for c in s.get("cards", [])}
         listed = {p["pid"] for c in cards.values() for p in c.get("processes") or []}
@@ -366,7 +367,7 @@ class Analyzer:
             if f is None:
                 continue
             f.update(card=i, used_bytes=used, util_mean=means.get(i))
-            causes, hints = self._causes(i, c, pids, f["kind"])
+            causes, hints = self._causes(i, c, pids, f["kind"], findings)
             f["evidence"] = causes
             f["hints"] = hints
             f["likely_cause"] = causes[0] if causes else (
@@ -395,15 +396,15 @@ class Analyzer:
                         "CUDA_VISIBLE_DEVICES)"}  # fmt: skip
         return None
 
-    def _causes(self, i: int, c: dict, pids: dict, kind: str) -> tuple[list[str], list[str]]:
+    def _causes(
+        self, i: int, c: dict, pids: dict, kind: str, findings: list[dict]
+    ) -> tuple[list[str], list[str]]:
         causes: list[str] = []
         hints: list[str] = []
-        for fd in self.verify()["findings"]:
+        grp = next((gr for gr in (self.expect or {}).get("groups", []) if i in gr["cards"]), None)
+        for fd in findings:
             if fd["rule"] == "extra contexts":
                 continue
-            grp = next(
-                (gr for gr in (self.expect or {}).get("groups", []) if i in gr["cards"]), None
-            )
             if grp and set(fd["cards"]) & set(grp["cards"]) and i not in fd["cards"]:
                 causes.append(f"its job fails verification ({fd['rule']} on card(s) "
                               f"{', '.join(map(str, fd['cards']))}): this card waits for it")  # fmt: skip
