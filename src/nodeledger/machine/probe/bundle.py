@@ -90,6 +90,10 @@ class ReplayRunner(Runner):
         self.files[path] = text
         return text
 
+    def readlink(self, path: str) -> str | None:
+        text = self.read(path)  # the target was recorded as the link's text
+        return text.strip() if text else None
+
     def glob(self, pattern: str) -> list[str]:
         return list(self.manifest.get("globs", {}).get(pattern, []))
 

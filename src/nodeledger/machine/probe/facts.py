@@ -139,31 +139,6 @@ def read_proc(r: Runner, pid: int) -> Proc:
                 cpus_allowed=_status(text, "Cpus_allowed_list"))  # fmt: skip
 
 
-def _replay(r: Runner) -> bool:
-    from nodeledger.machine.probe.bundle import ReplayRunner
-
-    return isinstance(r, ReplayRunner)
-
-
-def _readlink(r: Runner, path: str) -> str | None:
-    """A symlink's target, recorded as the text of ``path`` so a bundle replays it."""
-    if _replay(r):  # the target was recorded as text
-        text = r.read(path)
-        return text.strip() if text else None
-    p = r.root / path.lstrip("/")
-    try:
-        target = os.readlink(p)
-    except OSError as exc:
-        if exc.errno == 22:  # EINVAL: a plain file (a fake tree may hold the target as text)
-            text = r.read(path)
-            return text.strip() if text else None
-        r.files[path] = None
-        r.problems[path] = exc.strerror or type(exc).__name__
-        return None
-    r.files[path] = target
-    return target
-
-
 def _env(r: Runner, f: Facts) -> None:
     path = "/proc/self/environ"
     text = r.read(path)
@@ -175,8 +150,8 @@ def _env(r: Runner, f: Facts) -> None:
         key, sep, value = item.partition("=")
         if sep and key in ENV_KEYS:
             env[key] = value
-    if not _replay(r):  # never keep tokens or keys: only the variables doctor reads
-        r.files[path] = "\0".join(f"{k}={v}" for k, v in env.items())
+    # never keep tokens or keys: only the variables doctor reads
+    r.files[path] = "\0".join(f"{k}={v}" for k, v in env.items())
     f.env = env
     f.sources["env"] = f"{path} ({', '.join(ENV_KEYS)} only)"
 
@@ -298,7 +273,7 @@ def collect(r: Runner, profile: MachineProfile) -> Facts:
         f.cmdline = text.strip()
         f.sources["cmdline"] = "/proc/cmdline"
     _env(r, f)
-    cwd = _readlink(r, "/proc/self/cwd")
+    cwd = r.readlink("/proc/self/cwd")
     if cwd:
         f.cwd = cwd
         f.sources["cwd"] = "/proc/self/cwd"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import subprocess
 import time
@@ -91,6 +93,21 @@ class Runner:
             return None
         self.files[path] = text
         return text
+
+    def readlink(self, path: str) -> str | None:
+        """A symlink's target (``/proc/self/cwd``), kept as the text of ``path`` so that a
+        bundle replays it as a file; None (the reason kept in ``problems``) if unreadable."""
+        try:
+            target = os.readlink(self.root / path.lstrip("/"))
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # a plain file (a fake tree may hold the target as text)
+                text = self.read(path)
+                return text.strip() if text else None
+            self.files[path] = None
+            self.problems[path] = exc.strerror or type(exc).__name__
+            return None
+        self.files[path] = target
+        return target
 
     def glob(self, pattern: str) -> list[str]:
         base = self.root
