@@ -62,6 +62,11 @@ def eager_attention_bytes_per_layer(
     return per * micro_batch * d.heads * seq * seq
 
 
+# tanh-GELU written as Python arithmetic (0.5*x*(1+tanh(...))): autograd and the no-grad
+# forward see each step as its own tensor (dims.py names BLOOM's gelu "bloom_gelu")
+PY_TANH_GELU = ("gelu_new", "bloom_gelu", "gelu_fast")
+
+
 def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None) -> int:
     """Derivation 4."""
     inter = d.intermediate if intermediate is None else intermediate
@@ -71,7 +76,7 @@ def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None) ->
     # its input (fc1 out) and fc2 keeps the GELU output: 4I.  tanh-GELU written as Python
     # arithmetic (gelu_new, BLOOM's gelu: 0.5*x*(1+tanh(...))) saves x, tanh's output, 0.5*x,
     # 1+tanh and the product: 10I.
-    if d.activation in ("gelu_new", "bloom_gelu", "gelu_fast"):
+    if d.activation in PY_TANH_GELU:
         return 10 * inter
     return (2 if d.activation == "relu" else 4) * inter
 
@@ -215,19 +220,19 @@ def inference_layer_transient_bytes(d: Dims, tokens: int) -> int:
     its weighted copy: k x (6h + 8I), plus fp32 router logits and probabilities (8E).
     Measured against benchmarks/accuracy within 1-2 % for these families.
     """
-    if d.moe_layers and not d.intermediate:
-        return tokens * (d.top_k * (6 * d.hidden + 8 * d.moe_intermediate) + 8 * d.experts)
+    moe = 0
+    if d.moe_layers:
+        moe = tokens * (d.top_k * (6 * d.hidden + 8 * d.moe_intermediate) + 8 * d.experts)
+        if not d.intermediate:
+            return moe
     inter = d.intermediate or d.moe_intermediate
     if d.gated:
         dense = tokens * (6 * d.hidden + 6 * inter)
-    elif d.activation in ("gelu_new", "bloom_gelu", "gelu_fast"):
+    elif d.activation in PY_TANH_GELU:
         dense = tokens * (4 * d.hidden + 10 * inter)
     else:
         dense = tokens * (8 * d.hidden + 4 * inter)
-    if d.moe_layers:
-        moe = tokens * (d.top_k * (6 * d.hidden + 8 * d.moe_intermediate) + 8 * d.experts)
-        return max(dense, moe)
-    return dense
+    return max(dense, moe)
 
 
 def inference_logits_bytes(d: Dims, rows: int) -> int:
