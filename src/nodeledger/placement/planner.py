@@ -163,7 +163,8 @@ def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: Ma
 
 
 def _search(machine, units, free, numa, share, cap_card, ram):
-    """Depth-first search over the whole plan; returns the best State."""
+    """Depth-first search over the whole plan; returns (its key, the best State).  The key is
+    (placed replicas weighted by priority, link score, -islands of the cards left, -shared)."""
     best = {"key": None, "state": None}
     budget = [MAX_NODES]
     load: dict[int, int] = {}  # card -> bytes of the replicas sharing it beyond its first
@@ -230,7 +231,7 @@ def _search(machine, units, free, numa, share, cap_card, ram):
             state.unplaced.pop()
 
     rec(0, list(free), State(), 0)
-    return best["state"] or State()
+    return best["key"], best["state"]
 
 
 def plan(
@@ -262,10 +263,7 @@ def plan(
     best = None
     for boats in itertools.combinations(free, min(lifeboat, len(free))):
         usable = [c for c in free if c not in boats]
-        st = _search(machine, units, usable, numa, share, cap_card, ram)
-        placed_w = sum(1 + p.unit.priority for p in st.placed)
-        links = sum(group_score(machine, tuple(p.cards), numa)[0] for p in st.placed)
-        frag = -islands(machine, [c for c in usable if all(c not in p.cards for p in st.placed)])
+        (placed_w, links, frag, _), st = _search(machine, units, usable, numa, share, cap_card, ram)
         weakest = -sum(max((pair_score(machine, b, o) for o in cards if o != b), default=0)
                        for b in boats)  # fmt: skip
         numa_free = sum(sum(1 for c in free if numa.get(c) == numa.get(b)) for b in boats)
