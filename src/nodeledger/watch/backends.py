@@ -61,11 +61,14 @@ def _sys_numa(r: Runner, bus: str | None) -> int | None:
     return int(v) if v.isdigit() else None
 
 
-def _clear(r: Runner) -> None:
+def clear_records(r: Runner) -> None:
+    """Forget what the Runner recorded for support bundles (runs, reads, which, globs): a watch
+    runs for hours and must not accumulate them."""
     r.log.clear()
     r.files.clear()
     r.problems.clear()
     r.tools.clear()
+    r.globs.clear()
 
 
 # -- NVML -------------------------------------------------------------------------------------
@@ -136,7 +139,7 @@ class NvmlBackend(Backend):
         for d in cards:
             if d["numa_node"] is None:
                 d["numa_node"] = _sys_numa(self.r, d["pci_bus_id"])
-        _clear(self.r)
+        clear_records(self.r)
         return cards
 
     def sample(self) -> list[dict]:
@@ -233,7 +236,7 @@ class NvidiaSmiBackend(Backend):
                           "total_bytes": None if total is None else int(total * MiB),
                           "numa_node": _sys_numa(self.r, p[3])})  # fmt: skip
             self.bus_index[bus_key(p[3]) or ""] = int(p[0])
-        _clear(self.r)
+        clear_records(self.r)
         if not cards:
             raise WatchError("nvidia-smi lists no GPU")
         return cards
@@ -250,7 +253,7 @@ class NvidiaSmiBackend(Backend):
                 with contextlib.suppress(NodeledgerError):
                     apps = parse_compute_apps(res.stdout)
         finally:
-            _clear(self.r)
+            clear_records(self.r)
         by_index = {c["index"]: c for c in cards}
         for c in cards:
             c["processes"] = None if apps is None else []
@@ -341,14 +344,14 @@ class RocmSmiBackend(Backend):
                      "pci_bus_id": c["pci_bus_id"], "total_bytes": c["total_bytes"],
                      "numa_node": _sys_numa(self.r, c["pci_bus_id"])} for c in cards]  # fmt: skip
         finally:
-            _clear(self.r)
+            clear_records(self.r)
 
     def sample(self) -> list[dict]:
         try:
             cards = self._cards()
             res = self.r.run([self.tool, "--showpids", "--showpidgpus"])
         finally:
-            _clear(self.r)
+            clear_records(self.r)
         pids = parse_rocm_pids(res.stdout) if res.ok else None
         return [{"index": c["index"], "used_bytes": c["used_bytes"], "total_bytes": c["total_bytes"],
                  "util_pct": c["util_pct"],
@@ -388,7 +391,7 @@ class NpuSmiBackend(Backend):
         try:
             res = self.r.run(["npu-smi", "info"])
         finally:
-            _clear(self.r)
+            clear_records(self.r)
         if not res.ok:
             raise WatchError(f"npu-smi info: {res.problem}")
         return parse_npu(res.stdout)
@@ -398,7 +401,7 @@ class NpuSmiBackend(Backend):
         out = [{"index": c["index"], "name": c["name"], "uuid": None, "pci_bus_id": c["pci_bus_id"],
                 "total_bytes": c["total_bytes"], "numa_node": _sys_numa(self.r, c["pci_bus_id"])}
                for c in cards]  # fmt: skip
-        _clear(self.r)
+        clear_records(self.r)
         return out
 
     def sample(self) -> list[dict]:
@@ -454,5 +457,5 @@ def open_backend(name: str = "auto", runner: Runner | None = None, timeout: floa
         except Exception as exc:  # a vendor library's own errors (NVMLError_*) included
             tried.append(f"{n}: {str(exc)[:120]}")
         finally:
-            _clear(r)
+            clear_records(r)
     raise WatchError("no card could be sampled (" + "; ".join(tried) + ")")

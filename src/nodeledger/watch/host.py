@@ -22,6 +22,7 @@ import re
 import socket
 
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.watch.backends import clear_records
 
 MAX_CHILDREN = 64  # children read per owner process (DataLoader workers)
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -78,19 +79,12 @@ class HostSampler:
                 self.nodes[nid] = (self.r.read(f"{d}/cpulist") or "").strip()
         self._node_dirs.sort()
         online = (self.r.read("/sys/devices/system/cpu/online") or "").strip()
-        self._clear()
+        clear_records(self.r)
         return {
             "hostname": socket.gethostname(),
             "cpus": online or None,
             "numa_nodes": {str(k): v or None for k, v in sorted(self.nodes.items())},
         }
-
-    def _clear(self) -> None:
-        # the Runner records every read for bundles; a long watch must not accumulate them
-        self.r.files.clear()
-        self.r.problems.clear()
-        self.r.globs.clear()
-        self.r.log.clear()
 
     def sample(self, pids) -> tuple[dict, dict]:
         """(host figures, {pid: process facts}) now."""
@@ -114,7 +108,7 @@ class HostSampler:
                 numa[str(nid)] = [f.get("MemTotal"), f.get("MemFree")]
         host["numa"] = numa
         procs = {str(pid): self.process(pid, children=True) for pid in sorted(set(pids))}
-        self._clear()
+        clear_records(self.r)
         return host, procs
 
     def process(self, pid: int, children: bool = False) -> dict:
