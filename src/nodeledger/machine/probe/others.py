@@ -8,8 +8,6 @@ affinity, mapped to a host NUMA node when it lies within exactly one)."""
 
 from __future__ import annotations
 
-import re
-
 from pydantic import ValidationError
 
 from nodeledger.errors import InputError
@@ -186,16 +184,6 @@ def probe_amd(r: Runner, notes: list[str]):
     return None
 
 
-def host_numa_map(r: Runner) -> dict[int, str | None]:
-    """Host NUMA node id -> cpulist, read through the Runner (same files linux.host reads)."""
-    out: dict[int, str | None] = {}
-    for d in r.glob("/sys/devices/system/node/node[0-9]*"):
-        m = re.search(r"/node(\d+)$", d)
-        if m and int(m.group(1)) not in out:
-            out[int(m.group(1))] = (r.read(f"{d}/cpulist") or "").strip() or None
-    return out
-
-
 def apply_npu_topology(cards: list[Accelerator], chips: list[npu_smi.NpuChip],
                        topo: npu_smi.NpuTopology, numa_map: dict[int, str | None],
                        notes: list[str]) -> Interconnect:  # fmt: skip
@@ -249,7 +237,9 @@ def apply_npu_topology(cards: list[Accelerator], chips: list[npu_smi.NpuChip],
     return Interconnect(default=Link(), pairs=pairs)
 
 
-def probe_ascend(r: Runner, notes: list[str]):
+def probe_ascend(r: Runner, notes: list[str], numa_map: dict[int, str | None]):
+    """``numa_map``: host NUMA node id -> cpulist (the host backend's), for the NPUs' CPU
+    affinity."""
     if r.which("npu-smi") is None:
         return None
     res = r.run(["npu-smi", "info"])
@@ -282,7 +272,6 @@ def probe_ascend(r: Runner, notes: list[str]):
     except InputError as exc:
         notes.append(f"npu-smi info -t topo not understood ({exc}); HCCS links unknown")
         return cards, None
-    numa_map = host_numa_map(r) if any(tc.cpu_affinity for tc in topo.cards) else {}
     try:
         inter = apply_npu_topology(cards, info.chips, topo, numa_map, notes)
     except ValidationError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from functools import partial
 
 from pydantic import ValidationError
 
@@ -111,7 +112,8 @@ def _profile(r: Runner) -> MachineProfile:
     net = linux.network(r, notes, rdma)
     disks = linux.storage(r, notes)
     cards, inter, topo_nics = nvidia.probe(r, notes, want_nics=bool(rdma))
-    for backend in (others.probe_amd, others.probe_ascend):
+    numa_map = {n.id: n.cpus for n in host.numa_nodes}  # npu-smi gives CPU affinity, not nodes
+    for backend in (others.probe_amd, partial(others.probe_ascend, numa_map=numa_map)):
         if cards:
             break
         found = backend(r, notes)
