@@ -391,6 +391,12 @@ def train_ledger(
 ) -> Ledger:
     p = job.parallel
     check_parallel(spec, p.tp, p.pp, p.cards, machine)
+    if job.is_lora and not state.lora_targets(spec, job):
+        names = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
+        raise JobError(
+            f"--lora-targets {','.join(job.lora_targets)} matches no linear module; the model has: "
+            + ", ".join(names)
+        )
     dims = dims_of(spec)
     tokens = job.micro_batch * job.seq
     split = p.tp
@@ -399,9 +405,6 @@ def train_ledger(
     OPT = state.optimizer_state_bytes_per_card(spec, job)
     T = state.optimizer_step_temp_bytes(spec, job)
     A_cache = state.autocast_cache_bytes(spec, job)
-    held, recompute = act.saved_activations_bytes(
-        dims, job.micro_batch, job.seq, job.attention, job.checkpointing, 1 / p.pp
-    )
     if job.is_lora:
         per_layer = act.saved_lora_layer_bytes(
             dims, job.micro_batch, job.seq, job.attention, job.lora_targets, job.rank
@@ -411,13 +414,11 @@ def train_ledger(
             held, recompute = layers * 2 * dims.hidden * tokens, per_layer
         else:
             held, recompute = layers * per_layer, 0
-    held, recompute = ceil(held / split), ceil(recompute / split)
-    if job.is_lora and not state.lora_targets(spec, job):
-        names = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
-        raise JobError(
-            f"--lora-targets {','.join(job.lora_targets)} matches no linear module; the model has: "
-            + ", ".join(names)
+    else:
+        held, recompute = act.saved_activations_bytes(
+            dims, job.micro_batch, job.seq, job.attention, job.checkpointing, 1 / p.pp
         )
+    held, recompute = ceil(held / split), ceil(recompute / split)
     if job.precision == "mixed" and not job.is_lora and job.checkpointing == "full":
         # autocast keeps the residual stream in fp32: checkpointed layer inputs are 4h, not 2h;
         # checkpointed layers run their forward without saving, so autocast's bf16 weight
