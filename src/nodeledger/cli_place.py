@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -112,4 +111,3 @@ def place(
     con.print(f"free after placement: {', '.join(map(str, res['free_after'])) or 'none'}")
     for w in written:
         con.print(f"wrote {w}", markup=False)
-    _ = json  # JSON goes through _print_json

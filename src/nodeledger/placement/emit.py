@@ -19,7 +19,9 @@ the card (the header comment gives the kubelet settings this assumes).
 from __future__ import annotations
 
 import re
+import shlex
 
+from nodeledger.machine.parsers.common import cpulist_count
 from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
 from nodeledger.placement.planner import GiB
 
@@ -100,7 +102,7 @@ def sbatch_scripts(
         cpus = _cpu_count(r0["cpus"])
         mem_mib = max(1, -(-r0["host_bytes"] // 2**20))
         cmd = commands.get(wid)
-        argv = " ".join(_sh_quote(c) for c in cmd) if cmd else "CMD  # set `command` in the plan"
+        argv = " ".join(shlex.quote(c) for c in cmd) if cmd else "CMD  # set `command` in the plan"
         lines = [
             "#!/bin/bash",
             f"# {wid}: {len(reps)} replica(s), planned by nodeledger on {machine.name!r}",
@@ -127,15 +129,7 @@ def sbatch_scripts(
 
 
 def _cpu_count(cpus: str | None) -> int | None:
-    from nodeledger.machine.parsers.common import cpulist_count
-
     return cpulist_count(cpus) if cpus else None
-
-
-def _sh_quote(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
 
 
 def k8s_pods(
