@@ -111,7 +111,7 @@ def _nccl_item(communicators: int, d: rt.RuntimeDefaults) -> Item:
 def _runtime_items(
     torch_peak: int, communicators: int, d: rt.RuntimeDefaults, checkpointed: bool = False
 ) -> list[Item]:
-    frac = d.allocator_fraction_checkpointed if checkpointed else d.allocator_fraction
+    frac = rt.allocator_fraction(d, checkpointed)
     items = [
         _context_item(d),
         Item(

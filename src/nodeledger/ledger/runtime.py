@@ -41,11 +41,14 @@ class RuntimeDefaults:
 DEFAULTS = RuntimeDefaults()
 
 
+def allocator_fraction(d: RuntimeDefaults = DEFAULTS, checkpointed: bool = False) -> float:
+    return d.allocator_fraction_checkpointed if checkpointed else d.allocator_fraction
+
+
 def allocator_reserve_bytes(
     torch_peak: int, d: RuntimeDefaults = DEFAULTS, checkpointed: bool = False
 ) -> int:
-    frac = d.allocator_fraction_checkpointed if checkpointed else d.allocator_fraction
-    return round(torch_peak * frac)
+    return round(torch_peak * allocator_fraction(d, checkpointed))
 
 
 def nccl_bytes(communicators: int, d: RuntimeDefaults = DEFAULTS) -> int:
