@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nodeledger.doctor.state import MachineState
-from nodeledger.machine.probe.facts import Facts, MountEntry, bus_address, cpuset, hf_cache
+from nodeledger.machine.probe.facts import Facts, MountEntry, Proc, bus_address, cpuset, hf_cache
 from nodeledger.machine.probe.linux import NETWORK_FS
 from nodeledger.machine.profile import Accelerator, MachineProfile
 
@@ -24,6 +24,7 @@ EXIT = {0: 0, 1: 1, 2: 3}
 GiB = 2**30
 MiB = 2**20
 SWAP_WARN_BYTES = 256 * MiB  # less is noise (a few pages the kernel parked long ago)
+BIG_RSS = 2 * GiB  # a process this large is "a big load running now"
 SWAPPINESS_MAX = 10
 RAM_WARN, RAM_ERROR = 0.25, 0.10  # MemAvailable / MemTotal below these
 THP = "/sys/kernel/mm/transparent_hugepage"
@@ -209,16 +210,17 @@ def host_ram_free(s: MachineState, **_) -> Finding:
         f.fix = (
             "ps -eo pid,rss,comm --sort=-rss | head   # find what holds the RAM; stop it or wait"
         )
-    big = _big_processes(s.facts)
+    big = big_processes(s.facts)
     for p in big[:5]:
         f.evidence.append(Evidence(f"pid {p.pid} ({p.name}) VmRSS", p.rss_bytes, p.source))
     return f
 
 
-def _big_processes(facts: Facts | None, floor: int = 2 * GiB) -> list:
+def big_processes(facts: Facts | None) -> list[Proc]:
+    """The processes holding BIG_RSS or more, the biggest first ([] without a process table)."""
     if facts is None or not facts.processes:
         return []
-    big = [p for p in facts.processes if p.rss_bytes and p.rss_bytes >= floor]
+    big = [p for p in facts.processes if p.rss_bytes and p.rss_bytes >= BIG_RSS]
     return sorted(big, key=lambda p: -p.rss_bytes)
 
 

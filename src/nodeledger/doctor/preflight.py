@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
+from nodeledger.doctor.checks import SWAP_WARN_BYTES, big_processes
 from nodeledger.doctor.state import MachineState
 from nodeledger.ledger.build import check_parallel
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
@@ -27,11 +28,9 @@ from nodeledger.model.spec import ModelSpec
 GiB = 2**30
 VERDICT_EXIT = {"go": 0, "wait": 1, "no-go": 3}
 LEVELS = ("ok", "info", "warning", "wait", "no-go")
-BIG_RSS = 2 * GiB  # a process this large is "a big load running now"
 SMALL_HOST = 512 * 10**9  # MISSION.md: offload tutorials assume 512 GB - 1 TB hosts
 CARD_BUSY_FRACTION = 0.05  # a card with more memory used than this (and no listed process) is busy
 DATALOADER_WARN = 0.25  # dataloader memory above this share of the free RAM
-SWAP_WARN = 256 * 2**20
 VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES",
            "hygon": "HIP_VISIBLE_DEVICES", "huawei": "ASCEND_RT_VISIBLE_DEVICES"}  # fmt: skip
 
@@ -188,12 +187,9 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> P
         add("no-go", "host RAM", f"the job's processes hold {_g(need)} at peak, more than the "
             f"host's {_g(total)} RAM (+ {_g(cache)} evictable page cache) — never run two ~60 GB "
             "loads at once")  # fmt: skip
-    big = []
-    if facts is not None and facts.processes:
-        big = sorted((p for p in facts.processes if p.rss_bytes and p.rss_bytes >= BIG_RSS),
-                     key=lambda p: -p.rss_bytes)  # fmt: skip
-        host["big_processes"] = [{"pid": p.pid, "name": p.name, "rss_bytes": p.rss_bytes,
-                                  "source": p.source} for p in big]  # fmt: skip
+    big = big_processes(facts)
+    host["big_processes"] = [{"pid": p.pid, "name": p.name, "rss_bytes": p.rss_bytes,
+                              "source": p.source} for p in big]  # fmt: skip
     big_txt = ", ".join(f"pid {p.pid} {p.name} {_g(p.rss_bytes)}" for p in big[:5])
     if total is not None and host_v.tier != "cannot" and free is not None:
         if need > free:
@@ -242,7 +238,7 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> P
                 f"{job.host.workers} workers x {job.parallel.cards} ranks hold {_g(dl)}",
             )
     swap = prof.host.swap_used_bytes if state.live else None
-    if swap is not None and swap >= SWAP_WARN:
+    if swap is not None and swap >= SWAP_WARN_BYTES:
         add("warning", "swap", f"{_g(swap)} of swap in use: the host was short of RAM; paging "
             "during the job is catastrophic (cut dataloader workers rather than rely on swap)")  # fmt: skip
 
