@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from nodeledger.errors import InputError, NodeledgerError
+from nodeledger.errors import InputError
 
 GiB = 2**30
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
@@ -170,6 +170,16 @@ def _expectations(plan, model, job, job_opts, cards, machine, header, live_real)
     return ex.from_job(model, spec, job_obj, profile, _parse_cards(cards)), name
 
 
+def _host_sampler(b):
+    """The backend's own host figures (a fake scenario plays them), else this machine's."""
+    host = getattr(b, "host", None)
+    if host is None:
+        from nodeledger.watch.host import HostSampler
+
+        host = HostSampler()
+    return host
+
+
 def _positive(name: str, v: float | None) -> None:
     if v is not None and not v > 0:
         raise InputError(f"{name} must be > 0, got {v}")
@@ -205,7 +215,6 @@ def watch(
     ledger (--plan / --job); find idle cards and their likely cause.  Exit 3: verification
     failed; 4: no sample; 5: idle card with --fail-on-idle; 2: bad input."""
     from nodeledger.watch.analyze import Analyzer
-    from nodeledger.watch.analyze import GiB as _G
 
     job_opts = job_opts or {}
     for name, v in (("--interval", interval), ("--duration", duration), ("--idle-window", idle_window),
@@ -217,7 +226,7 @@ def watch(
         raise InputError("--record applies to a live watch, not to --replay")
     kw = {
         "tolerance": tolerance,
-        "tolerance_bytes": int(tolerance_gib * _G),
+        "tolerance_bytes": int(tolerance_gib * GiB),
         "idle_window": idle_window,
     }
     if replay:
@@ -241,12 +250,7 @@ def watch(
 
     b = open_backend(backend, timeout=timeout)
     try:
-        host = getattr(b, "host", None)
-        if host is None:
-            from nodeledger.watch.host import HostSampler
-
-            host = HostSampler()
-        w = Watcher(b, host, interval)
+        w = Watcher(b, _host_sampler(b), interval)
         fake = backend.startswith("fake:")
         expect, prof = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
         header = w.header(expect, prof)
@@ -498,13 +502,9 @@ def exporter(
             "(process names, pids, memory); put a firewall or an authenticating proxy in front\n"
         )
     b = open_backend(backend, timeout=timeout)
-    host = getattr(b, "host", None)
-    if host is None:
-        from nodeledger.watch.host import HostSampler
-
-        host = HostSampler()
     fake = backend.startswith("fake:")
-    w = Watcher(b, host, interval, clock=time.time)  # a fake scenario too: scrapes see real time
+    # a fake scenario too: scrapes see real time
+    w = Watcher(b, _host_sampler(b), interval, clock=time.time)
     expect, prof = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
     header = w.header(expect, prof)
     an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
@@ -529,6 +529,3 @@ def exporter(
         timer.cancel()
         exp.shutdown()
         b.close()
-
-
-_ = NodeledgerError  # errors reach cli.main, which prints one line and exits 2
