@@ -321,13 +321,14 @@ def bundle_cmd(
 ) -> None:
     """Collect every raw output of a probe (commands, /proc and /sys files) into one archive;
     `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere."""
-    from nodeledger.machine.probe import Runner, probe_machine
+    from nodeledger.machine.probe import Runner
     from nodeledger.machine.probe.bundle import write_bundle
+    from nodeledger.machine.probe.probe import probe_with_facts
 
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
     r = Runner(timeout=timeout)  # NVML answers are not replayable: bundles hold tool outputs only
-    profile = probe_machine(r)
+    profile, _ = probe_with_facts(r)  # the facts too: `doctor --from BUNDLE` replays them
     path = write_bundle(r, output, {"probed_profile_name": profile.name})
     sys.stdout.write(
         f"wrote {path} ({path.stat().st_size:,} B): {len(r.log)} commands, {len(r.files)} files read; "
@@ -1101,6 +1102,11 @@ def compare_cmd(
             sys.stderr.write(f"wrote {output}\n")
 
 
+def _binding_note(cell: dict) -> str:
+    """What binds a compare cell that is not "can", as " (resource)" after its tier."""
+    return f" ({cell['binding']})" if cell["tier"] != "can" and cell["binding"] else ""
+
+
 def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
     from rich.table import Table
 
@@ -1112,10 +1118,7 @@ def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
         cells = []
         for m in machines:
             c = row["machines"][m]
-            cells.append(
-                f"[{TIER_STYLE[c['tier']]}]{c['tier']}[/]"
-                + (f" ({c['binding']})" if c["tier"] != "can" and c["binding"] else "")
-            )
+            cells.append(f"[{TIER_STYLE[c['tier']]}]{c['tier']}[/]{_binding_note(c)}")
         t.add_row(row["id"], *cells)
     con.print(t)
     s = Table(title="Per machine")
@@ -1154,7 +1157,7 @@ def _compare_md(res: dict, src: str) -> list[str]:
     L = [f"# Machine comparison ({src})", "", "| workload | " + " | ".join(names) + " |",
          "|---|" + "---|" * len(names)]  # fmt: skip
     for row in res["workloads"]:
-        cells = [row["machines"][n]["tier"] + (f" ({row['machines'][n]['binding']})" if row["machines"][n]["tier"] != "can" and row["machines"][n]["binding"] else "") for n in names]  # fmt: skip
+        cells = [row["machines"][n]["tier"] + _binding_note(row["machines"][n]) for n in names]
         L.append(f"| {row['id']} | " + " | ".join(cells) + " |")
     L += ["", "| machine | cards | can / tight / cannot / unknown | first bottleneck | price | price per runnable workload |", "|---|---|---|---|---|---|"]  # fmt: skip
     for m in res["machines"]:
