@@ -30,6 +30,20 @@ sys.path.insert(0, str(HERE))
 import harness  # noqa: E402
 
 L2 = {"num_hidden_layers": 2}
+# DeepSeek-V3 shrunk to run on a CPU: 1 dense + 1 MoE layer of 16 small experts
+DSV3_SMALL = {
+    "num_hidden_layers": 2,
+    "first_k_dense_replace": 1,
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "moe_intermediate_size": 256,
+    "n_routed_experts": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": 256,
+    "kv_lora_rank": 128,
+    "vocab_size": 32000,
+}
 BASE_TRAIN = {
     "optimizer": "adamw",
     "micro_batch": 2,
@@ -132,19 +146,7 @@ CASES = [
     {
         "id": "v-dsv3-serve",
         "model": "DeepSeek-V3",
-        "config_overrides": {
-            "num_hidden_layers": 2,
-            "first_k_dense_replace": 1,
-            "hidden_size": 1024,
-            "intermediate_size": 2048,
-            "moe_intermediate_size": 256,
-            "n_routed_experts": 16,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 16,
-            "q_lora_rank": 256,
-            "kv_lora_rank": 128,
-            "vocab_size": 32000,
-        },
+        "config_overrides": DSV3_SMALL,
         "job": "serve",
         "engine": "hf",
         "dtype": "bf16",
@@ -157,19 +159,7 @@ CASES = [
         BASE_TRAIN,
         id="v-dsv3-train",
         model="DeepSeek-V3",
-        config_overrides={
-            "num_hidden_layers": 2,
-            "first_k_dense_replace": 1,
-            "hidden_size": 1024,
-            "intermediate_size": 2048,
-            "moe_intermediate_size": 256,
-            "n_routed_experts": 16,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 16,
-            "q_lora_rank": 256,
-            "kv_lora_rank": 128,
-            "vocab_size": 32000,
-        },
+        config_overrides=DSV3_SMALL,
         job="train",
         precision="bf16",
         optimizer_impl="foreach",
