@@ -92,14 +92,14 @@ def merge_topo_nics(net: Network, topo_nics: list[TopoNic], cards: list[Accelera
 
 
 def probe_machine(runner: Runner | None = None) -> MachineProfile:
-    """The machine profile of this box (or of the box a replaying runner recorded).  The live
-    facts doctor reads (process table, kernel command line, IOMMU groups, mounts, ...) are read
-    too, so that a support bundle made from this runner holds them."""
-    return probe_with_facts(runner)[0]
+    """The machine profile of this box (or of the box a replaying runner recorded)."""
+    return _profile(runner or Runner())
 
 
 def probe_with_facts(runner: Runner | None = None) -> tuple[MachineProfile, facts.Facts]:
-    """The profile and the live facts (machine/probe/facts.py), both through one runner."""
+    """The profile and the live facts doctor reads (machine/probe/facts.py: process table, kernel
+    command line, IOMMU groups, ``lspci -vvv``, mounts, ...), both through one runner, so that a
+    support bundle made from this runner holds them."""
     r = runner or Runner()
     profile = _profile(r)
     return profile, facts.collect(r, profile)
