@@ -7,9 +7,9 @@ The bundle command also reads the live facts `doctor` checks (probe_with_facts,
 machine/probe/facts.py: the process table, /proc/cmdline, IOMMU groups, ``lspci -D -vvv``,
 /proc/self/mountinfo, the working directory and the HF / MPS variables of /proc/self/environ —
 only those, never the rest of the environment), so `doctor --from BUNDLE` replays the same
-findings; `machine probe` and the other callers of probe_machine do not read them.  A file that could not be read is kept with its
-reason (``{"file": null, "problem": "No such file or directory"}``): a pid a card lists whose
-/proc entry was gone replays as gone."""
+findings; `machine probe` and the other callers of probe_machine do not read them.  A file
+that could not be read is kept with its reason (``{"file": null, "problem": "No such file or
+directory"}``): a pid a card lists whose /proc entry was gone replays as gone."""
 
 from __future__ import annotations
 
