@@ -133,3 +133,12 @@ def test_brackets_in_a_path_never_crash_the_terminal_output(tmp_path):
         proc = run_cli(*args)
         assert proc.returncode == 0, proc.stderr
         assert "[/x]" in proc.stdout and "[bold]" not in proc.stdout
+
+
+def test_exporter_refuses_a_negative_tolerance_like_watch():
+    for cmd in (("watch", "--backend", "fake:fsdp-sharded", "--samples", "1"),
+                ("exporter", "--backend", "fake:fsdp-sharded", "--duration", "1")):  # fmt: skip
+        proc = run_cli(*cmd, "--tolerance", "-0.5")
+        assert (
+            proc.returncode == 2 and "--tolerance and --tolerance-gib must be >= 0" in proc.stderr
+        )

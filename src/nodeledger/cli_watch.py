@@ -180,6 +180,12 @@ def _host_sampler(b):
     return host
 
 
+def _check_tolerance(tolerance: float, tolerance_gib: float) -> None:
+    """watch and exporter judge "above plan" with the same tolerance: the same bounds."""
+    if tolerance < 0 or tolerance_gib < 0:
+        raise InputError("--tolerance and --tolerance-gib must be >= 0")
+
+
 def _positive(name: str, v: float | None) -> None:
     if v is not None and not v > 0:
         raise InputError(f"{name} must be > 0, got {v}")
@@ -220,8 +226,7 @@ def watch(
     for name, v in (("--interval", interval), ("--duration", duration), ("--idle-window", idle_window),
                     ("--timeout", timeout), ("--samples", samples)):  # fmt: skip
         _positive(name, v)
-    if tolerance < 0 or tolerance_gib < 0:
-        raise InputError("--tolerance and --tolerance-gib must be >= 0")
+    _check_tolerance(tolerance, tolerance_gib)
     if replay and record:
         raise InputError("--record applies to a live watch, not to --replay")
     kw = {
@@ -490,6 +495,7 @@ def exporter(
     for name, v in (("--interval", interval), ("--duration", duration),
                     ("--idle-window", idle_window), ("--timeout", timeout)):  # fmt: skip
         _positive(name, v)
+    _check_tolerance(tolerance, tolerance_gib)
     host_addr, port, loopback = parse_listen(listen)
     if not loopback and not expose:
         raise InputError(
