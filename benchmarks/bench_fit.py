@@ -19,7 +19,7 @@ from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
-from nodeledger.report.fit import fit
+from nodeledger.verdict.fit import fit
 
 TARGETS = {"estimate_ms": 1.0, "cli_s": 0.3, "sweep_s": 5.0}
 

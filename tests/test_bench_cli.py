@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import SHARED, run_cli
-from nodeledger.bench import golive as G
+from nodeledger.golive import checklist as G
 
 NCCL = (
     SHARED

@@ -185,7 +185,7 @@ def test_odd_numa_globs_and_duplicate_cards_still_give_a_profile():
 
 
 def test_query_csv_with_header_and_units():
-    from nodeledger.machine.probe.nvidia import parse_query_csv
+    from nodeledger.machine.parsers.nvidia_query import parse_query_csv
 
     rows = parse_query_csv(
         "index, name, memory.total [MiB], pci.bus_id\n0, NVIDIA H200, 143771 MiB, 00000000:06:00.0\n"

@@ -8,7 +8,7 @@ from nodeledger.ledger import comm
 from nodeledger.ledger.jobs import build_job
 from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
-from nodeledger.report.links import link_check
+from nodeledger.verdict.links import link_check
 
 
 def test_ring_and_gather_factors():

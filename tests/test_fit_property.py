@@ -11,7 +11,7 @@ from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import HostSide, LoadJob, Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
-from nodeledger.report.fit import fit
+from nodeledger.verdict.fit import fit
 
 MODELS = {
     m: load_model(m)[0]

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conftest import run_cli
-from nodeledger.bench import golive as G
 from nodeledger.doctor.state import MachineState
 from nodeledger.errors import InputError
+from nodeledger.golive import checklist as G
 from nodeledger.machine import resolve_machine
 from nodeledger.machine.profile import Accelerator, CardProcess, MachineProfile
 

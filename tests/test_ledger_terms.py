@@ -70,7 +70,7 @@ def test_total_adds_only_non_torch_items():
 def test_largest_serving_is_the_boundary():
     import dataclasses
 
-    from nodeledger.report.fit import _within, largest_serving
+    from nodeledger.verdict.fit import _within, largest_serving
 
     spec, _ = load_model("qwen3-8b")
     machine = resolve_machine(None)

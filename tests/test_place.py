@@ -15,7 +15,7 @@ from nodeledger.machine.profile import Interconnect, Link, LinkKind, LinkPair, N
 from nodeledger.model import load_model
 from nodeledger.placement import emit
 from nodeledger.placement.planner import plan
-from nodeledger.report.catalogue import parse_catalogue
+from nodeledger.verdict.catalogue import parse_catalogue
 
 
 def _plan(text: str, machine, **kw) -> dict:

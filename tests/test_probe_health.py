@@ -12,8 +12,8 @@ import pytest
 
 from conftest import FIXTURES, SHARED
 from nodeledger.machine.parsers import nvidia_smi
+from nodeledger.machine.parsers.nvidia_query import QUERY, QUERY_BASE, parse_query_csv
 from nodeledger.machine.probe import Runner, probe_machine
-from nodeledger.machine.probe.nvidia import QUERY, QUERY_BASE, parse_query_csv
 from test_probe import _fake_root, _tool
 
 REAL = SHARED / "fixtures" / "real"

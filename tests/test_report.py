@@ -14,7 +14,7 @@ from nodeledger.errors import InputError
 from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
 from nodeledger.report.capacity import capacity_report
-from nodeledger.report.catalogue import load_catalogue, parse_catalogue
+from nodeledger.verdict.catalogue import load_catalogue, parse_catalogue
 
 _CACHE: dict[str, dict] = {}
 

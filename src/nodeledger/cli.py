@@ -680,7 +680,7 @@ def fit_cmd(
     from nodeledger.ledger.jobs import build_job
     from nodeledger.machine import resolve_machine
     from nodeledger.model import load_model
-    from nodeledger.report.fit import fit
+    from nodeledger.verdict.fit import fit
 
     job_obj = build_job(job, opts)
     profile = resolve_machine(machine)
@@ -699,7 +699,7 @@ def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
     from dataclasses import asdict
 
     from nodeledger.ledger.jobs import JobError, ServeJob, TrainJob
-    from nodeledger.report.search import search_serve, search_train
+    from nodeledger.verdict.search import search_serve, search_train
 
     if lifeboat < 0 or lifeboat >= len(profile.accelerators):
         raise JobError(
@@ -880,7 +880,7 @@ def _report_machine(machine: str | None) -> tuple[Any, list[str]]:
 
 
 def _catalogue(workloads: str | None):
-    from nodeledger.report.catalogue import load_catalogue, load_specs
+    from nodeledger.verdict.catalogue import load_catalogue, load_specs
 
     ws, src = load_catalogue(workloads)
     return ws, load_specs(ws), src

@@ -239,8 +239,8 @@ def golive(
     """The pre-production checklist: doctor clean, per-card settings, bench figures ok, the plan
     fits with its lifeboat, and a recovery drill (a canary on the lifeboat card, killed on
     purpose; its memory and reservation must come back).  Exit 0 when no step fails, 1 otherwise."""
-    from nodeledger.bench.golive import run_golive
     from nodeledger.cli import _console, _print_json
+    from nodeledger.golive.checklist import run_golive
 
     fmt = "json" if as_json else fmt
     if fmt not in FORMATS:

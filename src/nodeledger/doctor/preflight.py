@@ -131,7 +131,7 @@ def _binding_lines(chosen: list[Accelerator], state: MachineState) -> list[str]:
 
 
 def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> Preflight:
-    from nodeledger.report.fit import fit
+    from nodeledger.verdict.fit import fit
 
     prof, facts = state.profile, state.facts
     reasons: list[Reason] = []
@@ -290,7 +290,7 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> P
 
 
 def _too_few_cards(job, state: MachineState, lifeboat: int, have: int) -> Preflight:
-    from nodeledger.report.fit import job_options
+    from nodeledger.verdict.fit import job_options
 
     needed = cards_needed(job)
     text = f"needs {needed} cards, the machine has {have}"
@@ -305,7 +305,7 @@ def _too_few_cards(job, state: MachineState, lifeboat: int, have: int) -> Prefli
 
 def _load_instead(spec: ModelSpec, job: LoadJob, prof) -> list[str]:
     """Loads whose host RAM the machine holds: fewer ranks at once, or one rank reading."""
-    from nodeledger.report.fit import fit
+    from nodeledger.verdict.fit import fit
 
     def host_ok(j) -> int | None:
         lg = fit(spec, j, prof, suggest=False).ledger

@@ -1,4 +1,4 @@
-"""What the box is: the machine profile, bundled presets, and (later) probes per vendor."""
+"""What the box is: the machine profile, bundled presets, probes per vendor behind one Runner, and one policy for which machine (``resolve``)."""
 
 from nodeledger.machine.io import (
     DEFAULT_PRESET,
@@ -6,7 +6,6 @@ from nodeledger.machine.io import (
     list_presets,
     load_profile,
     parse_profile,
-    resolve_machine,
     save_profile,
 )
 from nodeledger.machine.profile import (
@@ -19,6 +18,7 @@ from nodeledger.machine.profile import (
     MachineProfile,
     Vendor,
 )
+from nodeledger.machine.resolve import resolve_machine, resolve_or_reference
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -35,5 +35,6 @@ __all__ = [
     "load_profile",
     "parse_profile",
     "resolve_machine",
+    "resolve_or_reference",
     "save_profile",
 ]

@@ -84,30 +84,6 @@ def load_preset(name: str) -> MachineProfile:
     return parse_profile(res.read_text(encoding="utf-8"), "toml", f"preset {name}")
 
 
-def resolve_machine(ref: str | None) -> MachineProfile:
-    """A preset name, a profile file path, or "probe" (this machine, live); ``None`` gives the
-    bundled default preset."""
-    if ref is None:
-        return load_preset(DEFAULT_PRESET)
-    if ref == "probe":
-        from nodeledger.machine.probe import Runner, probe_machine
-
-        return probe_machine(Runner(live=True))
-    if ref in list_presets():
-        return load_preset(ref)
-    p = Path(ref)
-    if p.is_file() and p.name.endswith((".tar.gz", ".tgz")):
-        from nodeledger.machine.probe import probe_machine
-        from nodeledger.machine.probe.bundle import load_bundle
-
-        return probe_machine(load_bundle(p))
-    if p.is_file():
-        return load_profile(p)
-    raise ProfileError(
-        f"machine {ref!r} is neither a bundled preset ({', '.join(list_presets())}) nor a file"
-    )
-
-
 def _none_to_unknown(value: Any) -> Any:
     if value is None:
         return UNKNOWN

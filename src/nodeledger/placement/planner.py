@@ -36,8 +36,8 @@ from nodeledger.machine.parsers.common import cpulist_ids
 from nodeledger.machine.parsers.numa import compress_cpus
 from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
 from nodeledger.model.spec import ModelSpec
-from nodeledger.report.catalogue import Workload
-from nodeledger.report.fit import TIGHT, fit
+from nodeledger.verdict.catalogue import Workload
+from nodeledger.verdict.fit import TIGHT, fit
 
 GiB = 2**30
 WORKER_BYTES = 300 * 2**20  # fit's HostSide.worker_rss_bytes default

@@ -426,28 +426,22 @@ def decide(plan: dict, target: str, live: list[Reservation], settle: float, now:
 
 def resolve_run_machine(ref: str | None):
     """(profile, note, live): --machine as given; none: probe this host, or the reference
-    machine when the probe finds no accelerator (as `nodeledger report`)."""
-    from nodeledger.machine import DEFAULT_PRESET, resolve_machine
-    from nodeledger.machine.probe import probe_machine
+    machine when the probe finds no accelerator (machine.resolve_or_reference, as `report`)."""
+    from nodeledger.machine import DEFAULT_PRESET, resolve_or_reference
 
-    if ref is not None:
-        return resolve_machine(ref), None, ref == "probe"
-    probed = probe_machine()
-    if probed.accelerators:
-        return probed, None, True
-    return (
-        resolve_machine(None),
-        (
-            f"no accelerator found on this host (live probe): planning on the bundled reference "
-            f"machine {DEFAULT_PRESET}; --machine PRESET|FILE|BUNDLE for another"
-        ),
-        False,
+    r = resolve_or_reference(ref)
+    note = (
+        f"no accelerator found on this host (live probe): planning on the bundled reference "
+        f"machine {DEFAULT_PRESET}; --machine PRESET|FILE|BUNDLE for another"
+        if r.reference
+        else None
     )
+    return r.profile, note, r.live
 
 
 def load_plan_inputs(plan_file: str):
     """(workloads, specs) of a plan file (a workload catalogue, see report/catalogue.py)."""
-    from nodeledger.report.catalogue import load_catalogue, load_specs
+    from nodeledger.verdict.catalogue import load_catalogue, load_specs
 
     ws, _ = load_catalogue(plan_file)
     return ws, load_specs(ws)

@@ -20,9 +20,9 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.report.catalogue import Workload
-from nodeledger.report.fit import TIGHT, _judge, fit, largest_serving
-from nodeledger.report.links import link_check
+from nodeledger.verdict.catalogue import Workload
+from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving
+from nodeledger.verdict.links import link_check
 
 GiB = 2**30
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
@@ -416,7 +416,7 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
         else ["no serving workload declares peak_sequences: not established"],
     }
     # 3. training needs pipeline parallel across machines
-    from nodeledger.report.search import search_train
+    from nodeledger.verdict.search import search_train
 
     need_pp, fits_in_box = [], []
     for r in rows:

@@ -6,7 +6,7 @@ from nodeledger.errors import InputError
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.report.capacity import capacity_report
-from nodeledger.report.catalogue import Workload
+from nodeledger.verdict.catalogue import Workload
 
 
 def parse_prices(items: list[str], names: list[str]) -> dict[str, float]:

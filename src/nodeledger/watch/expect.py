@@ -24,7 +24,7 @@ from pathlib import Path
 
 from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
-from nodeledger.report.fit import fit, job_options
+from nodeledger.verdict.fit import fit, job_options
 
 
 def _cards_of(job) -> int:
@@ -109,7 +109,7 @@ def from_plan(path: str, machine) -> dict:
             )
         return {"source": f"placement {p.name}", "groups": _groups(data["replicas"], {})}
     from nodeledger.placement.planner import plan
-    from nodeledger.report.catalogue import load_catalogue, load_specs
+    from nodeledger.verdict.catalogue import load_catalogue, load_specs
 
     ws, _ = load_catalogue(str(p))
     specs = load_specs(ws)

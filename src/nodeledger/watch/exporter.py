@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from nodeledger.errors import InputError
-from nodeledger.report.fit import TIGHT
+from nodeledger.verdict.fit import TIGHT
 from nodeledger.watch.analyze import Analyzer
 
 MiB = 2**20

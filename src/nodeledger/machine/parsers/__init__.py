@@ -42,7 +42,7 @@ def _amd_smi_topo(text: str) -> dict[str, Any]:
 
 
 def _query_csv(text: str) -> dict[str, Any]:
-    from nodeledger.machine.probe.nvidia import parse_query_csv
+    from nodeledger.machine.parsers.nvidia_query import parse_query_csv
 
     cards = parse_query_csv(text)
     if not cards:

@@ -56,7 +56,7 @@ class Workload:
 
 
 def default_catalogue_text() -> str:
-    return (resources.files("nodeledger.report") / "workloads" / "default.toml").read_text()
+    return (resources.files("nodeledger.verdict") / "workloads" / "default.toml").read_text()
 
 
 def parse_catalogue(text: str, where: str) -> list[Workload]:

@@ -19,7 +19,7 @@ from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.report.fit import _largest, largest_serving, ledger_for, verdict_of
+from nodeledger.verdict.fit import _largest, largest_serving, ledger_for, verdict_of
 
 
 def _tier(spec, job, n: int, machine) -> str:

@@ -1,0 +1,107 @@
+"""``nvidia-smi --query-gpu=... --format=csv`` rows (pure): the card and health fields the NVIDIA
+probe asks for (QUERY, or QUERY_BASE on an older driver that refuses a health field) and the
+``--query-compute-apps`` fields (APPS).  Memory in MiB as printed; nvidia-smi's "[N/A]" /
+"[Not Supported]" are None."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+from nodeledger.errors import InputError
+
+QUERY_BASE = "index,name,memory.total,pci.bus_id,mig.mode.current"
+HEALTH_FIELDS = (
+    "memory.used,persistence_mode,ecc.mode.current,ecc.errors.corrected.volatile.total,"
+    "ecc.errors.uncorrected.volatile.total,retired_pages.single_bit_ecc.count,"
+    "retired_pages.double_bit.count,retired_pages.pending,remapped_rows.pending,"
+    "remapped_rows.failure"
+)
+QUERY = f"{QUERY_BASE},{HEALTH_FIELDS}"
+APPS = "gpu_bus_id,pid,process_name,used_memory"
+# row key -> (profile field, nvidia-smi field for its source)
+HEALTH = {
+    "persistence": ("persistence_mode", "persistence_mode"),
+    "ecc_mode": ("ecc_mode", "ecc.mode.current"),
+    "ecc_corrected": ("ecc_errors_corrected", "ecc.errors.corrected.volatile.total"),
+    "ecc_uncorrected": ("ecc_errors_uncorrected", "ecc.errors.uncorrected.volatile.total"),
+    "retired_pending": ("retired_pages_pending", "retired_pages.pending"),
+    "remapped_pending": ("remapped_rows_pending", "remapped_rows.pending"),
+    "remapped_failed": ("remapped_rows_failed", "remapped_rows.failure"),
+}
+
+
+def _na(v: str) -> bool:
+    """nvidia-smi's unknowns: "[N/A]", "[Not Supported]", "[Unknown Error]", "N/A", empty."""
+    return not v or v.startswith("[") or v == "N/A"
+
+
+def _row(d: dict[str, str], n: int) -> dict:
+    idx = d.get("index", "")
+    if not idx.isdigit():
+        raise InputError(
+            f"nvidia-smi query row {n} has no numeric index (first field {idx[:20]!r})"
+        )
+
+    def mib(key: str) -> int | None:
+        m = re.match(r"(\d+)\s*(MiB)?$", d.get(key, ""))
+        return int(m.group(1)) if m else None
+
+    def word(key: str, allowed: tuple[str, ...]) -> str | None:
+        v = d.get(key, "").strip().lower()
+        return v if v in allowed else None
+
+    def count(key: str) -> int | None:
+        v = d.get(key, "").strip()
+        return int(v) if v.isdigit() else None
+
+    return {
+        "index": int(idx),
+        "name": d.get("name") or None,
+        "memory_mib": mib("memory.total"),
+        "pci_bus_id": d.get("pci.bus_id") or None,
+        "mig": d.get("mig.mode.current") or None,
+        "memory_used_mib": mib("memory.used"),
+        "persistence": word("persistence_mode", ("enabled", "disabled")),
+        "ecc_mode": word("ecc.mode.current", ("enabled", "disabled")),
+        "ecc_corrected": count("ecc.errors.corrected.volatile.total"),
+        "ecc_uncorrected": count("ecc.errors.uncorrected.volatile.total"),
+        "retired_sbe": count("retired_pages.single_bit_ecc.count"),
+        "retired_dbe": count("retired_pages.double_bit.count"),
+        "retired_pending": word("retired_pages.pending", ("yes", "no")),
+        "remapped_pending": word("remapped_rows.pending", ("yes", "no")),
+        "remapped_failed": word("remapped_rows.failure", ("yes", "no")),
+    }
+
+
+def parse_query_csv(text: str) -> list[dict]:
+    """``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`` (or QUERY_BASE, or any
+    ``--format=csv`` output with a header naming these fields) -> rows: index, name,
+    memory_mib, pci_bus_id, mig, memory_used_mib, persistence, ecc_mode, ecc_corrected,
+    ecc_uncorrected, retired_sbe, retired_dbe, retired_pending, remapped_pending, remapped_failed
+    (memory in MiB); nvidia-smi's "[N/A]" / "[Not Supported]" are None."""
+    rows = []
+    reader = list(csv.reader(io.StringIO(text.strip())))
+    cols = None
+    if reader and reader[0] and not reader[0][0].strip().isdigit():
+        cols = [c.strip().split(" [")[0] for c in reader[0]]  # a header row (format=csv)
+        reader = reader[1:]
+    full, base = QUERY.split(","), QUERY_BASE.split(",")
+    for n, rec in enumerate(reader, 1):
+        if not rec:
+            continue
+        vals = [x.strip() for x in rec]
+        if cols:
+            names = cols
+        elif len(vals) == len(full):
+            names = full
+        elif 4 <= len(vals) <= len(base):
+            names = base
+        else:
+            raise InputError(
+                f"nvidia-smi query row {n} has {len(vals)} fields, expected {len(base)} or {len(full)}"
+            )
+        d = {k: ("" if _na(v) else v) for k, v in zip(names, vals, strict=False)}
+        rows.append(_row(d, n))
+    return rows
