@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
+from nodeledger.machine.parsers.amd_smi import parse_rocm_json, parse_rocm_pids
+from nodeledger.machine.parsers.npu_smi import parse_npu
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.watch import backends as B
 from nodeledger.watch.host import HostSampler
@@ -219,10 +221,10 @@ PID 4243 is using 2 DRM device(s):
 
 
 def test_rocm_and_hy_smi_parsers():
-    cards = B.parse_rocm_json(ROCM_JSON)
+    cards = parse_rocm_json(ROCM_JSON)
     assert [(c["index"], c["used_bytes"], c["util_pct"]) for c in cards] == [
         (0, 27481079808, 87.0), (1, 10485760, 0.0)]  # fmt: skip
-    pids = B.parse_rocm_pids(ROCM_PIDS)
+    pids = parse_rocm_pids(ROCM_PIDS)
     assert pids[0] == [{"pid": 4242, "name": "python3", "used_bytes": 27000000000},
                        {"pid": 4243, "name": "torchrun worker", "used_bytes": None}]  # fmt: skip
     assert pids[1] == [{"pid": 4243, "name": "torchrun worker", "used_bytes": None}]
@@ -246,7 +248,7 @@ def test_hy_smi_backend(tmp_path):
 
 def test_npu_smi_recorded_output():
     text = (FIXTURES / "ascend" / "msswift-910b3-x8-npu-smi-info.txt").read_text()
-    cards, procs = B.parse_npu(text)
+    cards, procs = parse_npu(text)
     assert len(cards) == 8 and procs == []
     assert cards[0]["used_bytes"] == 3318 * MiB and cards[0]["total_bytes"] == 65536 * MiB
     assert all(c["util_pct"] == 0.0 for c in cards)  # AICore(%)

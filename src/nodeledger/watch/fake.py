@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nodeledger.errors import InputError
-from nodeledger.watch.backends import Backend
+from nodeledger.watch.base import Backend
 
 GiB = 2**30
 CARDS = 8

@@ -53,6 +53,11 @@ def _query_csv(text: str) -> dict[str, Any]:
     return {"cards": cards}
 
 
+def _rocm_cards(cards: list[dict]) -> dict[str, Any]:
+    """rocm-smi --json / --csv cards as `nodeledger parse` shows them (amd_smi.PARSE_FIELDS)."""
+    return {"cards": [{k: c[k] for k in amd_smi.PARSE_FIELDS} for c in cards]}
+
+
 def _plain(obj: Any) -> Any:
     return asdict(obj) if is_dataclass(obj) else obj
 
@@ -67,8 +72,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "rocm-smi": lambda text: _plain(amd_smi.parse_concise(text)),
     "hy-smi": lambda text: _plain(amd_smi.parse_concise(text)),
     "rocm-smi-showtopo": lambda text: _plain(amd_smi.parse_showtopo(text)),
-    "rocm-smi-json": lambda text: {"cards": amd_smi.parse_json(text)},
-    "rocm-smi-csv": lambda text: {"cards": amd_smi.parse_csv(text)},
+    "rocm-smi-json": lambda text: _rocm_cards(amd_smi.parse_json(text)),
+    "rocm-smi-csv": lambda text: _rocm_cards(amd_smi.parse_csv(text)),
     "rocm-smi-all": lambda text: {"cards": amd_smi.parse_all(text)},
     "amd-smi-static": lambda text: {"cards": amd_smi.parse_amd_smi_static(text)},
     "amd-smi-static-json": lambda text: {"cards": amd_smi.parse_amd_smi_static_json(text)},

@@ -1,12 +1,15 @@
 """Parse AMD ROCm and Hygon DCU tool outputs: rocm-smi (concise table, --showtopo,
---showtoponuma, --json, --csv, -a), hy-smi (Hygon's concise table) and amd-smi, rocm-smi's
-successor from ROCm 6 (`static` text and `--json`, `topology` text).
+--showtoponuma, --json, --csv, -a, --showpids --showpidgpus), hy-smi (Hygon's concise table; its
+--json as rocm-smi's) and amd-smi, rocm-smi's successor from ROCm 6 (`static` text and `--json`,
+`topology` text).
 
 Concise tables: a header row starting with the device column ("Device", "GPU", "HCU" on DTK
 rocm-smi, "DCU" on hy-smi) followed by one row per card (newer rocm-smi prints the card name on
 a second line under "Name (20 chars)").  Topology: "Weight / Hops / Link Type between ..."
 matrices with GPUn / GPU[n] / HCU[n] labels (XGMI, PCIE; "0"/"None" on the diagonal) and
-"Numa Node" lines.  JSON: rocm-smi prints every value as a string, keyed by "cardN".
+"Numa Node" lines.  JSON: rocm-smi prints every value as a string, keyed by "cardN"; one
+parser (:func:`parse_json`) serves the probe (card memory), `nodeledger parse` and, through
+:func:`parse_rocm_json`, the watch (used / total VRAM, use %, bus).
 """
 
 from __future__ import annotations
@@ -168,7 +171,9 @@ def parse_showtopo(text: str) -> AmdTopology:
 
 
 def parse_json(text: str) -> list[dict]:
-    """rocm-smi --json: {"card0": {field: "string"...}, ...} -> [{index, name, vram_total_bytes, ...}]."""
+    """rocm-smi / hy-smi ``--json`` (``--showmeminfo vram``, ``--showuse``, ``--showmemuse``,
+    ``--showbus``, in any mix): {"card0": {field: "string"...}, ...} -> one dict per cardN
+    entry, in the output's order, with the fields of :func:`_card_fields`."""
     text = clean(text)
     start = text.find("{")
     try:
@@ -188,18 +193,81 @@ def parse_json(text: str) -> list[dict]:
     return cards
 
 
+# the fields `nodeledger parse rocm-smi-json / rocm-smi-csv` shows (the others serve the watch)
+PARSE_FIELDS = ("index", "name", "vram_total_bytes", "vram_used_bytes", "gpu_use_pct", "fields")
+_USE = re.compile(r"^(GPU|DCU|HCU) use \(%\)$")
+
+
+def _count(v) -> int | None:
+    """A byte count: rocm-smi's digit string (a plain non-negative number read too)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if v >= 0 else None
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
+def _float(v) -> float | None:
+    try:
+        return float(str(v).strip())
+    except ValueError:
+        return None  # "N/A"
+
+
 def _card_fields(index: int, fields: dict) -> dict:
+    """One card's fields (a --json object or a --csv row): index; name ("Card Series", else
+    "Card series", else "Card Model"); vram_total_bytes / vram_used_bytes ("VRAM Total Memory
+    (B)" / "VRAM Total Used Memory (B)"); gpu_use_pct ("GPU use (%)", its leading number);
+    util_pct (the "GPU / DCU / HCU use (%)" the tool prints, a plain number, else None);
+    pci_bus ("PCI Bus", --showbus); fields (how many the card has)."""
     total = next((v for k, v in fields.items() if "VRAM Total Memory" in k), None)
     used = next((v for k, v in fields.items() if "VRAM Total Used Memory" in k), None)
+    util = next((v for k, v in fields.items() if _USE.match(k)), None)
     name = fields.get("Card Series") or fields.get("Card series") or fields.get("Card Model")
     return {
         "index": index,
         "name": name,
-        "vram_total_bytes": int(total) if isinstance(total, str) and total.isdigit() else None,
-        "vram_used_bytes": int(used) if isinstance(used, str) and used.isdigit() else None,
+        "vram_total_bytes": _count(total),
+        "vram_used_bytes": _count(used),
         "gpu_use_pct": _num(fields.get("GPU use (%)")),
+        "util_pct": None if util is None else _float(util),
+        "pci_bus": fields.get("PCI Bus"),
         "fields": len(fields),
     }
+
+
+def parse_rocm_json(text: str) -> list[dict]:
+    """``rocm-smi/hy-smi --showuse --showmemuse --showmeminfo vram --showbus --json`` as the watch
+    samples it: :func:`parse_json`'s cards sorted by index, as [{index, used_bytes, total_bytes,
+    util_pct, pci_bus_id, name}]."""
+    return [{"index": c["index"], "used_bytes": c["vram_used_bytes"],
+             "total_bytes": c["vram_total_bytes"], "util_pct": c["util_pct"],
+             "pci_bus_id": c["pci_bus"], "name": c["name"]}
+            for c in sorted(parse_json(text), key=lambda c: c["index"])]  # fmt: skip
+
+
+_KFD = re.compile(r"^(\d+)\s+(.+?)\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s*$")
+_PIDGPU = re.compile(r"PID (\d+) is using (\d+) DRM device\(s\):?\s*\n?\s*([\d ,]*)")
+
+
+def parse_rocm_pids(text: str) -> dict[int, list[dict]]:
+    """``rocm-smi --showpids --showpidgpus`` (text): the "KFD process information" rows (PID,
+    PROCESS NAME, GPU(s), VRAM USED, SDMA USED, CU OCCUPANCY) and the "PID n is using k DRM
+    device(s):" lists -> {card index: [{pid, name, used_bytes}]}; a process on several cards is
+    listed on each, its VRAM (a total over its cards) unknown."""
+    procs: dict[int, dict] = {}
+    for line in text.splitlines():
+        m = _KFD.match(line.strip())
+        if m:
+            procs[int(m.group(1))] = {"name": m.group(2).strip(), "ngpus": int(m.group(3)),
+                                      "vram": int(m.group(4))}  # fmt: skip
+    out: dict[int, list[dict]] = {}
+    for m in _PIDGPU.finditer(text):
+        pid = int(m.group(1))
+        cards = [int(x) for x in re.findall(r"\d+", m.group(3))]
+        p = procs.get(pid, {"name": None, "vram": None})
+        for c in cards:
+            out.setdefault(c, []).append({"pid": pid, "name": p["name"],
+                                          "used_bytes": p["vram"] if len(cards) == 1 else None})  # fmt: skip
+    return out
 
 
 def parse_csv(text: str) -> list[dict]:

@@ -2,7 +2,8 @@
 column, and the older narrow 910 layout).  Each chip is a two-row block: row 1 "NPU Name |
 Health | Power Temp Hugepages", row 2 "Chip [Phy-ID] | Bus-Id | AICore Memory-Usage HBM-Usage"
 (used / total MB).  The process table follows ("NPU Chip | Process id | Process name |
-Process memory(MB)").
+Process memory(MB)").  ``parse_npu`` is the watch's per-sample view of the same output
+(HBM used / total, AICore %, processes by card).
 
 ``parse_topo`` reads ``npu-smi info -t topo`` (the HCCS / PCIe matrix and CPU affinity)."""
 
@@ -90,6 +91,36 @@ def parse(text: str) -> NpuInfo:
             f"{max(per_npu.values())} chips per NPU (Atlas A3 layout): each chip is a device with its own HBM"
         )
     return NpuInfo(ver.group(1), chips, procs, notes)
+
+
+# AICore % of each chip: the number after the Bus-Id cell of a chip's second row
+_AICORE = re.compile(
+    r"^\|\s*\d+\s*\d*\s*\|\s*[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d\s*\|\s*(\d+|-)\s",
+    re.M,
+)
+
+
+def _float(v: str) -> float | None:
+    try:
+        return float(v.strip())
+    except ValueError:
+        return None  # "-"
+
+
+def parse_npu(text: str) -> tuple[list[dict], list[dict]]:
+    """``npu-smi info`` -> (cards: [{index, name, pci_bus_id, used_bytes, total_bytes, util_pct
+    (AICore %)}], processes: [{card, pid, name, used_bytes}]); chips are numbered in order.  The
+    AICore column is used only when every chip row has one."""
+    info = parse(text)
+    utils = [_float(u) for u in _AICORE.findall(text)]
+    order = {(c.npu, c.chip): i for i, c in enumerate(info.chips)}
+    cards = [{"index": i, "name": c.name, "pci_bus_id": c.bus_id, "used_bytes": c.hbm_used_bytes,
+              "total_bytes": c.hbm_total_bytes,
+              "util_pct": utils[i] if i < len(utils) and len(utils) == len(info.chips) else None}
+             for i, c in enumerate(info.chips)]  # fmt: skip
+    procs = [{"card": order.get((p["npu"], p["chip"])), "pid": p["pid"], "name": p["name"],
+              "used_bytes": p["memory_bytes"]} for p in info.processes]  # fmt: skip
+    return cards, procs
 
 
 # -- npu-smi info -t topo ---------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """``nvidia-smi --query-gpu=... --format=csv`` rows (pure): the card and health fields the NVIDIA
 probe asks for (QUERY, or QUERY_BASE on an older driver that refuses a health field) and the
 ``--query-compute-apps`` fields (APPS).  Memory in MiB as printed; nvidia-smi's "[N/A]" /
-"[Not Supported]" are None."""
+"[Not Supported]" are None.
+
+The watch's nvidia-smi backend asks two short queries (``--format=csv,noheader,nounits``):
+DESCRIBE_QUERY once (:func:`parse_describe_query`) and GPU_QUERY per sample
+(:func:`parse_gpu_query`); these give bytes (MiB x 2**20)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ HEALTH_FIELDS = (
 )
 QUERY = f"{QUERY_BASE},{HEALTH_FIELDS}"
 APPS = "gpu_bus_id,pid,process_name,used_memory"
+GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"  # watch, per sample
+DESCRIBE_QUERY = "index,name,uuid,pci.bus_id,memory.total"  # watch, once
+MiB = 2**20
 # row key -> (profile field, nvidia-smi field for its source)
 HEALTH = {
     "persistence": ("persistence_mode", "persistence_mode"),
@@ -105,3 +112,41 @@ def parse_query_csv(text: str) -> list[dict]:
         d = {k: ("" if _na(v) else v) for k, v in zip(names, vals, strict=False)}
         rows.append(_row(d, n))
     return rows
+
+
+def _float(v: str) -> float | None:
+    try:
+        return float(v.strip())
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_gpu_query(text: str) -> list[dict]:
+    """``--query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv,noheader,nounits``
+    -> [{index, used_bytes, total_bytes, util_pct}] (MiB -> bytes; "[N/A]" -> None)."""
+    out = []
+    for n, line in enumerate(text.strip().splitlines(), 1):
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 4 or not parts[0].isdigit():
+            raise InputError(f"nvidia-smi --query-gpu row {n} not understood: {line[:80]!r}")
+        used, total, util = (_float(p) for p in parts[1:])
+        out.append({"index": int(parts[0]),
+                    "used_bytes": None if used is None else int(used * MiB),
+                    "total_bytes": None if total is None else int(total * MiB), "util_pct": util})  # fmt: skip
+    return out
+
+
+def parse_describe_query(text: str) -> list[dict]:
+    """``--query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv,noheader,nounits`` ->
+    [{index, name, uuid, pci_bus_id, total_bytes}] (MiB -> bytes; empty uuid / bus id -> None);
+    a row without five fields and a numeric index is skipped."""
+    cards = []
+    for line in text.strip().splitlines():
+        p = [x.strip() for x in line.split(",")]
+        if len(p) != 5 or not p[0].isdigit():
+            continue
+        total = _float(p[4])
+        cards.append({"index": int(p[0]), "name": p[1], "uuid": p[2] or None,
+                      "pci_bus_id": p[3] or None,
+                      "total_bytes": None if total is None else int(total * MiB)})  # fmt: skip
+    return cards

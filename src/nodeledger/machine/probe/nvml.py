@@ -1,7 +1,10 @@
-"""NVIDIA backend through NVML (nvidia-ml-py, the `nvidia` extra): the single choke point for
-NVML calls, run in a worker thread with a deadline so a hung driver cannot hang the probe.
-Falls back (the caller tries nvidia-smi) when the package is missing or NVML fails.
+"""NVIDIA through NVML (nvidia-ml-py, the `nvidia` extra): the single choke point for NVML.
+This is the one module that imports pynvml; :class:`NvmlSession` is the one NVML client (init /
+shutdown, every call run in the session's one worker thread with a deadline so a hung driver
+cannot hang the caller, NVML errors named), used by the probe here and by the watch's
+``NvmlBackend`` (watch/backends.py).
 
+Probe: falls back (the caller tries nvidia-smi) when the package is missing or NVML fails.
 Health and state per card (persistence, ECC mode and volatile counts, retired pages, remapped
 rows, used memory, running processes): each call is guarded on its own; a query the card or
 driver does not support leaves that field unknown (None), never the card."""
@@ -9,9 +12,12 @@ driver does not support leaves that field unknown (None), never the card."""
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
+import time
 from typing import Any
 
+from nodeledger.errors import NodeledgerError
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
@@ -34,17 +40,107 @@ NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 NOT_AVAILABLE_U64 = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 
 
-def _text(v: Any) -> str:
+def as_text(v: Any) -> str:
+    """An NVML string (bytes on older bindings) as text."""
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _err_name(exc: Exception) -> str:
+def err_name(exc: Exception) -> str:
     """The NVML error's name ("NotSupported", "NoPermission": NVMLError_* classes), else the
     exception's type."""
     name = type(exc).__name__
     if getattr(exc, "value", None) == NOT_SUPPORTED or "NOT_SUPPORTED" in str(exc):
         return "NotSupported"
     return name.removeprefix("NVMLError_") if name.startswith("NVMLError_") else name
+
+
+def err_text(exc: Exception) -> str:
+    """An NVML failure in one line: "NVMLError_DriverNotLoaded: Driver Not Loaded"."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+# -- the session ------------------------------------------------------------------------------
+
+
+class NvmlHung(NodeledgerError):
+    """An NVML call missed its deadline, or an earlier one has not returned (hung driver?)."""
+
+
+class NvmlSession:
+    """One NVML client.  ``nv`` is the pynvml module (imported here, at construction, so a test
+    can put a fake in ``sys.modules["pynvml"]``; ImportError when nvidia-ml-py is missing: the
+    caller falls back).  Every :meth:`call` runs in the session's one daemon worker thread and
+    waits at most ``timeout`` s; a call that misses it raises :class:`NvmlHung`, and no new
+    call starts until the stuck one returns (a hung driver costs one thread, never the caller,
+    and does not keep the process from exiting).  NVML's own errors (NVMLError_*) are raised
+    in the caller's thread as they are; :func:`err_name` / :func:`err_text` name them."""
+
+    def __init__(self, timeout: float = 5.0):
+        import pynvml  # nvidia-ml-py; the only import of it in nodeledger
+
+        self.nv = pynvml
+        self.timeout = timeout
+        self.opened = False
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._stuck: threading.Event | None = None
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box["value"] = fn()
+            except Exception as exc:  # NVMLError_*: reported in the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+    def call(self, fn, timeout: float | None = None):
+        """``fn()`` in the worker thread; its value, or its exception re-raised here.
+        ``timeout``: this call's deadline (default: the session's)."""
+        if self._stuck is not None and not self._stuck.is_set():
+            raise NvmlHung("NVML: the previous call has not returned (hung driver?)")
+        self._stuck = None
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="nvml", daemon=True)
+            self._worker.start()
+        wait = self.timeout if timeout is None else timeout
+        box: dict = {}
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        if not done.wait(max(wait, 0.0)):
+            self._stuck = done
+            raise NvmlHung(f"NVML: no answer within {wait:g} s (hung driver?)")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def open(self, timeout: float | None = None) -> None:
+        """nvmlInit."""
+        self.call(self.nv.nvmlInit, timeout)
+        self.opened = True
+
+    def handles(self, timeout: float | None = None) -> list:
+        """One device handle per card, in NVML's index order."""
+        nv = self.nv
+        return self.call(
+            lambda: [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())],
+            timeout,
+        )
+
+    def close(self) -> None:
+        """nvmlShutdown (after a successful open; its errors ignored), then end the worker
+        (at once when idle, after the stuck call returns otherwise)."""
+        if self.opened:
+            self.opened = False
+            with contextlib.suppress(Exception):
+                self.call(self.nv.nvmlShutdown)
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker = None
 
 
 def _health(nv, h, mem) -> tuple[dict, dict]:
@@ -56,7 +152,7 @@ def _health(nv, h, mem) -> tuple[dict, dict]:
         try:
             return getattr(nv, fn)(h, *args)
         except Exception as exc:  # NotSupported, NoPermission, GPU lost, a missing binding
-            err[fn] = _err_name(exc)
+            err[fn] = err_name(exc)
             return None
 
     used = getattr(mem, "used", None)
@@ -105,52 +201,48 @@ def _health(nv, h, mem) -> tuple[dict, dict]:
     return val, err
 
 
-def _collect(nv) -> dict:
-    nv.nvmlInit()
-    try:
-        out: dict = {"driver": _text(nv.nvmlSystemGetDriverVersion()), "cards": [], "links": {}}
-        n = nv.nvmlDeviceGetCount()
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-        bus_of = {}
-        for i, h in enumerate(handles):
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            card: dict = {
-                "index": i,
-                "name": _text(nv.nvmlDeviceGetName(h)),
-                "memory": int(mem.total),
-            }
-            bus = _text(nv.nvmlDeviceGetPciInfo(h).busId)
-            card["bus"] = bus
-            bus_of[bus.lower()] = i
-            for key, fn in (("persistence", "nvmlDeviceGetPersistenceMode"), ("mig", "nvmlDeviceGetMigMode"),
-                            ("numa", "nvmlDeviceGetNumaNodeId")):  # fmt: skip
-                try:
-                    card[key] = getattr(nv, fn)(h)
-                except Exception:  # an unsupported query on this card/driver is unknown, not fatal
-                    card[key] = None
-            card["health"], card["errors"] = _health(nv, h, mem)
-            out["cards"].append(card)
-        for i, h in enumerate(handles):
-            counts: dict[int, int] = {}
-            for link in range(MAX_NVLINKS):
-                try:
-                    if not nv.nvmlDeviceGetNvLinkState(h, link):
-                        continue
-                    peer = _text(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId).lower()
-                except Exception:
-                    break
-                j = bus_of.get(peer)
-                if j is not None:
-                    counts[j] = counts.get(j, 0) + 1
-            for j in range(i + 1, n):
-                level = None
-                with contextlib.suppress(Exception):  # unsupported on some drivers: unknown
-                    level = nv.nvmlDeviceGetTopologyCommonAncestor(h, handles[j])
-                out["links"][(i, j)] = (counts.get(j, 0), level)
-        return out
-    finally:
-        with contextlib.suppress(Exception):
-            nv.nvmlShutdown()
+def _collect(nv, handles: list) -> dict:
+    """Everything the probe reads, after nvmlInit: driver, cards (memory, bus, persistence, MIG,
+    NUMA, health) and per pair the NVLink count and the PCIe common ancestor."""
+    out: dict = {"driver": as_text(nv.nvmlSystemGetDriverVersion()), "cards": [], "links": {}}
+    n = len(handles)
+    bus_of = {}
+    for i, h in enumerate(handles):
+        mem = nv.nvmlDeviceGetMemoryInfo(h)
+        card: dict = {
+            "index": i,
+            "name": as_text(nv.nvmlDeviceGetName(h)),
+            "memory": int(mem.total),
+        }
+        bus = as_text(nv.nvmlDeviceGetPciInfo(h).busId)
+        card["bus"] = bus
+        bus_of[bus.lower()] = i
+        for key, fn in (("persistence", "nvmlDeviceGetPersistenceMode"), ("mig", "nvmlDeviceGetMigMode"),
+                        ("numa", "nvmlDeviceGetNumaNodeId")):  # fmt: skip
+            try:
+                card[key] = getattr(nv, fn)(h)
+            except Exception:  # an unsupported query on this card/driver is unknown, not fatal
+                card[key] = None
+        card["health"], card["errors"] = _health(nv, h, mem)
+        out["cards"].append(card)
+    for i, h in enumerate(handles):
+        counts: dict[int, int] = {}
+        for link in range(MAX_NVLINKS):
+            try:
+                if not nv.nvmlDeviceGetNvLinkState(h, link):
+                    continue
+                peer = as_text(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId).lower()
+            except Exception:
+                break
+            j = bus_of.get(peer)
+            if j is not None:
+                counts[j] = counts.get(j, 0) + 1
+        for j in range(i + 1, n):
+            level = None
+            with contextlib.suppress(Exception):  # unsupported on some drivers: unknown
+                level = nv.nvmlDeviceGetTopologyCommonAncestor(h, handles[j])
+            out["links"][(i, j)] = (counts.get(j, 0), level)
+    return out
 
 
 HEALTH_SOURCES = {
@@ -203,31 +295,29 @@ def _error_notes(cards: list[dict]) -> list[str]:
 
 
 def probe(notes: list[str], timeout: float = 5.0, runner: Runner | None = None):
+    """Cards and links through one :class:`NvmlSession`, all of it (init, the reads) within one
+    deadline of ``timeout`` s; None (with a note) when nvidia-ml-py is missing, NVML fails or
+    does not answer in time."""
     try:
-        import pynvml as nv  # nvidia-ml-py
+        session = NvmlSession(timeout)
     except ImportError:
         notes.append(
             "NVML: nvidia-ml-py not installed (pip install 'nodeledger[nvidia]'); using nvidia-smi"
         )
         return None
-    box: dict = {}
-
-    def work():
-        try:
-            box["data"] = _collect(nv)
-        except Exception as exc:  # NVML errors (no driver, no permission) are notes
-            box["error"] = f"{type(exc).__name__}: {exc}"
-
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
+    end = time.monotonic() + timeout
+    try:
+        session.open()
+        handles = session.handles(end - time.monotonic())
+        data = session.call(lambda: _collect(session.nv, handles), end - time.monotonic())
+    except NvmlHung:
         notes.append(f"NVML: no answer within {timeout:g} s (hung driver?); using nvidia-smi")
         return None
-    if "error" in box:
-        notes.append(f"NVML: {box['error'][:160]}; using nvidia-smi")
+    except Exception as exc:  # NVML errors (no driver, no permission) are notes
+        notes.append(f"NVML: {err_text(exc)[:160]}; using nvidia-smi")
         return None
-    data = box["data"]
+    finally:
+        session.close()
     cards = []
     for c in data["cards"]:
         mig = c.get("mig")

@@ -1,5 +1,7 @@
-"""AMD ROCm, Hygon DCU and Huawei Ascend backends through their smi tools (text parsers shared
-with `nodeledger parse`).  Each is optional: absent, failing or garbled tools become notes.
+"""AMD ROCm, Hygon DCU and Huawei Ascend backends through their smi tools (text parsers in
+machine/parsers, shared with `nodeledger parse` and `nodeledger watch`: the card memory here comes
+from the same rocm-smi / hy-smi --json parser the watch samples with).  Each is optional:
+absent, failing or garbled tools become notes.
 
 AMD: hy-smi (Hygon DTK), then amd-smi (ROCm >= 6, rocm-smi's successor: `static --json`, else
 `static` text; `topology`), then rocm-smi.  A failing amd-smi falls back to rocm-smi.
