@@ -86,3 +86,128 @@ def test_largest_serving_is_the_boundary():
         assert not _within(spec, dataclasses.replace(job, context=c + 1), machine)
     else:  # capped by the model's own context length
         assert c == spec.max_position_embeddings == 40960
+
+
+# -- the term functions the ledgers are composed of (expected values derived by hand) ------
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B"  # h 4096, 32 layers, V 128256, 32 heads, 8 KV heads x 128
+
+
+def test_kv_split_and_per_card_cache():
+    from nodeledger.ledger import kv_cache as kv
+
+    spec, _ = load_model(LLAMA_8B)
+    dsv3, _ = load_model("deepseek-ai/DeepSeek-V3")
+    assert kv.kv_split_across_tp(spec, 2) == 2
+    assert kv.kv_split_across_tp(spec, 16) == 8  # 8 KV heads: replicated beyond tp 8
+    assert kv.kv_split_across_tp(dsv3, 8) == 1  # MLA's latent is not split
+    # 1000 tokens x 32 layers x 2 x 8 x 128 x 2 B x 3 sequences / 2 cards
+    assert kv.kv_cache_bytes_per_card(spec, 1000, 2, 3, 2) == 1000 * 32 * 4096 * 3 // 2
+    # torch.cat growth: one layer's 2 x 8 x 128 elements x 2 B x 1000 tokens x 3 seqs / tp 2
+    assert kv.cache_growth_bytes_per_card(spec, 1000, 2, 3, 2) == 2048 * 2 * 1000 * 3 // 2
+    # vLLM: 131072 B per token / 4 cards; 1000 tokens occupy 63 blocks of 16
+    per_token = kv.paged_kv_bytes_per_token_per_card(spec, 16, 2, 4)
+    assert per_token == 32768
+    assert kv.paged_kv_bytes_per_sequence(per_token, 1000, 16) == 63 * 16 * 32768
+
+
+def test_runtime_terms():
+    from nodeledger.ledger import runtime as rt
+
+    mib = 2**20
+    assert rt.cublas_workspace_bytes() == 32 * mib
+    assert rt.cublas_workspace_bytes(training=True) == 64 * mib
+    assert rt.cuda_graph_bytes(False) == 0 and rt.cuda_graph_bytes(True) == 1024 * mib
+    assert rt.serving_communicators(1) == 0 and rt.serving_communicators(4) == 1
+    assert rt.training_communicators(1, 1, 1) == 0
+    assert rt.training_communicators(2, 1, 8) == 2
+    assert rt.training_communicators(2, 2, 2) == 3
+    assert rt.vllm_non_torch_bytes(1024 * mib, 1) == (1382 + 1024 + 300) * mib
+    assert rt.vllm_non_torch_bytes(0, 0) == 1382 * mib
+
+
+def test_activation_terms():
+    from nodeledger.ledger import activations as act
+    from nodeledger.ledger.dims import dims_of
+
+    spec, _ = load_model(LLAMA_8B)
+    d = dims_of(spec)  # intermediate 14336, gated
+    assert act.checkpointed_inputs_bytes(d, 32, 512) == 32 * 2 * 4096 * 512
+    assert act.embedding_grad_transient_bytes(d) == 4 * 128256 * 4096
+    assert act.lm_head_autocast_copy_bytes(d) == 2 * 128256 * 4096
+    assert act.sampler_logits_bytes(d, 256) == 256 * 128256 * 4
+    # max(3 x loss_saved, recompute + 4h x tokens); 4h x 2 tokens = 32768
+    assert act.loss_backward_bytes(20000, 10, d, 2) == 60000
+    assert act.loss_backward_bytes(100, 10, d, 2) == 10 + 32768
+    # sdpa prefill: the MLP moment, 2 x 100 tokens x (6h + 6I)
+    assert act.inference_prefill_transient_bytes(d, 2, 100, "sdpa") == 200 * 6 * (4096 + 14336)
+    # eager prefill of 1 x 1000: 10 B per score x 32 heads x 1000^2 + bf16 mask 2 x 1000^2
+    # + 1000 x (6h + 4q) beside them; larger than the MLP moment 1000 x (6h + 6I)
+    eager = 10 * 32 * 1000**2 + 2 * 1000**2 + 1000 * (6 * 4096 + 4 * 4096)
+    assert act.inference_prefill_transient_bytes(d, 1, 1000, "eager") == eager
+
+
+def test_lora_activations_full_checkpointing_keep_stage_inputs():
+    from nodeledger.ledger import activations as act
+    from nodeledger.ledger.dims import dims_of
+
+    spec, _ = load_model(LLAMA_8B)
+    d = dims_of(spec)
+    targets = ("q_proj", "v_proj")
+    per_layer = act.saved_lora_layer_bytes(d, 2, 256, "sdpa", targets, 16)
+    held, recompute = act.saved_lora_activations_bytes(d, 2, 256, "sdpa", "full", targets, 16, 2)
+    assert held == 16 * 2 * 4096 * 512  # 16 layers per stage x 2h x 512 tokens
+    assert recompute == per_layer
+    held, recompute = act.saved_lora_activations_bytes(d, 2, 256, "sdpa", "none", targets, 16, 2)
+    assert (held, recompute) == (16 * per_layer, 0)
+
+
+def test_state_offload_and_gather_terms():
+    spec, _ = load_model("Qwen/Qwen3-32B")  # 64 layers
+    n = spec.params_total()
+    zero3 = TrainJob(shard="zero3", offload="params", grad_accum=4, parallel=Parallel(dp=8))
+    zero2 = TrainJob(shard="zero2", parallel=Parallel(dp=8))
+    assert state.gathered_layer_param_bytes(spec, zero3) == 2 * (2 * n // 64)
+    assert state.gathered_layer_param_bytes(spec, zero2) == 0
+    assert state.offloaded_optimizer_host_bytes(spec, zero3) == 16 * n
+    assert state.offloaded_param_host_bytes(spec, zero3) == -(-2 * n // 8) * 8
+    assert state.accumulated_grad_bytes(spec, zero3) == -(-2 * n // 8)
+    assert state.accumulated_grad_bytes(spec, zero2) == 0  # grad_accum 1
+
+
+def test_host_and_load_terms():
+    from nodeledger.ledger import build
+    from nodeledger.ledger.jobs import HostSide, LoadJob
+
+    assert build.process_rss_bytes(4) == 12 * 2**30
+    job = TrainJob(
+        seq=1024, micro_batch=2, host=HostSide(workers=4, prefetch=2), parallel=Parallel(dp=2)
+    )
+    # 2 ranks x 4 workers x (300 MiB + 2 prefetched batches x 2 samples x 1024 x 3 x 8 B)
+    assert build.dataloader_host_bytes(job) == 8 * (300 * 2**20 + 2 * 2 * 1024 * 24)
+    assert build.load_cpu_copies(LoadJob(ranks=4)) == 4
+    assert build.load_cpu_copies(LoadJob(ranks=4, strategy="rank0")) == 1
+    assert build.load_cpu_copies(LoadJob(ranks=4, strategy="meta")) == 0
+    assert build.load_cpu_copies(LoadJob(ranks=3, format="bin")) == 3
+    assert build.load_cpu_copies(LoadJob(ranks=3, format="bin", strategy="meta")) == 1
+    assert build.weights_bytes_per_card(10, 4) == 3
+    assert build.vllm_budget_bytes(None, 0.9) is None
+    assert build.vllm_budget_bytes(1000, 0.9) == 900
+    assert build.vllm_kv_pool_bytes(900, 500, 100) == 300
+    assert build.vllm_kv_pool_bytes(None, 500, 100) is None
+
+
+def test_train_phases_sum_their_terms():
+    from nodeledger.ledger.build import train_phases
+
+    phases = train_phases(
+        resident_bytes=1000, accumulated_grads_bytes=100, grads_bytes=200, autocast_bytes=30,
+        held_bytes=400, loss_peak_bytes=50, backward_extra_bytes=70, optimizer_temp_bytes=9,
+        embedding_grad_bytes=5, workspace_bytes=1,
+    )  # fmt: skip
+    assert phases == {
+        "forward (loss)": 1000 + 100 + 30 + 400 + 50 + 1,
+        "backward": 1000 + 100 + 30 + 400 + 70 + 1,
+        "optimizer step": 1000 + 200 + 9 + 1,
+        "backward (embedding grad)": 1000 + 200 + 5 + 1,
+    }

@@ -133,6 +133,33 @@ def saved_lora_layer_bytes(
     return total
 
 
+def checkpointed_inputs_bytes(d: Dims, layers: int, tokens: int) -> int:
+    """Full activation checkpointing keeps each layer's input: layers x 2h x tokens (bf16)."""
+    return layers * 2 * d.hidden * tokens
+
+
+def saved_lora_activations_bytes(
+    d: Dims,
+    micro_batch: int,
+    seq: int,
+    attention: str,
+    checkpointing: str,
+    targets: tuple[str, ...],
+    rank: int,
+    pipeline_stages: int = 1,
+) -> tuple[int, int]:
+    """LoRA: (bytes held at the end of forward, extra bytes of one recomputed layer).
+
+    Each of the round(layers / pp) layers on the card saves ``saved_lora_layer_bytes``; with
+    "full" checkpointing only the layer inputs are held (``checkpointed_inputs_bytes``) and
+    one layer is recomputed at a time.  "selective" is counted as "none" here."""
+    per_layer = saved_lora_layer_bytes(d, micro_batch, seq, attention, targets, rank)
+    layers = round(d.layers / pipeline_stages)
+    if checkpointing == "full":
+        return checkpointed_inputs_bytes(d, layers, micro_batch * seq), per_layer
+    return layers * per_layer, 0
+
+
 def saved_activations_bytes(
     d: Dims,
     micro_batch: int,
@@ -153,8 +180,7 @@ def saved_activations_bytes(
     per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False)
     per_moe = saved_layer_bytes(d, micro_batch, seq, attention, moe=True) if d.moe_layers else 0
     if checkpointing == "full":
-        held = (dense + moe) * 2 * d.hidden * tokens
-        return held, max(per_dense, per_moe)
+        return checkpointed_inputs_bytes(d, dense + moe, tokens), max(per_dense, per_moe)
     if checkpointing == "selective":
         # attention core recomputed (Korthikanti et al. sec. 4.2): drop q/k/v/out and probabilities
         attn = saved_attention_bytes_per_token(d) * tokens
@@ -172,6 +198,29 @@ def loss_saved_bytes(d: Dims, tokens: int) -> int:
 def loss_transient_bytes(d: Dims, tokens: int) -> int:
     """Derivation 7: bf16 logits + fp32 copy + log_softmax live at once while the loss is taken."""
     return 10 * d.vocab * tokens
+
+
+def loss_backward_bytes(loss_saved: int, recompute: int, d: Dims, tokens: int) -> int:
+    """The widest moment of the backward beyond the held activations: the loss backward
+    (saved log_softmax + its incoming and outgoing fp32 grads: 3 x ``loss_saved``) or, with
+    checkpointing, the recompute of the last layer once the loss tensors are freed, beside
+    4h per token: max(3 x loss_saved, recompute + 4h x tokens).  ``loss_saved`` and
+    ``recompute`` are per card; the coefficients were calibrated against measured peaks
+    (commit de8f874, "checkpointed backward moments")."""
+    return max(3 * loss_saved, recompute + 4 * d.hidden * tokens)
+
+
+def embedding_grad_transient_bytes(d: Dims) -> int:
+    """End of backward: the embedding's dense gradient is built in fp32 and cast
+    (embedding_dense_backward; measured on the tied Gemma-2 table): 4 x vocab x h."""
+    return 4 * d.vocab * d.hidden
+
+
+def lm_head_autocast_copy_bytes(d: Dims) -> int:
+    """Mixed precision with full checkpointing: checkpointed layers run their forward without
+    saving, so autocast's bf16 weight copies stay alive only for the lm_head, which is outside
+    the checkpoints: vocab x h x 2."""
+    return d.vocab * d.hidden * 2
 
 
 # Bytes per attention-score element (B x heads x S_q x S_k) live at the widest moment of a
@@ -238,3 +287,20 @@ def inference_layer_transient_bytes(d: Dims, tokens: int) -> int:
 def inference_logits_bytes(d: Dims, rows: int) -> int:
     """lm_head output for ``rows`` positions: bf16 logits + the fp32 copy generate() takes."""
     return rows * d.vocab * 6
+
+
+def sampler_logits_bytes(d: Dims, sequences: int) -> int:
+    """vLLM's sampler: fp32 logits of the sampled positions, max_num_seqs x vocab x 4."""
+    return sequences * d.vocab * 4
+
+
+def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str) -> int:
+    """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
+    of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its
+    scores, ``inference_attention_transient_bytes`` + B x prompt x (6h + 4q) (calibrated against
+    measured peaks, commit de8f874)."""
+    mlp = inference_layer_transient_bytes(d, batch * prompt)
+    attention = inference_attention_transient_bytes(d, batch, prompt, prompt, backend)
+    if attention:
+        attention += batch * prompt * (6 * d.hidden + 4 * d.q_dim)
+    return max(mlp, attention)

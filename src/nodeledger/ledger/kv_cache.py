@@ -16,6 +16,8 @@ Derivations (elements per token per layer; multiply by the cache dtype width):
 
 from __future__ import annotations
 
+from math import ceil
+
 from nodeledger.model.spec import AttentionLayer, ModelSpec
 
 KV_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
@@ -74,6 +76,53 @@ def kv_bytes_per_sequence(
         else:
             total += per * context_tokens
     return total + linear_state_bytes_per_sequence(spec, dtype_bytes)
+
+
+def kv_split_across_tp(spec: ModelSpec, tp: int) -> int:
+    """Ways one layer's cache is split over ``tp`` cards: KV heads split across tp; fewer KV
+    heads than tp are replicated (vLLM), MLA's latent is not split (1)."""
+    layer = next((x for x in spec.attention if x.kind != "linear"), None)
+    if layer is None or layer.kind == "mla":
+        return 1
+    return min(tp, layer.kv_heads) if layer.kv_heads else tp
+
+
+def kv_cache_bytes_per_card(
+    spec: ModelSpec,
+    context_tokens: int,
+    dtype_bytes: int,
+    sequences: int,
+    split: int,
+    cap_window: bool = True,
+) -> int:
+    """HF DynamicCache on one card: ceil(kv_bytes_per_sequence(context) x sequences / split),
+    ``split`` = kv_split_across_tp x pp (each card holds its heads of its layers)."""
+    per_sequence = kv_bytes_per_sequence(spec, context_tokens, dtype_bytes, cap_window=cap_window)
+    return ceil(per_sequence * sequences / split)
+
+
+def cache_growth_bytes_per_card(
+    spec: ModelSpec, context_tokens: int, dtype_bytes: int, sequences: int, tp: int
+) -> int:
+    """DynamicCache grows by torch.cat: the grown K and V of one layer coexist with the old ones
+    during a decode step: ceil(max per-layer elements per token x dtype x context x sequences /
+    tp)."""
+    widest_layer = max((kv_elements_per_token(layer) for layer in spec.attention), default=0)
+    return ceil(widest_layer * dtype_bytes * context_tokens * sequences / tp)
+
+
+def paged_kv_bytes_per_token_per_card(
+    spec: ModelSpec, block_size: int, dtype_bytes: int, split: int
+) -> float:
+    """vLLM paged cache: bytes of one token on one card, taken from one block of ``block_size``
+    tokens (kv_bytes_per_sequence(block) / block) / split (fractional: not rounded)."""
+    return (kv_bytes_per_sequence(spec, block_size, dtype_bytes) / block_size) / split
+
+
+def paged_kv_bytes_per_sequence(per_token: float, context_tokens: int, block_size: int) -> float:
+    """vLLM allocates whole blocks: per_token x ceil(context / block) x block."""
+    blocks_per_sequence = ceil(context_tokens / block_size)
+    return per_token * blocks_per_sequence * block_size
 
 
 def layer_counts(spec: ModelSpec) -> dict[str, int]:

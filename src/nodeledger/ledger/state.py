@@ -54,13 +54,15 @@ def trainable_params(spec: ModelSpec, job: TrainJob) -> int:
 
 
 def lora_targets(spec: ModelSpec, job: TrainJob) -> list[TensorGroup]:
+    """The linear tensor groups whose name ends in ``.<target>.weight`` (peft target_modules)."""
     targets = tuple(f".{name}.weight" for name in job.lora_targets)
     return [t for t in spec.tensors if t.kind == "linear" and t.name.endswith(targets)]
 
 
 def param_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
-    """Weights resident on one card: full model / tp / pp, / dp under ZeRO-3/FSDP.
-    LoRA: frozen base at bf16 (QLoRA: NF4 with double quant) + fp32-free adapters in bf16."""
+    """Weights resident on one card: params x dtype (PARAM_BYTES) / tp / pp, / dp under
+    ZeRO-3/FSDP.  LoRA: frozen base at bf16 (QLoRA: NF4 with double quant), sharded likewise,
+    + adapters in fp32 (LORA_ADAPTER_BYTES, peft's autocast_adapter_dtype) / tp / pp."""
     split = job.parallel.tp * job.parallel.pp
     if job.is_lora:
         base = weight_bytes(spec, Scheme("nf4") if job.qlora else Scheme("bf16")).total_bytes
@@ -71,38 +73,48 @@ def param_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
 
 
 def grad_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
-    """Gradients in the parameter dtype (trainable parameters only)."""
+    """Gradients in the parameter dtype (trainable parameters only; LoRA adapters fp32):
+    trainable params x dtype / tp / pp, / dp under ZeRO-2/3."""
     split = job.parallel.tp * job.parallel.pp
     dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
     return ceil(trainable_params(spec, job) * dtype / split / shard_factor(job, "grads"))
 
 
 def optimizer_state_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
-    """Optimizer states for the trainable parameters, sharded by ZeRO stage >= 1."""
-    n = trainable_params(spec, job)
+    """Optimizer states for the trainable parameters / tp / pp, / dp under ZeRO stage >= 1.
+
+    AdamW: exp_avg + exp_avg_sq, 2 x params x dtype; AdamW8bit: two uint8 states + one fp32
+    absmax per 256-value block each, 2 x (params + 4 x ceil(params / 256)); SGD momentum:
+    params x dtype; Adafactor: ``adafactor_state_bytes`` (sources in the module docstring)."""
+    params = trainable_params(spec, job)
     dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
     if job.optimizer == "adamw":
-        b = 2 * n * dtype
+        states = 2 * params * dtype
     elif job.optimizer == "adamw8bit":
-        b = 2 * (n + 4 * ceil(n / 256))
+        states = 2 * (params + 4 * ceil(params / 256))
     elif job.optimizer == "sgd":
-        b = n * dtype
+        states = params * dtype
     else:  # adafactor
-        b = adafactor_state_bytes(spec, job)
+        states = adafactor_state_bytes(spec, job)
     split = job.parallel.tp * job.parallel.pp
-    return ceil(b / split / shard_factor(job, "optimizer"))
+    return ceil(states / split / shard_factor(job, "optimizer"))
 
 
 def adafactor_state_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """Adafactor (transformers.Adafactor, beta1=None): per matrix one fp32 row and one fp32
+    column vector, 4 x (rows + cols); 1-D parameters a full fp32 vector, 4 x numel.  LoRA:
+    A and B are both 2-D, 4 x r x (in + out) per target."""
     groups = lora_targets(spec, job) if job.is_lora else spec.tensors
     total = 0
-    for t in groups:
+    for group in groups:
         if job.is_lora:
-            total += 4 * job.rank * (t.shape[-1] + t.shape[-2]) * t.count  # A and B: both 2-D
-        elif len(t.shape) >= 2:
-            total += 4 * (t.shape[-2] + t.shape[-1]) * t.count
+            total += (
+                4 * job.rank * (group.shape[-1] + group.shape[-2]) * group.count
+            )  # A and B: both 2-D
+        elif len(group.shape) >= 2:
+            total += 4 * (group.shape[-2] + group.shape[-1]) * group.count
         else:
-            total += 4 * t.numel
+            total += 4 * group.numel
     return total
 
 
@@ -135,3 +147,32 @@ def autocast_cache_bytes(spec: ModelSpec, job: TrainJob) -> int:
         return 0
     linear = sum(t.numel for t in spec.tensors if t.kind in ("linear", "lm_head"))
     return ceil(linear * 2 / (job.parallel.tp * job.parallel.pp * shard_factor(job, "params")))
+
+
+def accumulated_grad_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """Gradients persist across micro-batches under gradient accumulation: the gradient bytes
+    during forward and backward when grad_accum > 1, else 0 (they are created in backward)."""
+    return grad_bytes_per_card(spec, job) if job.grad_accum > 1 else 0
+
+
+def gathered_layer_param_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """ZeRO-3/FSDP all-gather one layer (and prefetch the next) unsharded:
+    2 x ceil(params x dtype // layers / tp); 0 when parameters are not sharded."""
+    if shard_factor(job, "params") <= 1:
+        return 0
+    per_layer = spec.params_total() * PARAM_BYTES[job.precision] // max(1, spec.num_layers)
+    return 2 * ceil(per_layer / job.parallel.tp)
+
+
+def offloaded_optimizer_host_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """ZeRO-Offload runs DeepSpeedCPUAdam on fp32 partitions in host RAM whatever the training
+    precision: OFFLOAD_BYTES_PER_PARAM (16) x trainable parameters (DeepSpeed 'Memory
+    Requirements' estimator, cpu_offload: 16 x params before its 1.5 buffer factor; Ren et al.
+    2021, ZeRO-Offload 4.1)."""
+    return OFFLOAD_BYTES_PER_PARAM * trainable_params(spec, job)
+
+
+def offloaded_param_host_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """ZeRO-3 parameter offload keeps the parameter shards on the CPU (pinned): the per-card
+    parameter bytes x dp."""
+    return param_bytes_per_card(spec, job) * job.parallel.dp
