@@ -13,6 +13,7 @@ from nodeledger.bench import cards as C
 from nodeledger.bench import disk as D
 from nodeledger.bench.run import run_bench
 from nodeledger.machine import resolve_machine
+from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
     Interconnect,
@@ -49,8 +50,8 @@ def test_cpulist_and_binding_sets(tmp_path):
     assert C.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
     assert C.parse_cpulist("") == set()
     nodes = {0: {0, 1}, 1: {2, 3}, 2: {4, 5}}
-    root = tmp_path
-    d = root / "sys/devices/system/node/node0"
+    root = Runner(root=tmp_path)
+    d = tmp_path / "sys/devices/system/node/node0"
     d.mkdir(parents=True)
     (d / "distance").write_text("10 21 32\n")
     local, remote, rnode, why = C.binding_sets(0, nodes, {0, 1, 2, 3, 4, 5}, root)
@@ -70,7 +71,7 @@ def test_numa_cpus_from_profile_else_sysfs(tmp_path):
     d = tmp_path / "sys/devices/system/node/node3"
     d.mkdir(parents=True)
     (d / "cpulist").write_text("4-5\n")
-    assert C.numa_cpus(MachineProfile(name="y"), tmp_path) == {3: {4, 5}}
+    assert C.numa_cpus(MachineProfile(name="y"), Runner(root=tmp_path)) == {3: {4, 5}}
 
 
 def test_bus_ids_and_pcie_link_from_sysfs(tmp_path):
@@ -89,7 +90,7 @@ def test_bus_ids_and_pcie_link_from_sysfs(tmp_path):
     bus = tmp_path / "sys/bus/pci/devices"
     bus.mkdir(parents=True)
     os.symlink(dev, bus / "0000:04:00.0")
-    link = C.pcie_link("00000000:04:00.0", tmp_path)
+    link = C.pcie_link("00000000:04:00.0", Runner(root=tmp_path))
     assert (link["max_gts"], link["max_width"], link["cur_gts"], link["cur_width"]) == (
         8.0,
         16,
@@ -97,7 +98,7 @@ def test_bus_ids_and_pcie_link_from_sysfs(tmp_path):
         16,
     )
     assert "port above" in link["source"]
-    assert C.pcie_link("0000:99:00.0", tmp_path)["max_gts"] is None
+    assert C.pcie_link("0000:99:00.0", Runner(root=tmp_path))["max_gts"] is None
 
 
 def _two_node_box() -> MachineProfile:

@@ -25,15 +25,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from nodeledger.bench import judge as J
 from nodeledger.machine.parsers.common import cpulist_ids
+from nodeledger.machine.probe.runner import Runner
 
 MiB = 2**20
 GiB = 2**30
@@ -152,8 +153,9 @@ class Backend:
 
 
 def load_backend(kind: str | None = None) -> tuple[Backend | None, str]:
-    """(backend, "") or (None, what the card parts need).  ``kind="cpu"`` is for tests."""
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # torch index = nvidia-smi index
+    """(backend, "") or (None, what the card parts need).  ``kind="cpu"`` is for tests.
+    The process environment is left as it is: torch numbers the cards in the order
+    ``CUDA_DEVICE_ORDER`` of this process says, and the collective workers inherit that order."""
     try:
         import torch
     except ImportError:
@@ -198,31 +200,39 @@ def parse_cpulist(text: str | None) -> set[int]:
     return ids
 
 
-def numa_cpus(profile, root: Path = Path("/")) -> dict[int, set[int]]:
-    """NUMA node -> CPUs (the profile's, else sysfs)."""
+def _runner(runner: Runner | None) -> Runner:
+    return runner if runner is not None else Runner(live=True)
+
+
+def numa_cpus(profile, runner: Runner | None = None) -> dict[int, set[int]]:
+    """NUMA node -> CPUs (the profile's, else sysfs through ``runner``; default: live)."""
     nodes = (
         {n.id: parse_cpulist(n.cpus) for n in profile.host.numa_nodes if n.cpus} if profile else {}
     )
     if nodes:
         return nodes
-    for d in sorted((root / "sys/devices/system/node").glob("node[0-9]*")):
-        with contextlib.suppress(OSError, ValueError):
-            nodes[int(d.name[4:])] = parse_cpulist((d / "cpulist").read_text())
+    r = _runner(runner)
+    for d in sorted(r.glob("/sys/devices/system/node/node[0-9]*")):
+        text = r.read(f"{d}/cpulist")
+        if text is None:
+            continue
+        with contextlib.suppress(ValueError):
+            nodes[int(d.rsplit("/", 1)[1][4:])] = parse_cpulist(text)
     return nodes
 
 
-def node_distance(node: int, root: Path = Path("/")) -> list[int] | None:
+def node_distance(node: int, runner: Runner | None = None) -> list[int] | None:
+    text = _runner(runner).read(f"/sys/devices/system/node/node{node}/distance")
+    if text is None:
+        return None
     try:
-        return [
-            int(x)
-            for x in (root / f"sys/devices/system/node/node{node}/distance").read_text().split()
-        ]
-    except (OSError, ValueError):
+        return [int(x) for x in text.split()]
+    except ValueError:
         return None
 
 
 def binding_sets(card_node: int | None, nodes: dict[int, set[int]], allowed: set[int],
-                 root: Path = Path("/")) -> tuple[set[int] | None, set[int] | None, int | None, str]:  # fmt: skip
+                 runner: Runner | None = None) -> tuple[set[int] | None, set[int] | None, int | None, str]:  # fmt: skip
     """(local CPUs, remote CPUs, remote node, why-not) for a card on ``card_node``: the remote
     node is the farthest other node (sysfs distance) with CPUs this process may use."""
     if card_node is None:
@@ -233,7 +243,7 @@ def binding_sets(card_node: int | None, nodes: dict[int, set[int]], allowed: set
     others = [(n, c & allowed) for n, c in nodes.items() if n != card_node and c & allowed]
     if not others:
         return local, None, None, "one NUMA node only: no remote binding to compare"
-    dist = node_distance(card_node, root)
+    dist = node_distance(card_node, runner)
     others.sort(key=lambda nc: (-(dist[nc[0]] if dist and nc[0] < len(dist) else 0), nc[0]))
     return local, others[0][1], others[0][0], ""
 
@@ -253,26 +263,26 @@ def norm_bus(bus: str | None) -> str | None:
     return f"{dom}:{parts[1]}:{fn}"
 
 
-def pcie_link(bus: str | None, root: Path = Path("/")) -> dict:
-    """The card's PCIe link from sysfs: max and current speed (GT/s) and width, limited by the
-    port above it (a Gen4 card in a Gen3 slot runs Gen3)."""
+def pcie_link(bus: str | None, runner: Runner | None = None) -> dict:
+    """The card's PCIe link from sysfs (through ``runner``; default: live): max and current
+    speed (GT/s) and width, limited by the port above it (a Gen4 card in a Gen3 slot runs Gen3)."""
     out = {"max_gts": None, "max_width": None, "cur_gts": None, "cur_width": None, "source": None}
     b = norm_bus(bus)
     if not b:
         return out
-    dev = root / "sys/bus/pci/devices" / b
+    r = _runner(runner)
+    dev = f"/sys/bus/pci/devices/{b}"
 
-    def rd(p: Path, name: str) -> str | None:
-        try:
-            return (p / name).read_text().strip()
-        except OSError:
-            return None
+    def rd(p: str, name: str) -> str | None:
+        text = r.read(f"{p}/{name}")
+        return None if text is None else text.strip()
 
     gts, width = J.parse_link_speed(rd(dev, "max_link_speed")), rd(dev, "max_link_width")
     if gts is None or not (width or "").isdigit():
         return out
     mw = int(width)
-    up = dev.resolve().parent if dev.exists() else None
+    real = r.realpath(dev)
+    up = posixpath.dirname(real) if real is not None else None
     src = f"{dev}/max_link_speed, max_link_width"
     if up is not None:
         ugts, uw = J.parse_link_speed(rd(up, "max_link_speed")), rd(up, "max_link_width")
@@ -367,8 +377,9 @@ def run_collectives(kind: str, cards: list[int], sizes: CardSizes,
     """Start one worker per card; returns (results of rank 0, error text or "")."""
     n = len(cards)
     port = free_port()
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
-               CUDA_DEVICE_ORDER="PCI_BUS_ID")  # fmt: skip
+    # the workers' environment (this process's own is never changed); CUDA_DEVICE_ORDER is
+    # inherited, so a worker's --device index names the card this process's torch index does
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n))
     procs = []
     for rank, card in enumerate(cards):
         argv = [sys.executable, "-m", "nodeledger.bench.collective", "--kind", kind,

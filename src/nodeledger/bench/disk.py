@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeledger.bench import judge as J
+from nodeledger.machine.parsers.hf_cache import DEFAULT as HF_DEFAULT
+from nodeledger.machine.parsers.hf_cache import KEYS as HF_KEYS
+from nodeledger.machine.parsers.hf_cache import hf_hub_cache
 
 MiB = 2**20
 PAGE = 4096
@@ -66,19 +69,14 @@ FULL = DiskSizes(1024 * MiB, 5.0)
 
 
 def model_cache_dir(env: dict[str, str] | None = None) -> tuple[Path, str]:
-    """The HuggingFace hub cache as huggingface_hub resolves it, and which rule gave it."""
+    """The HuggingFace hub cache as huggingface_hub resolves it, and which rule gave it
+    (``machine.parsers.hf_cache``; ``~`` expanded as the shell does)."""
     env = dict(os.environ) if env is None else env
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser(), "HF_HUB_CACHE"
-    if env.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env["HUGGINGFACE_HUB_CACHE"]).expanduser(), "HUGGINGFACE_HUB_CACHE"
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub", "HF_HOME/hub"
-    if env.get("XDG_CACHE_HOME"):
-        return Path(
-            env["XDG_CACHE_HOME"]
-        ).expanduser() / "huggingface" / "hub", "XDG_CACHE_HOME/huggingface/hub"
-    return Path("~/.cache/huggingface/hub").expanduser(), "default ~/.cache/huggingface/hub"  # fmt: skip
+    given = {k: os.path.expanduser(env[k]) for k in HF_KEYS if env.get(k)}
+    path, rule = hf_hub_cache(given, os.path.expanduser("~"))
+    if rule == HF_DEFAULT:
+        return Path(path or HF_DEFAULT).expanduser(), f"default {HF_DEFAULT}"
+    return Path(path or "").expanduser(), rule
 
 
 def existing_dir(path: Path) -> Path:

@@ -13,6 +13,7 @@ from nodeledger.bench import cards as C
 from nodeledger.bench import disk as D
 from nodeledger.bench import judge as J
 from nodeledger.errors import InputError
+from nodeledger.machine.probe.runner import Runner
 
 PARTS = ("host_card", "peer", "collective", "memory")
 PART_TITLES = {
@@ -24,17 +25,15 @@ PART_TITLES = {
 }
 
 
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return None
+def _runner(runner: Runner | None) -> Runner:
+    """``runner``, else a fresh live one (5 s per tool)."""
+    return runner if runner is not None else Runner(timeout=5.0, live=True)
 
 
-def _probe():
-    from nodeledger.machine.probe import Runner, probe_machine
+def _probe(runner: Runner | None = None):
+    from nodeledger.machine.probe import probe_machine
 
-    return probe_machine(Runner(timeout=5.0, live=True))
+    return probe_machine(_runner(runner))
 
 
 def counts(figures: list[dict]) -> dict[str, int]:
@@ -45,9 +44,11 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
               cache: Path | None = None, compare_nccl: str | None = None, nccl_op: str | None = None,
               profile=None, backend_kind: str | None = None, disk_sizes: D.DiskSizes | None = None,
               card_sizes: C.CardSizes | None = None, skip_cards: bool = False,
-              progress: Callable[[str], None] | None = None) -> dict:  # fmt: skip
+              progress: Callable[[str], None] | None = None,
+              runner: Runner | None = None) -> dict:  # fmt: skip
     """Run every part; returns the report dict (see README "bench").  ``profile``: the machine
-    (default: probe this host); ``backend_kind="cpu"`` and the sizes are for tests."""
+    (default: probe this host); ``backend_kind="cpu"`` and the sizes are for tests.
+    ``runner``: where /proc and /sys are read (and the probe runs); default: this host, live."""
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     if dataset is not None and not dataset.exists():
@@ -61,7 +62,7 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
         parsed = read_nccl_tests(compare_nccl, nccl_op)  # bad input fails before measuring
     if profile is None:
         say("probing the machine")
-        profile = _probe()
+        profile = _probe(runner)
     dsz = disk_sizes or (D.QUICK if quick else D.FULL)
     csz = card_sizes or (C.QUICK if quick else C.FULL)
     rep: dict = {
@@ -69,7 +70,7 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
         "sizes": {"disk": dsz.describe(), "cards": csz.describe()},
         "disk": [], "cards": None, "figures": [], "nccl_tests": None, "notes": [],
     }  # fmt: skip
-    rep["disk"] = disk_part(dataset, cache, dsz, profile, say)
+    rep["disk"] = disk_part(dataset, cache, dsz, profile, say, runner)
     for sec in rep["disk"]:
         rep["figures"] += sec["figures"]
     rep["figures"].append(cache_beside_workdir(cache))
@@ -81,7 +82,7 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
         }
         rep["figures"] += [J.unavailable(p, "cards", PART_TITLES[p], "not asked") for p in PARTS]
     else:
-        rep["cards"] = card_part(profile, cards, csz, backend_kind, say)
+        rep["cards"] = card_part(profile, cards, csz, backend_kind, say, runner)
         rep["figures"] += rep["cards"].pop("figures")
     if parsed is not None:
         rep["nccl_tests"] = nccl_part(parsed, rep["cards"], profile)
@@ -97,8 +98,8 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
 
 
 def disk_part(dataset: Path | None, cache: Path | None, sizes: D.DiskSizes, profile,
-              say: Callable[[str], None]) -> list[dict]:  # fmt: skip
-    mounts_text = _read("/proc/mounts")
+              say: Callable[[str], None], runner: Runner | None = None) -> list[dict]:  # fmt: skip
+    mounts_text = _runner(runner).read("/proc/mounts")
     mounts = profile.storage.mounts
     ds, ds_how = (
         (dataset, "--dataset")
@@ -172,19 +173,20 @@ def _match(profile, idx: int, bus: str | None):
     return None, "not in the machine profile"
 
 
-def _sysfs_numa(bus: str | None) -> int | None:
+def _sysfs_numa(bus: str | None, runner: Runner | None = None) -> int | None:
     b = C.norm_bus(bus)
     if not b:
         return None
+    text = _runner(runner).read(f"/sys/bus/pci/devices/{b}/numa_node")
     try:
-        n = int(Path(f"/sys/bus/pci/devices/{b}/numa_node").read_text().strip())
-    except (OSError, ValueError):
+        n = int((text or "").strip())
+    except ValueError:
         return None
     return n if n >= 0 else None
 
 
 def card_part(profile, want: list[int] | None, sizes: C.CardSizes, backend_kind: str | None,
-              say: Callable[[str], None]) -> dict:  # fmt: skip
+              say: Callable[[str], None], runner: Runner | None = None) -> dict:  # fmt: skip
     be, why = C.load_backend(backend_kind)
     if be is None:
         return _unavailable_cards(why)
@@ -201,24 +203,24 @@ def card_part(profile, want: list[int] | None, sizes: C.CardSizes, backend_kind:
         pr = be.props(i)
         acc, how = _match(profile, i, pr["bus_id"])
         bus = pr["bus_id"] or (acc.pci_bus_id if acc else None)
-        numa = acc.numa_node if acc and acc.numa_node is not None else _sysfs_numa(bus)
+        numa = acc.numa_node if acc and acc.numa_node is not None else _sysfs_numa(bus, runner)
         info[i] = {"card": i, "name": pr["name"], "bus_id": C.norm_bus(bus), "numa_node": numa,
                    "profile_card": acc.index if acc else None, "matched_by": how,
                    "total_bytes": pr["total_bytes"] or (acc.memory_bytes if acc else None),
                    "busy": [f"pid {p.pid} ({p.name or '?'})" for p in acc.processes] if acc else [],
-                   "pcie": C.pcie_link(bus)}  # fmt: skip
+                   "pcie": C.pcie_link(bus, runner)}  # fmt: skip
     res = {"status": "measured", "reason": "", "backend": be.label, "cards": list(info.values()),
            "host_card": [], "peer": [], "collectives": [], "memory": []}  # fmt: skip
 
     say("cards: allocatable memory")
     for i in sel:
         figs.append(_memory(be, info[i], res))
-    nodes = C.numa_cpus(profile)
+    nodes = C.numa_cpus(profile, runner)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     local_cpus: dict[int, set[int] | None] = {}
     for i in sel:
         say(f"cards: host <-> card {i}")
-        figs += _host_card(be, info[i], sizes, nodes, allowed, res, local_cpus)
+        figs += _host_card(be, info[i], sizes, nodes, allowed, res, local_cpus, runner)
     if len(sel) >= 2:
         say(f"cards: peer copies ({len(sel) * (len(sel) - 1)} pairs)")
         figs += _peer(be, profile, info, sel, sizes, res)
@@ -255,10 +257,10 @@ def _memory(be: C.Backend, ci: dict, res: dict) -> dict:
 
 
 def _host_card(be: C.Backend, ci: dict, sz: C.CardSizes, nodes, allowed, res: dict,
-               local_cpus: dict) -> list[dict]:  # fmt: skip
+               local_cpus: dict, runner: Runner | None = None) -> list[dict]:  # fmt: skip
     i = ci["card"]
     subj = f"card {i}"
-    local, remote, rnode, why = C.binding_sets(ci["numa_node"], nodes, allowed)
+    local, remote, rnode, why = C.binding_sets(ci["numa_node"], nodes, allowed, runner)
     local_cpus[i] = local
     row: dict = {"card": i, "numa_node": ci["numa_node"], "remote_node": rnode, "binding_note": why}
     for bind, cpus in (("local", local), ("remote", remote)):
@@ -269,7 +271,8 @@ def _host_card(be: C.Backend, ci: dict, sz: C.CardSizes, nodes, allowed, res: di
             key = f"{'pinned' if pinned else 'pageable'}_{bind if local is not None else 'unbound'}"
             row[key] = r
     res["host_card"].append(row)
-    link = C.pcie_link(ci["bus_id"]) if ci["bus_id"] else ci["pcie"]  # re-read: trained up now
+    # re-read: trained up now
+    link = C.pcie_link(ci["bus_id"], runner) if ci["bus_id"] else ci["pcie"]
     ci["pcie_after"] = link
     label = J.pcie_label(link["max_gts"], link["max_width"])
     now = J.pcie_label(link["cur_gts"], link["cur_width"])

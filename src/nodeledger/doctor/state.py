@@ -52,14 +52,24 @@ def load_state(from_bundle: str | None = None, machine: str | None = None, timeo
         return MachineState(profile, None, f"machine {machine} (a profile: no live state)")
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    profile, facts = probe_with_facts(Runner(timeout=timeout, live=True))
-    if not profile.accelerators and fallback_preset:
-        from nodeledger.machine import resolve_machine
-        from nodeledger.machine.io import DEFAULT_PRESET
+    live: dict = {}
 
-        return MachineState(
-            resolve_machine(None), None,
-            f"no accelerator found on this host (live probe): the bundled reference machine "
-            f"{DEFAULT_PRESET} (a preset: no live state). Use --machine PRESET|FILE|BUNDLE for another.",
-        )  # fmt: skip
+    def probe() -> MachineProfile:  # the live probe, keeping its facts for doctor
+        live["profile"], live["facts"] = probe_with_facts(Runner(timeout=timeout, live=True))
+        return live["profile"]
+
+    if fallback_preset:
+        from nodeledger.machine.io import DEFAULT_PRESET
+        from nodeledger.machine.resolve import resolve_or_reference
+
+        r = resolve_or_reference(None, probe=probe)
+        if r.reference:
+            return MachineState(
+                r.profile, None,
+                f"no accelerator found on this host (live probe): the bundled reference machine "
+                f"{DEFAULT_PRESET} (a preset: no live state). Use --machine PRESET|FILE|BUNDLE for another.",
+            )  # fmt: skip
+    else:
+        probe()
+    profile, facts = live["profile"], live["facts"]
     return MachineState(profile, facts, f"live probe of this host ({profile.name})")

@@ -46,6 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeledger.errors import InputError, NodeledgerError
+from nodeledger.machine.parsers.proc import pid_stat, pid_status
+from nodeledger.machine.probe.runner import Runner
 
 MiB = 2**20
 GiB = 2**30
@@ -324,43 +326,43 @@ def plan_step(profile, plan_file: str | None, inputs=None) -> tuple[dict, dict |
 # ---------------------------------------------------------------------------------------
 
 
-def card_used_bytes(index: int, timeout: float = 5.0) -> tuple[int | None, str]:
-    """Memory in use on card ``index`` (nvidia-smi memory.used, MiB x 2^20), or None and why."""
-    import shutil
+def _runner(runner: Runner | None, timeout: float = 5.0) -> Runner:
+    """``runner``, else a fresh live one (fresh per call: a drill polls, records must not pile up)."""
+    return runner if runner is not None else Runner(timeout=timeout, live=True)
 
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
+
+def card_used_bytes(index: int, timeout: float = 5.0,
+                    runner: Runner | None = None) -> tuple[int | None, str]:  # fmt: skip
+    """Memory in use on card ``index`` (nvidia-smi memory.used, MiB x 2^20), or None and why;
+    nvidia-smi is run through ``runner`` (default: a live Runner with ``timeout``)."""
+    r = _runner(runner, timeout)
+    if r.which("nvidia-smi") is None:
         return None, "nvidia-smi not on PATH (card memory is read with nvidia-smi)"
+    res = r.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                 "-i", str(index)])  # fmt: skip
+    if res.returncode is None:  # not run, or killed when hung
+        return None, f"nvidia-smi failed: {res.problem}"
     try:
-        p = subprocess.run([exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", str(index)],
-                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"nvidia-smi failed: {exc}"
-    try:
-        return int(float(p.stdout.strip().splitlines()[0])) * MiB, "nvidia-smi memory.used"
+        return int(float(res.stdout.strip().splitlines()[0])) * MiB, "nvidia-smi memory.used"
     except (ValueError, IndexError):
-        return None, f"nvidia-smi said {(p.stdout or p.stderr).strip()[:120]!r}"
+        return None, f"nvidia-smi said {(res.stdout or res.stderr).strip()[:120]!r}"
 
 
-def _rss(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def _rss(pid: int, runner: Runner | None = None) -> int | None:
+    """VmRSS of ``pid`` (/proc/PID/status), or None."""
+    return pid_status(_runner(runner).read(f"/proc/{pid}/status")).rss_bytes
 
 
-def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """Every live descendant of ``pid`` (children by /proc/*/stat's ppid, recursively)."""
+def descendants(pid: int, runner: Runner | None = None) -> list[int]:
+    """Every live descendant of ``pid`` (children by /proc/*/stat's ppid, recursively), read
+    through ``runner`` (default: a live Runner)."""
+    r = _runner(runner)
     parent: dict[int, int] = {}
-    for d in proc.glob("[0-9]*"):
-        try:
-            text = (d / "stat").read_text()
-            parent[int(d.name)] = int(text[text.rfind(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
+    for path in r.glob("/proc/[0-9]*/stat"):
+        st = pid_stat(r.read(path))
+        child = path.split("/")[2]
+        if st is not None and st.ppid is not None and child.isdigit():
+            parent[int(child)] = st.ppid
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -370,17 +372,20 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return out
 
 
-def _avail() -> int | None:
+def _avail(runner: Runner | None = None) -> int | None:
     from nodeledger.placement.reserve import host_memory
 
-    return host_memory()[0]
+    return (host_memory() if runner is None else host_memory(runner))[0]
 
 
 def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
                host_bytes: int = CANARY_HOST_BYTES, card_bytes: int = CANARY_CARD_BYTES,
                ready_timeout: float = READY_TIMEOUT_S, back_timeout: float = BACK_TIMEOUT_S,
-               used_fn: Callable[[int], tuple[int | None, str]] = card_used_bytes) -> dict:  # fmt: skip
-    """Start the canary on ``lifeboat`` (None: host-only), kill it, confirm the recovery."""
+               used_fn: Callable[[int], tuple[int | None, str]] = card_used_bytes,
+               runner: Runner | None = None) -> dict:  # fmt: skip
+    """Start the canary on ``lifeboat`` (None: host-only), kill it, confirm the recovery.
+    ``runner``: where /proc is read (the canary's VmRSS, its children, MemAvailable, the
+    reservation's holder); None: the live host."""
     title = "recovery drill"
     checks: list[dict] = []
 
@@ -395,7 +400,7 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     where = f"lifeboat card {card}" if card is not None else "the host (no card on this machine)"
     used0, used_src = used_fn(card) if card is not None else (None, "no card")
-    avail0 = _avail()
+    avail0 = _avail(runner)
     argv = [sys.executable, "-c", CANARY, str(host_bytes), str(card_bytes if card is not None else 0),
             str(CANARY_LIFE_S)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -407,7 +412,7 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
             try:
                 from nodeledger.placement.reserve import Store
 
-                store = Store(state_path)
+                store = Store(state_path, runner=runner)
                 fake = {"machine": profile.name, "not_placed": [], "replicas": [
                     {"replica": target, "workload": target, "cards": [card], "host_bytes": host_bytes}]}  # fmt: skip
                 d = store.take(fake, target, proc.pid, settle=0.0)
@@ -427,7 +432,7 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
         else:
             sub("reserve the lifeboat", "unavailable", "no card to reserve on this machine")
         ready = _ready_line(proc, ready_timeout)
-        rss = _rss(proc.pid) if ready is not None else None
+        rss = _rss(proc.pid, runner) if ready is not None else None
         if ready is None:
             err = _tail(proc)
             sub(
@@ -439,11 +444,11 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
             sub("start the canary", "pass",
                 f"pid {proc.pid} on {where}: {ready['host_bytes'] / MiB:,.0f} MiB host memory touched "
                 f"(VmRSS {_gib(rss)})" + (f", {ready['card_bytes'] / MiB:,.0f} MiB on the card" if ready["card_bytes"] else ""))  # fmt: skip
-        avail1 = _avail()
+        avail1 = _avail(runner)
         used1 = used_fn(card)[0] if card is not None else None
         from nodeledger.placement.reserve import pid_start_time as _start
 
-        kids = [(p, _start(p)) for p in descendants(proc.pid)]
+        kids = [(p, _start(p, runner)) for p in descendants(proc.pid, runner)]
         # kill it on purpose
         os.kill(proc.pid, signal.SIGKILL)
         rc = proc.wait(timeout=10)
@@ -453,7 +458,7 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
         # process's private memory), corroborated by MemAvailable (which others move too)
         from nodeledger.placement.reserve import alive
 
-        left = [p for p, st in kids if alive(p, st)]
+        left = [p for p, st in kids if alive(p, st, runner)]
         tol = max(128 * MiB, host_bytes // 4)
         held = rss or host_bytes
 
@@ -462,7 +467,7 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
                 return False
             return a >= avail0 - tol or (avail1 is not None and a - avail1 >= held // 2)
 
-        avail2 = _poll(_avail, back, min(back_timeout, HOST_BACK_S))
+        avail2 = _poll(lambda: _avail(runner), back, min(back_timeout, HOST_BACK_S))
         mem = (
             f"MemAvailable {_gib(avail0)} before, {_gib(avail1)} while it ran, {_gib(avail2)} after"
         )

@@ -96,12 +96,16 @@ def find_in_hf_cache(repo_id: str) -> Path | None:
 
 
 def hf_cache_dir() -> str:
-    try:
-        from huggingface_hub.constants import HF_HUB_CACHE
+    """The local HF Hub cache folder, from this process's environment as huggingface_hub
+    decides (``machine.parsers.hf_cache``; ``~`` and ``$VAR`` expanded as huggingface_hub does)."""
+    import os
 
-        return str(HF_HUB_CACHE)
-    except ImportError:  # pragma: no cover
-        return "the HF cache"
+    from nodeledger.machine.parsers.hf_cache import KEYS, hf_hub_cache
+
+    given = {k: os.path.expandvars(os.path.expanduser(os.environ[k]))
+             for k in KEYS if os.environ.get(k)}  # fmt: skip
+    path, _rule = hf_hub_cache(given, os.path.expanduser("~"))
+    return path or "the HF cache"
 
 
 def resolve_config(ref: str, online: bool = False) -> ConfigSource:

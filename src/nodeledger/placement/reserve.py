@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nodeledger.errors import InputError, NodeledgerError
+from nodeledger.machine.parsers.proc import meminfo, pid_stat
+from nodeledger.machine.probe.runner import Runner
 
 GiB = 2**30
 EXIT_REFUSED = 4
@@ -93,25 +94,26 @@ def default_state_path() -> Path:
 # ---------------------------------------------------------------------------------------
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
+def _live_runner(runner: Runner | None = None) -> Runner:
+    """``runner``, else a fresh live one (a fresh one per call: its records do not pile up in a
+    long-running process)."""
+    return runner if runner is not None else Runner(live=True)
+
+
+def _proc_stat(pid: int, runner: Runner | None = None) -> tuple[str, int] | None:
     """(state letter, start time in clock ticks since boot) from /proc/PID/stat, or None."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    st = pid_stat(_live_runner(runner).read(f"/proc/{pid}/stat"))
+    if st is None or st.state is None or st.starttime is None:
         return None
-    fields = text[text.rfind(")") + 2 :].split()
-    try:
-        return fields[0], int(fields[19])
-    except (IndexError, ValueError):
-        return None
+    return st.state, st.starttime
 
 
-def pid_start_time(pid: int) -> int | None:
-    st = _proc_stat(pid)
+def pid_start_time(pid: int, runner: Runner | None = None) -> int | None:
+    st = _proc_stat(pid, runner)
     return st[1] if st else None
 
 
-def alive(pid: int, pid_start: int | None = None) -> bool:
+def alive(pid: int, pid_start: int | None = None, runner: Runner | None = None) -> bool:
     """Is the process that made a reservation still there?  Gone, zombie or pid reused: no."""
     if pid <= 0:
         return False
@@ -123,7 +125,7 @@ def alive(pid: int, pid_start: int | None = None) -> bool:
         pass  # exists, owned by someone else
     except OSError:
         return True  # cannot tell: keep the reservation (never double-book)
-    st = _proc_stat(pid)
+    st = _proc_stat(pid, runner)
     if st is None:
         return True
     state, start = st
@@ -142,21 +144,16 @@ def proc_root() -> Path:
     return Path(os.environ.get("NODELEDGER_PROC_ROOT") or "/")
 
 
-def _kb(text: str, key: str) -> int | None:
-    m = re.search(rf"^{re.escape(key)}:\s*(\d+)\s*kB", text, flags=re.M)
-    return int(m.group(1)) * 1024 if m else None
-
-
-def host_memory() -> tuple[int | None, int | None, str]:
-    """(MemAvailable, MemTotal, where) from /proc/meminfo, live; None where unreadable."""
-    from nodeledger.machine.probe.runner import Runner
-
-    r = Runner(root=proc_root())
+def host_memory(runner: Runner | None = None) -> tuple[int | None, int | None, str]:
+    """(MemAvailable, MemTotal, where) from /proc/meminfo, live (default: a Runner rooted at
+    ``proc_root()``); None where unreadable."""
+    r = runner if runner is not None else Runner(root=proc_root())
     where = str(r.root / "proc" / "meminfo")
     text = r.read("/proc/meminfo")
     if text is None:
         return None, None, f"{where} unreadable ({r.problems.get('/proc/meminfo')})"
-    return _kb(text, "MemAvailable"), _kb(text, "MemTotal"), where
+    mem = meminfo(text)
+    return mem.get("MemAvailable"), mem.get("MemTotal"), where
 
 
 def gib(n: int) -> str:
@@ -171,11 +168,14 @@ def gib(n: int) -> str:
 class Store:
     """The reservations of one host, in one SQLite file."""
 
-    def __init__(self, path: str | Path | None = None, busy_timeout: float = BUSY_TIMEOUT_S):
+    def __init__(self, path: str | Path | None = None, busy_timeout: float = BUSY_TIMEOUT_S,
+                 runner: Runner | None = None):  # fmt: skip
+        """``runner``: where /proc is read (holders' /proc/PID/stat, /proc/meminfo); None: live."""
         if path is not None and not str(path).strip():
             raise StateError("--state: empty path")
         self.path = Path(path) if path is not None else default_state_path()
         self.busy_timeout = busy_timeout
+        self.runner = runner
         self._db: sqlite3.Connection | None = None
 
     def _fail(self, what: str) -> StateError:
@@ -250,7 +250,7 @@ class Store:
         for r in rows:
             key = (r.pid, r.pid_start)
             if key not in verdict:
-                verdict[key] = alive(r.pid, r.pid_start)
+                verdict[key] = alive(r.pid, r.pid_start, self.runner)
             (live if verdict[key] else dead).append(r)
         for r in dead:
             try:
@@ -293,9 +293,9 @@ class Store:
         with self.transaction() as cur:
             live, dead = self._purge(cur)
             now = time.time() if now is None else now
-            d = decide(plan, target, live, settle, now)
+            d = decide(plan, target, live, settle, now, runner=self.runner)
             if d.ok:
-                start = pid_start_time(pid)
+                start = pid_start_time(pid, self.runner)
                 try:
                     cur.executemany(
                         "INSERT INTO reservations (card, machine, replica, pid, pid_start, "
@@ -370,8 +370,10 @@ def find_replicas(plan: dict, target: str) -> list[dict]:
     )
 
 
-def decide(plan: dict, target: str, live: list[Reservation], settle: float, now: float) -> Decision:
-    """May ``target`` start now, given the live reservations?  Cards first, then host RAM."""
+def decide(plan: dict, target: str, live: list[Reservation], settle: float, now: float,
+           runner: Runner | None = None) -> Decision:  # fmt: skip
+    """May ``target`` start now, given the live reservations?  Cards first, then host RAM
+    (/proc/meminfo through ``runner``; None: ``host_memory()``'s default)."""
     candidates = find_replicas(plan, target)
     by_card = {r.card: r for r in live}
     running = {r.replica for r in live}
@@ -396,7 +398,7 @@ def decide(plan: dict, target: str, live: list[Reservation], settle: float, now:
     if chosen is None:
         return Decision(False, reason="; ".join(blocked))
     need = int(chosen["host_bytes"] or 0)
-    available, total, where = host_memory()
+    available, total, where = host_memory() if runner is None else host_memory(runner)
     if available is None:
         return Decision(True, chosen, note=f"host RAM not checked: MemAvailable not in {where}")
     if total is not None and need > total:

@@ -21,25 +21,12 @@ import os
 import re
 import socket
 
+from nodeledger.machine.parsers.proc import meminfo, pid_stat, pid_status
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.watch.backends import clear_records
 
 MAX_CHILDREN = 64  # children read per owner process (DataLoader workers)
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _kb_fields(text: str | None, keys: tuple[str, ...]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if not text:
-        return out
-    for line in text.splitlines():
-        k, _, rest = line.partition(":")
-        k = k.split()[-1] if k else k  # "Node 0 MemFree" -> "MemFree"
-        if k in keys:
-            parts = rest.split()
-            if parts and parts[0].isdigit():
-                out[k] = int(parts[0]) * 1024
-    return out
 
 
 _VM = re.compile(r"^(pswpin|pswpout) (\d+)$", re.M)
@@ -90,9 +77,7 @@ class HostSampler:
         """(host figures, {pid: process facts}) now."""
         r = self.r
         host: dict = {}
-        mem = _kb_fields(
-            r.read("/proc/meminfo"), ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
-        )
+        mem = meminfo(r.read("/proc/meminfo"))
         host["mem_total"] = mem.get("MemTotal")
         host["mem_available"] = mem.get("MemAvailable")
         host["swap_total"] = mem.get("SwapTotal")
@@ -103,7 +88,8 @@ class HostSampler:
         host["cpu"] = cpu_jiffies(r.read("/proc/stat"))
         numa = {}
         for nid, d in self._node_dirs:
-            f = _kb_fields(r.read(f"{d}/meminfo"), ("MemTotal", "MemFree"))
+            f = {k: v for k, v in meminfo(r.read(f"{d}/meminfo")).items()
+                 if k in ("MemTotal", "MemFree")}  # fmt: skip
             if f:
                 numa[str(nid)] = [f.get("MemTotal"), f.get("MemFree")]
         host["numa"] = numa
@@ -118,19 +104,13 @@ class HostSampler:
         status = r.read(f"/proc/{pid}/status")
         if status is None:
             return {"alive": False}
-        f: dict[str, str] = {}
-        for line in status.splitlines():
-            k, _, v = line.partition(":")
-            if k in ("Name", "State", "Cpus_allowed_list", "Mems_allowed_list"):
-                f[k] = v.strip()
-        state = f.get("State", "")[:1] or None
-        out: dict = {"alive": state not in ("Z", "X"), "name": f.get("Name"), "state": state,
-                     "cpus": f.get("Cpus_allowed_list"), "mems": f.get("Mems_allowed_list")}  # fmt: skip
-        stat = r.read(f"/proc/{pid}/stat")
-        if stat:
-            rest = stat[stat.rfind(")") + 2 :].split()
-            if len(rest) > 12 and rest[11].isdigit() and rest[12].isdigit():
-                out["cpu_s"] = round((int(rest[11]) + int(rest[12])) / _CLK_TCK, 2)
+        f = pid_status(status)
+        state = f.state
+        out: dict = {"alive": state not in ("Z", "X"), "name": f.name, "state": state,
+                     "cpus": f.cpus_allowed_list, "mems": f.mems_allowed_list}  # fmt: skip
+        st = pid_stat(r.read(f"/proc/{pid}/stat"))
+        if st is not None and st.utime is not None and st.stime is not None:
+            out["cpu_s"] = round((st.utime + st.stime) / _CLK_TCK, 2)
         if children:
             kids = (r.read(f"/proc/{pid}/task/{pid}/children") or "").split()
             out["children"] = [

@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from nodeledger.machine.parsers import proc as P
 from nodeledger.machine.parsers.common import cpulist_ids
+from nodeledger.machine.parsers.hf_cache import DEFAULT as HF_DEFAULT
+from nodeledger.machine.parsers.hf_cache import hf_hub_cache
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import MachineProfile
 
@@ -121,22 +123,15 @@ def bus_address(bus: str | None) -> str | None:
     return f"{dom:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
 
 
-def _status(text: str, key: str) -> str | None:
-    m = re.search(rf"^{re.escape(key)}:\s*(.*)$", text, flags=re.M)
-    return m.group(1).strip() if m else None
-
-
 def read_proc(r: Runner, pid: int) -> Proc:
     path = f"/proc/{pid}/status"
     text = r.read(path)
     if text is None:
         why = r.problems.get(path, "unreadable")
         return Proc(pid, False if why == NO_SUCH_FILE else None, problem=why)
-    rss = _status(text, "VmRSS")
-    m = re.match(r"(\d+)\s*kB", rss or "")
-    return Proc(pid, True, name=_status(text, "Name"),
-                rss_bytes=int(m.group(1)) * 1024 if m else None,
-                cpus_allowed=_status(text, "Cpus_allowed_list"))  # fmt: skip
+    st = P.pid_status(text)
+    return Proc(pid, True, name=st.name, rss_bytes=st.rss_bytes,
+                cpus_allowed=st.cpus_allowed_list)  # fmt: skip
 
 
 def _env(r: Runner, f: Facts) -> None:
@@ -145,11 +140,7 @@ def _env(r: Runner, f: Facts) -> None:
     if text is None:
         f.problems["env"] = f"{path} unreadable ({r.problems.get(path, 'unreadable')})"
         return
-    env = {}
-    for item in text.split("\0") if "\0" in text else text.splitlines():
-        key, sep, value = item.partition("=")
-        if sep and key in ENV_KEYS:
-            env[key] = value
+    env = P.environ(text, ENV_KEYS)
     # never keep tokens or keys: only the variables doctor reads
     r.files[path] = "\0".join(f"{k}={v}" for k, v in env.items())
     f.env = env
@@ -162,14 +153,7 @@ def _mounts(r: Runner, f: Facts) -> None:
     if text is None:
         f.problems["mounts"] = f"{path} unreadable ({r.problems.get(path, 'unreadable')})"
         return
-    out = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        a, b = left.split(), right.split()
-        if not sep or len(a) < 5 or len(b) < 2:
-            continue
-        mp = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), a[4])
-        out.append(MountEntry(mount_point=mp, device=a[2], fstype=b[0], source=b[1]))
+    out = [MountEntry(m.mount_point, m.device, m.fstype, m.source) for m in P.mountinfo(text)]
     if not out:
         f.problems["mounts"] = f"{path} holds no mount line"
         return
@@ -199,7 +183,7 @@ def _processes(r: Runner, profile: MachineProfile, f: Facts) -> None:
     for pr in f.processes or []:
         if (pr.name or "").startswith("nvidia-cuda-mps"):
             text = r.read(f"/proc/{pr.pid}/cmdline")
-            pr.cmdline = text.replace("\0", " ").strip() if text else None
+            pr.cmdline = P.cmdline(text)
             f.mps_daemons.append(pr)
     pipe = (f.env or {}).get("CUDA_MPS_PIPE_DIRECTORY") or MPS_DEFAULT_PIPE
     if r.glob(f"{pipe.rstrip('/')}/control"):
@@ -297,27 +281,11 @@ def home_of(env: dict[str, str]) -> str | None:
 
 
 def hf_cache(env: dict[str, str]) -> tuple[str | None, str]:
-    """Where huggingface_hub keeps the Hub cache, as it decides: HF_HUB_CACHE (or the older
-    HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else
-    ~/.cache/huggingface/hub.  Returns (path or None, what decided it)."""
-    home = home_of(env)
-
-    def expand(p: str) -> str | None:
-        if p.startswith("~"):
-            return None if home is None else home + p[1:]
-        return p
-
-    for key in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if env.get(key):
-            return expand(env[key]), key
-    if env.get("HF_HOME"):
-        base = expand(env["HF_HOME"])
-        return (str(Path(base) / "hub") if base else None), "HF_HOME/hub"
-    if env.get("XDG_CACHE_HOME"):
-        base = expand(env["XDG_CACHE_HOME"])
-        return (
-            str(Path(base) / "huggingface/hub") if base else None
-        ), "XDG_CACHE_HOME/huggingface/hub"
-    if home:
-        return str(Path(home) / ".cache/huggingface/hub"), "~/.cache/huggingface/hub (HOME)"
+    """Where huggingface_hub keeps the Hub cache, as it decides (``machine.parsers.hf_cache``),
+    with ``~`` from the recorded HOME.  Returns (path or None, what decided it)."""
+    path, rule = hf_hub_cache(env, home_of(env))
+    if rule != HF_DEFAULT:
+        return path, rule
+    if path:
+        return path, "~/.cache/huggingface/hub (HOME)"
     return None, "HOME unknown"

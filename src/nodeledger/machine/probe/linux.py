@@ -5,18 +5,12 @@ from __future__ import annotations
 import re
 
 from nodeledger.machine.parsers.common import cpulist_count
+from nodeledger.machine.parsers.proc import meminfo as parse_meminfo
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Host, Mount, Network, Nic, NumaNode, Storage
 
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
               "fuse.sshfs", "fuse.juicefs", "9p", "virtiofs"}  # fmt: skip
-
-
-def _kb(text: str | None, key: str) -> int | None:
-    if not text:
-        return None
-    m = re.search(rf"^{re.escape(key)}:\s*(\d+)\s*kB", text, flags=re.M)
-    return int(m.group(1)) * 1024 if m else None
 
 
 def host(r: Runner, notes: list[str]) -> Host:
@@ -26,15 +20,16 @@ def host(r: Runner, notes: list[str]) -> Host:
         notes.append(
             f"host RAM unknown: /proc/meminfo unreadable ({r.problems.get('/proc/meminfo')})"
         )
-    ram = _kb(meminfo, "MemTotal")
-    swap = _kb(meminfo, "SwapTotal")
-    swap_free = _kb(meminfo, "SwapFree")
+    mem = parse_meminfo(meminfo)
+    ram = mem.get("MemTotal")
+    swap = mem.get("SwapTotal")
+    swap_free = mem.get("SwapFree")
     swap_used = (
         swap - swap_free
         if swap is not None and swap_free is not None and swap >= swap_free
         else None
     )
-    available = _kb(meminfo, "MemAvailable")
+    available = mem.get("MemAvailable")
     if ram:
         src["ram_bytes"] = "/proc/meminfo MemTotal"
     nodes = []
@@ -46,8 +41,8 @@ def host(r: Runner, notes: list[str]) -> Host:
         nid = int(m.group(1))
         seen.add(nid)
         cpus = (r.read(f"{d}/cpulist") or "").strip() or None
-        mem = _kb(re.sub(r"^Node \d+ ", "", r.read(f"{d}/meminfo") or "", flags=re.M), "MemTotal")
-        nodes.append(NumaNode(id=nid, cpus=cpus, memory_bytes=mem or None))
+        node_mem = parse_meminfo(r.read(f"{d}/meminfo")).get("MemTotal")
+        nodes.append(NumaNode(id=nid, cpus=cpus, memory_bytes=node_mem or None))
     if nodes:
         src["numa_nodes"] = "/sys/devices/system/node/node*/{cpulist,meminfo}"
     else:

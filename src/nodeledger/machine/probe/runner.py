@@ -109,6 +109,21 @@ class Runner:
         self.files[path] = target
         return target
 
+    def realpath(self, path: str) -> str | None:
+        """``path`` with every symlink resolved, as a path inside ``root``
+        (``/sys/bus/pci/devices/0000:04:00.0`` -> ``/sys/devices/pci0000:00/.../0000:04:00.0``);
+        None (the reason kept in ``problems``) if it does not exist or leads out of ``root``."""
+        try:
+            real = (self.root / path.lstrip("/")).resolve(strict=True)
+            rel = real.relative_to(self.root.resolve())
+        except ValueError:
+            self.problems[path] = f"leads out of {self.root}"
+            return None
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+            self.problems[path] = getattr(exc, "strerror", None) or type(exc).__name__
+            return None
+        return "/" + rel.as_posix() if rel.parts else "/"
+
     def glob(self, pattern: str) -> list[str]:
         base = self.root
         try:
