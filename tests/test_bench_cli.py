@@ -77,7 +77,7 @@ def test_bench_compare_nccl_without_cards(quick):
 def test_bench_renders_terminal_and_golive_bench_step(quick):
     from rich.console import Console
 
-    from nodeledger.cli_bench import render_bench
+    from nodeledger.cli.bench import render_bench
 
     d, _ = quick
     buf = io.StringIO()

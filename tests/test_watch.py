@@ -350,7 +350,7 @@ def test_analysis_cost_stays_flat():
 def test_live_view_renders_each_card():
     from rich.console import Console
 
-    from nodeledger.cli_watch import _bar, _live_view
+    from nodeledger.cli.watch import _bar, _live_view
     from nodeledger.watch.fake import FakeBackend, scenario
     from nodeledger.watch.watcher import Watcher
 

@@ -183,19 +183,79 @@ class LoadJob:
         _positive("ranks", self.ranks)
 
 
-SERVE_OPTS = {"engine", "kv_dtype", "context", "concurrency", "new_tokens", "replicas",
-              "gpu_memory_utilization", "max_num_batched_tokens"}  # fmt: skip
-TRAIN_OPTS = {"precision", "optimizer", "optimizer_impl", "micro_batch", "seq", "grad_accum",
-              "checkpointing", "shard", "offload", "workers", "prefetch", "dp"}  # fmt: skip
-LORA_OPTS = {"rank", "lora_targets"}
-LOAD_OPTS = {"load_format", "load_strategy", "ranks"}
+@dataclass(frozen=True)
+class JobOption:
+    """One job option: the single declaration that `fit`, `doctor --job`, `watch --model`, the
+    workload catalogue and plan files all use (the CLI generates its options from it).
+
+    ``group``: which job kinds take it — "all" (serve, train, lora, qlora), "serve", "train"
+    (train, lora, qlora), "lora" (lora, qlora), "load"; ``engine``: a serve option that only
+    one engine takes; ``type``: int, float or str (``concurrency`` is a str: an integer or
+    "max"); ``flag``: the CLI spelling when it is not ``--name-with-dashes``."""
+
+    name: str
+    type: type
+    group: str
+    help: str
+    flag: str | None = None
+    engine: str | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+
+JOB_OPTIONS: tuple[JobOption, ...] = (
+    JobOption("tp", int, "all", "Tensor-parallel cards per replica."),
+    JobOption("pp", int, "all", "Pipeline stages per replica."),
+    JobOption("dp", int, "train", "Data-parallel ranks (training)."),
+    JobOption("replicas", int, "serve", "Serving replicas (e.g. 8 x TP1)."),
+    JobOption("dtype", str, "all", "Weight scheme for serve/load: bf16 fp16 fp32 fp8 int8 int4 nf4 mxfp4."),
+    JobOption("kv_dtype", str, "serve", "KV cache dtype: bf16 fp16 fp32 fp8."),
+    JobOption("context", int, "serve", "Tokens per sequence (prompt + generated)."),
+    JobOption("concurrency", str, "serve", "Concurrent sequences, or 'max'."),
+    JobOption("new_tokens", int, "serve", "hf engine: tokens generated after the prompt.", engine="hf"),
+    JobOption("engine", str, "serve", "hf | vllm"),
+    JobOption("gpu_memory_utilization", float, "serve", "vLLM budget fraction (default 0.9).", engine="vllm"),
+    JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step (default 8192).", engine="vllm"),
+    JobOption("micro_batch", int, "train", "Sequences per micro-batch per rank."),
+    JobOption("seq", int, "train", "Training sequence length."),
+    JobOption("grad_accum", int, "train", "Gradient accumulation steps."),
+    JobOption("precision", str, "train", "bf16 (pure) | mixed (fp32 master + bf16 autocast)."),
+    JobOption("optimizer", str, "train", "adamw | adamw8bit | sgd | adafactor"),
+    JobOption("optimizer_impl", str, "train", "foreach | fused | forloop"),
+    JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
+    JobOption("checkpointing", str, "train", "none | selective | full"),
+    JobOption("shard", str, "train", "none | zero1 | zero2 | zero3 | fsdp | fsdp_grad_op | fsdp_hybrid"),
+    JobOption("offload", str, "train", "none | optimizer | params"),
+    JobOption("workers", int, "train", "DataLoader workers per rank."),
+    JobOption("prefetch", int, "train", "DataLoader prefetch_factor."),
+    JobOption("rank", int, "lora", "LoRA rank."),
+    JobOption("lora_targets", str, "lora", "Comma-separated module names (default q,k,v,o_proj)."),
+    JobOption("load_format", str, "load", "load: safetensors | bin", flag="--format"),
+    JobOption("load_strategy", str, "load", "load: every_rank | rank0 | meta"),
+    JobOption("ranks", int, "load", "load: processes on this host that load."),
+)  # fmt: skip
+JOB_OPTION_NAMES = tuple(o.name for o in JOB_OPTIONS)
+
+
+def _group(name: str) -> set[str]:
+    return {o.name for o in JOB_OPTIONS if o.group == name}
+
+
+COMMON_OPTS = _group("all")  # serve and training jobs; a load job takes only dtype of these
+SERVE_OPTS = _group("serve")
+TRAIN_OPTS = _group("train")
+LORA_OPTS = _group("lora")
+LOAD_OPTS = _group("load")
+ENGINE_ONLY = {e: {o.name for o in JOB_OPTIONS if o.engine == e} for e in ENGINES}
 
 
 def build_job(kind: str, o: dict):
     """A job from option values named as `nodeledger fit`'s options (snake_case; None = not
     given).  Options that do not apply to the job kind or engine raise JobError."""
     given = {k for k, v in o.items() if v is not None}
-    allowed = {"tp", "pp", "dtype", "attention"}
+    allowed = set(COMMON_OPTS)
     if kind == "serve":
         allowed |= SERVE_OPTS
     elif kind in ("train", "lora", "qlora"):
@@ -206,9 +266,8 @@ def build_job(kind: str, o: dict):
         raise JobError(f"--job {kind!r} is not one of serve, train, lora, qlora, load")
     if kind == "serve":
         engine = o.get("engine") or "hf"
-        other = {"vllm": {"new_tokens"}}.get(
-            engine, {"gpu_memory_utilization", "max_num_batched_tokens"}
-        )
+        _choice("engine", engine, ENGINES)
+        other = set().union(*(v for e, v in ENGINE_ONLY.items() if e != engine))
         wrong = sorted(given & other)
         if wrong:
             names = ", ".join("--" + w.replace("_", "-") for w in wrong)

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import tomli_w
 from pydantic import ValidationError
 
 from nodeledger.errors import ProfileError
@@ -24,11 +22,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_PRESET = "k100-ai-8x64g"
-_PRESET_PACKAGE = "nodeledger.machine"
+_PRESET_DIR = Path(__file__).resolve().parent / "presets"  # package data (pyproject.toml)
 
 
-def _preset_dir():
-    return resources.files(_PRESET_PACKAGE) / "presets"
+def _preset_dir() -> Path:
+    return _PRESET_DIR
 
 
 def list_presets() -> list[str]:
@@ -98,6 +96,8 @@ def dump_profile(profile: MachineProfile, fmt: str = "toml") -> str:
     data = profile.model_dump(mode="json")
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
+    import tomli_w
+
     return tomli_w.dumps(_none_to_unknown(data))
 
 

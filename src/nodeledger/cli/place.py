@@ -3,34 +3,77 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
+from nodeledger.cli.common import (
+    Arg,
+    Command,
+    catalogue,
+    console,
+    escape,
+    print_json,
+    report_machine,
+)
 from nodeledger.errors import NodeledgerError
 
 
-def register(app) -> None:
-    """Add the command(s) to the typer app (called by cli.py)."""
-    app.command("place")(place)
-
-
+@click.command("place", cls=Command)
+@click.argument(
+    "plan_file",
+    cls=Arg,
+    type=click.Path(path_type=Path),
+    help="Plan (TOML): workloads as in the report's catalogue, with replicas, priority and command.",
+)
+@click.option(
+    "--machine",
+    "machine",
+    help="Preset, profile file or bundle; default: probe this host, or the reference machine when it has no accelerator.",
+)
+@click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cards kept free (default 1; 0 disables, with a warning).",
+)
+@click.option(
+    "--share",
+    "share",
+    is_flag=True,
+    help="Let TP1 replicas share a card when the sum fits (MPS / MIG).",
+)
+@click.option(
+    "--emit", "emit", help="slurm (gres.conf + sbatch per workload) | k8s (a Pod per replica)."
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(path_type=Path),
+    help="Folder for --emit files (default: ./nodeledger-<emit>).",
+)
+@click.option(
+    "--node-name",
+    "node_name",
+    default="node1",
+    show_default=True,
+    help="Slurm NodeName for gres.conf.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 def place(
-    plan_file: Annotated[Path, typer.Argument(help="Plan (TOML): workloads as in the report's catalogue, with replicas, priority and command.")],
-    machine: Annotated[
-        str | None,
-        typer.Option("--machine", help="Preset, profile file or bundle; default: probe this host, or the reference machine when it has no accelerator."),
-    ] = None,
-    lifeboat: Annotated[int, typer.Option("--lifeboat", help="Cards kept free (default 1; 0 disables, with a warning).")] = 1,
-    share: Annotated[bool, typer.Option("--share", help="Let TP1 replicas share a card when the sum fits (MPS / MIG).")] = False,
-    emit: Annotated[str | None, typer.Option("--emit", help="slurm (gres.conf + sbatch per workload) | k8s (a Pod per replica).")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Folder for --emit files (default: ./nodeledger-<emit>).")] = None,
-    node_name: Annotated[str, typer.Option("--node-name", help="Slurm NodeName for gres.conf.")] = "node1",
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
-) -> None:  # fmt: skip
+    plan_file,
+    machine=None,
+    lifeboat=1,
+    share=False,
+    emit=None,
+    output=None,
+    node_name="node1",
+    as_json=False,
+) -> None:
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
     kept free), bind each to its cards' NUMA node, and print the environment and launch line."""
-    from nodeledger.cli import _catalogue, _console, _print_json, _report_machine, escape
     from nodeledger.placement import emit as em
     from nodeledger.placement.planner import GiB, plan
 
@@ -38,8 +81,8 @@ def place(
         raise NodeledgerError(f"--emit {emit!r} is not one of slurm, k8s")
     if not plan_file.is_file():
         raise NodeledgerError(f"plan {str(plan_file)!r} not found")
-    profile, intro = _report_machine(machine)
-    ws, specs, src = _catalogue(str(plan_file))
+    profile, intro = report_machine(machine)
+    ws, specs, src = catalogue(str(plan_file))
     res = plan(profile, ws, specs, lifeboat=lifeboat, share=share)
     res["intro"] = intro
     commands = {w.id: w.command for w in ws}
@@ -61,11 +104,11 @@ def place(
             raise NodeledgerError(f"-o {folder}: cannot write ({exc.strerror or exc})") from None
         res["written"] = written
     if as_json:
-        _print_json(res)
+        print_json(res)
         return
     from rich.table import Table
 
-    con = _console()
+    con = console()
     for line in intro:
         con.print(line, markup=False, highlight=False)
     con.print(f"plan: {src} ({len(ws)} workloads) on {res['machine']}", markup=False)

@@ -11,101 +11,24 @@ Exit codes of `watch` (a gate for a job's first minutes):
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
+from nodeledger.cli.common import (
+    Command,
+    console,
+    exit_with,
+    print_json,
+    report_machine,
+)
+from nodeledger.cli.options import job_options
 from nodeledger.errors import InputError
 
 GiB = 2**30
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
-JOB_OPTIONS = ("tp", "pp", "dp", "replicas", "dtype", "kv_dtype", "context", "concurrency",
-               "new_tokens", "engine", "gpu_memory_utilization", "max_num_batched_tokens",
-               "micro_batch", "seq", "grad_accum", "precision", "optimizer", "optimizer_impl",
-               "attention", "checkpointing", "shard", "offload", "workers", "prefetch", "rank",
-               "lora_targets", "load_format", "load_strategy", "ranks")  # fmt: skip
-
-
-def register(app) -> None:
-    """Add the command(s) to the typer app (called by cli.py)."""
-    app.command("watch")(_with_job_options(watch))
-    app.command("exporter")(_with_job_options(exporter))
-
-
-def _with_job_options(func):
-    """``func`` with fit's job options appended to its signature (typer reads the signature)."""
-    from nodeledger import cli
-
-    fit_params = inspect.signature(cli.fit_cmd, eval_str=True).parameters
-    own = inspect.signature(func, eval_str=True)
-    params = [p for p in own.parameters.values() if p.name != "job_opts"]
-    params += [fit_params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in JOB_OPTIONS]
-
-    def wrapper(**kw):
-        job_opts = {n: kw.pop(n) for n in JOB_OPTIONS}
-        return func(job_opts=job_opts, **kw)
-
-    wrapper.__name__, wrapper.__doc__ = func.__name__, func.__doc__
-    wrapper.__signature__ = own.replace(parameters=params)
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}
-    return wrapper
-
-
-Interval = Annotated[float, typer.Option("--interval", help="Seconds between samples.")]
-Backend = Annotated[
-    str,
-    typer.Option(
-        "--backend", help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO"
-    ),
-]
-Plan = Annotated[
-    str | None,
-    typer.Option(
-        "--plan",
-        help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
-    ),
-]
-Model = Annotated[str | None, typer.Option("--model", help="MODEL for --job (as `fit` takes it).")]
-Job = Annotated[
-    str | None,
-    typer.Option(
-        "--job",
-        help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
-    ),
-]
-Cards = Annotated[
-    str | None,
-    typer.Option(
-        "--cards", help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1."
-    ),
-]
-Machine = Annotated[
-    str | None,
-    typer.Option(
-        "--machine",
-        help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
-    ),
-]
-Tolerance = Annotated[
-    float,
-    typer.Option(
-        "--tolerance", help="Above plan: more than prediction x (1 + this) + --tolerance-gib."
-    ),
-]
-ToleranceGib = Annotated[
-    float, typer.Option("--tolerance-gib", help="The fixed part of the above-plan tolerance (GiB).")
-]
-IdleWindow = Annotated[
-    float, typer.Option("--idle-window", help="Seconds a card must stay below the idle threshold.")
-]
-Timeout = Annotated[
-    float, typer.Option("--timeout", help="Seconds each vendor tool call may take.")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 
 def _parse_cards(text: str | None) -> list[int] | None:
@@ -133,9 +56,7 @@ def _ledger_machine(machine: str | None, header_profile: str | None, live_real: 
     if header_profile and header_profile in list_presets():
         return resolve_machine(header_profile), header_profile
     if live_real:
-        from nodeledger.cli import _report_machine
-
-        profile, _ = _report_machine(None)
+        profile, _ = report_machine(None)
         return profile, None
     return resolve_machine(None), None
 
@@ -196,33 +117,123 @@ def _positive(name: str, v: float | None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@click.command("watch", cls=Command)
+@click.option(
+    "--interval",
+    "interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between samples.",
+)
+@click.option("--samples", "samples", type=int, help="Stop after N samples.")
+@click.option("--duration", "duration", type=float, help="Stop after S seconds.")
+@click.option(
+    "--backend",
+    "backend",
+    default="auto",
+    show_default=True,
+    help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO",
+)
+@click.option(
+    "--plan",
+    "plan",
+    help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
+)
+@click.option("--model", "model", help="MODEL for --job (as `fit` takes it).")
+@click.option(
+    "--job",
+    "job",
+    help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
+)
+@click.option(
+    "--cards",
+    "cards",
+    help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1.",
+)
+@click.option(
+    "--machine",
+    "machine",
+    help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
+)
+@click.option(
+    "--record",
+    "record",
+    type=click.Path(path_type=Path),
+    help="Write the samples to FILE (.jsonl, or .jsonl.gz).",
+)
+@click.option(
+    "--replay",
+    "replay",
+    type=click.Path(path_type=Path),
+    help="Judge a recorded stream instead of sampling.",
+)
+@click.option(
+    "--fail-fast", "fail_fast", is_flag=True, help="Stop (exit 3) at the first failed verification."
+)
+@click.option(
+    "--fail-on-idle", "fail_on_idle", is_flag=True, help="Exit 5 when an idle card was found."
+)
+@click.option(
+    "--idle-window",
+    "idle_window",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds a card must stay below the idle threshold.",
+)
+@click.option(
+    "--tolerance",
+    "tolerance",
+    type=float,
+    default=0.1,
+    show_default=True,
+    help="Above plan: more than prediction x (1 + this) + --tolerance-gib.",
+)
+@click.option(
+    "--tolerance-gib",
+    "tolerance_gib",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="The fixed part of the above-plan tolerance (GiB).",
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool call may take.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@job_options
 def watch(
-    interval: Interval = 1.0,
-    samples: Annotated[int | None, typer.Option("--samples", help="Stop after N samples.")] = None,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop after S seconds.")] = None,
-    backend: Backend = "auto",
-    plan: Plan = None,
-    model: Model = None,
-    job: Job = None,
-    cards: Cards = None,
-    machine: Machine = None,
-    record: Annotated[Path | None, typer.Option("--record", help="Write the samples to FILE (.jsonl, or .jsonl.gz).")] = None,
-    replay: Annotated[Path | None, typer.Option("--replay", help="Judge a recorded stream instead of sampling.")] = None,
-    fail_fast: Annotated[bool, typer.Option("--fail-fast", help="Stop (exit 3) at the first failed verification.")] = False,
-    fail_on_idle: Annotated[bool, typer.Option("--fail-on-idle", help="Exit 5 when an idle card was found.")] = False,
-    idle_window: IdleWindow = 60.0,
-    tolerance: Tolerance = 0.10,
-    tolerance_gib: ToleranceGib = 1.0,
-    timeout: Timeout = 5.0,
-    as_json: JsonOpt = False,
-    job_opts: dict | None = None,
-) -> None:  # fmt: skip
+    interval=1.0,
+    samples=None,
+    duration=None,
+    backend="auto",
+    plan=None,
+    model=None,
+    job=None,
+    cards=None,
+    machine=None,
+    record=None,
+    replay=None,
+    fail_fast=False,
+    fail_on_idle=False,
+    idle_window=60.0,
+    tolerance=0.1,
+    tolerance_gib=1.0,
+    timeout=5.0,
+    as_json=False,
+    **job_opts,
+) -> None:
     """Watch every card (memory, utilisation, processes) and the host; verify against the
     ledger (--plan / --job); find idle cards and their likely cause.  Exit 3: verification
     failed; 4: no sample; 5: idle card with --fail-on-idle; 2: bad input."""
     from nodeledger.watch.analyze import Analyzer
 
-    job_opts = job_opts or {}
     for name, v in (("--interval", interval), ("--duration", duration), ("--idle-window", idle_window),
                     ("--timeout", timeout), ("--samples", samples)):  # fmt: skip
         _positive(name, v)
@@ -269,9 +280,7 @@ def watch(
         if not as_json and sys.stdout.isatty():
             from rich.live import Live
 
-            from nodeledger.cli import _console
-
-            live = Live(console=_console(), refresh_per_second=4, transient=True)
+            live = Live(console=console(), refresh_per_second=4, transient=True)
             live.start()
 
         def on_sample(s: dict):
@@ -327,14 +336,12 @@ def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str) 
     code, why = _exit_code(s, fail_on_idle)
     s["exit_code"] = code
     if as_json:
-        from nodeledger.cli import _print_json
-
-        _print_json(s)
+        print_json(s)
     else:
         _render_summary(s, header)
     if code:
         sys.stderr.write(f"nodeledger: {why} (exit {code})\n")
-        raise typer.Exit(code)
+        exit_with(code)
 
 
 def _gib(b) -> str:
@@ -399,9 +406,7 @@ def _live_view(s: dict, an, header):
 def _render_summary(s: dict, header: dict) -> None:
     from rich.table import Table
 
-    from nodeledger.cli import _console
-
-    con = _console()
+    con = console()
     con.print(
         f"watch: {s['samples']} samples over {s['duration_s']:.0f} s ({s['source']})", markup=False
     )
@@ -463,23 +468,109 @@ def _render_summary(s: dict, header: dict) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@click.command("exporter", cls=Command)
+@click.option(
+    "--listen",
+    "listen",
+    default="127.0.0.1:9835",
+    show_default=True,
+    help="HOST:PORT to serve /metrics on (default loopback only).",
+)
+@click.option(
+    "--expose",
+    "expose",
+    is_flag=True,
+    help="Allow a non-loopback --listen address (metrics name your processes).",
+)
+@click.option(
+    "--interval",
+    "interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between samples.",
+)
+@click.option(
+    "--backend",
+    "backend",
+    default="auto",
+    show_default=True,
+    help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO",
+)
+@click.option(
+    "--plan",
+    "plan",
+    help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
+)
+@click.option("--model", "model", help="MODEL for --job (as `fit` takes it).")
+@click.option(
+    "--job",
+    "job",
+    help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
+)
+@click.option(
+    "--cards",
+    "cards",
+    help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1.",
+)
+@click.option(
+    "--machine",
+    "machine",
+    help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
+)
+@click.option(
+    "--idle-window",
+    "idle_window",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds a card must stay below the idle threshold.",
+)
+@click.option(
+    "--tolerance",
+    "tolerance",
+    type=float,
+    default=0.1,
+    show_default=True,
+    help="Above plan: more than prediction x (1 + this) + --tolerance-gib.",
+)
+@click.option(
+    "--tolerance-gib",
+    "tolerance_gib",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="The fixed part of the above-plan tolerance (GiB).",
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool call may take.",
+)
+@click.option(
+    "--duration", "duration", type=float, help="Stop after S seconds (default: until Ctrl-C)."
+)
+@job_options
 def exporter(
-    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve /metrics on (default loopback only).")] = "127.0.0.1:9835",
-    expose: Annotated[bool, typer.Option("--expose", help="Allow a non-loopback --listen address (metrics name your processes).")] = False,
-    interval: Interval = 1.0,
-    backend: Backend = "auto",
-    plan: Plan = None,
-    model: Model = None,
-    job: Job = None,
-    cards: Cards = None,
-    machine: Machine = None,
-    idle_window: IdleWindow = 60.0,
-    tolerance: Tolerance = 0.10,
-    tolerance_gib: ToleranceGib = 1.0,
-    timeout: Timeout = 5.0,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop after S seconds (default: until Ctrl-C).")] = None,
-    job_opts: dict | None = None,
-) -> None:  # fmt: skip
+    listen="127.0.0.1:9835",
+    expose=False,
+    interval=1.0,
+    backend="auto",
+    plan=None,
+    model=None,
+    job=None,
+    cards=None,
+    machine=None,
+    idle_window=60.0,
+    tolerance=0.1,
+    tolerance_gib=1.0,
+    timeout=5.0,
+    duration=None,
+    **job_opts,
+) -> None:
     """Serve Prometheus metrics (dcgm-exporter names where they overlap, plus nodeledger_*):
     per-card memory used / total / planned and headroom, utilisation, per-process memory, host
     RAM / swap, findings.  Samples once per --interval whatever the scrape rate."""
@@ -491,7 +582,6 @@ def exporter(
     from nodeledger.watch.exporter import Exporter, parse_listen
     from nodeledger.watch.watcher import Watcher
 
-    job_opts = job_opts or {}
     for name, v in (("--interval", interval), ("--duration", duration),
                     ("--idle-window", idle_window), ("--timeout", timeout)):  # fmt: skip
         _positive(name, v)

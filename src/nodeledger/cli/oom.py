@@ -2,29 +2,57 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import click
 
-import typer
-
+from nodeledger.cli.common import (
+    Arg,
+    Command,
+    console,
+    print_json,
+)
 from nodeledger.errors import NodeledgerError
 
 
-def register(app) -> None:
-    """Add the command(s) to the typer app (called by cli.py)."""
-    app.command("oom")(oom)
-
-
+@click.command("oom", cls=Command)
+@click.argument(
+    "files",
+    cls=Arg,
+    nargs=-1,
+    help="Job logs, or saved kernel logs (dmesg, kern.log, journalctl -k), to read.",
+)
+@click.option(
+    "--since",
+    "since",
+    help="Only incidents in the last DURATION (90s, 30m, 2h, 1d); undated ones are kept.",
+)
+@click.option(
+    "--no-kernel-log",
+    "no_kernel_log",
+    is_flag=True,
+    help="Do not read this machine's kernel log (for logs from another machine).",
+)
+@click.option(
+    "--link-window",
+    "window",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds within which a kernel kill and a job-log incident are linked by time.",
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds dmesg / journalctl may run.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 def oom(
-    files: Annotated[list[str] | None, typer.Argument(help="Job logs, or saved kernel logs (dmesg, kern.log, journalctl -k), to read.", show_default=False)] = None,
-    since: Annotated[str | None, typer.Option("--since", help="Only incidents in the last DURATION (90s, 30m, 2h, 1d); undated ones are kept.")] = None,
-    no_kernel_log: Annotated[bool, typer.Option("--no-kernel-log", help="Do not read this machine's kernel log (for logs from another machine).")] = False,
-    window: Annotated[float, typer.Option("--link-window", help="Seconds within which a kernel kill and a job-log incident are linked by time.")] = 60.0,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds dmesg / journalctl may run.")] = 5.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
-) -> None:  # fmt: skip
+    files=None, since=None, no_kernel_log=False, window=60.0, timeout=5.0, as_json=False
+) -> None:
     """Why did the job die? Find out-of-memory incidents in the kernel log and job logs, say
     whether host RAM or card memory ran out, with every figure, and the fixes for that side."""
-    from nodeledger.cli import _print_json
     from nodeledger.machine.probe.runner import Runner
     from nodeledger.triage.collect import now, parse_duration, read_files, read_kernel_log
     from nodeledger.triage.report import build_report
@@ -47,7 +75,7 @@ def oom(
         sources, notes=notes, since_s=since_s, since_text=since, now=now(), window_s=window
     )
     if as_json:
-        _print_json(report.to_dict())
+        print_json(report.to_dict())
         return
     _render(report)
 
@@ -124,9 +152,7 @@ def _when(inc) -> str:
 def _render(report) -> None:
     from rich.table import Table
 
-    from nodeledger.cli import _console
-
-    con = _console()
+    con = console()
     v = report.verdict
     con.print(f"[bold]oom: {v['side']}[/bold] — ", end="")
     con.print(v["summary"], markup=False, highlight=False)

@@ -8,24 +8,24 @@ card parts without torch or cards are "unavailable", not failures); golive — 0
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
+from nodeledger.cli.common import (
+    Command,
+    console,
+    exit_with,
+    print_json,
+)
 from nodeledger.errors import NodeledgerError
 
 VERDICT_STYLE = {"ok": "green", "low": "dark_orange", "bad": "red", "unknown": "grey50",
                  "unavailable": "grey50"}  # fmt: skip
 STATUS_STYLE = {"pass": "green", "fail": "red", "unavailable": "grey50"}
 FORMATS = ("terminal", "md", "json")
-
-
-def register(app) -> None:
-    """Add the command(s) to the typer app (called by cli.py)."""
-    app.command("bench")(bench)
-    app.command("golive")(golive)
 
 
 def _progress():
@@ -59,27 +59,70 @@ def _cards_arg(text: str | None) -> list[int] | None:
     return out
 
 
+def _pci_card_order() -> None:
+    """torch's card N must be nvidia-smi's card N: the process that loads torch asks for PCI
+    bus order (unless the user chose an order), and the collective workers inherit it.  The
+    library never changes the environment; this command owns its process."""
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+
+
+@click.command("bench", cls=Command)
+@click.option(
+    "--cards",
+    "cards",
+    help="Card indices (nvidia-smi order), e.g. 0,1,2,3 or 0-3; default: every card torch sees.",
+)
+@click.option(
+    "--quick",
+    "quick",
+    is_flag=True,
+    help="Bounded run (disk 128 MiB; copies 64 MiB x 5; collectives 256 MiB x 10): <= 60 s on an 8-card box.",
+)
+@click.option(
+    "--dataset",
+    "dataset",
+    type=click.Path(path_type=Path),
+    help="Dataset folder to read (default: the working directory).",
+)
+@click.option(
+    "--cache",
+    "cache",
+    type=click.Path(path_type=Path),
+    help="Model cache folder (default: HF_HUB_CACHE / HF_HOME/hub / ~/.cache/huggingface/hub).",
+)
+@click.option(
+    "--compare-nccl",
+    "compare_nccl",
+    help="nccl-tests output (all_reduce_perf / all_gather_perf) to put beside nodeledger's bus bandwidth.",
+)
+@click.option(
+    "--nccl-op",
+    "nccl_op",
+    help="The collective of --compare-nccl when its file name does not say (all_reduce, all_gather, ...).",
+)
+@click.option("--no-cards", "no_cards", is_flag=True, help="Disk only: skip the card parts.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 def bench(
-    cards: Annotated[str | None, typer.Option("--cards", help="Card indices (nvidia-smi order), e.g. 0,1,2,3 or 0-3; default: every card torch sees.")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Bounded run (disk 128 MiB; copies 64 MiB x 5; collectives 256 MiB x 10): <= 60 s on an 8-card box.")] = False,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help="Dataset folder to read (default: the working directory).")] = None,
-    cache: Annotated[Path | None, typer.Option("--cache", help="Model cache folder (default: HF_HUB_CACHE / HF_HOME/hub / ~/.cache/huggingface/hub).")] = None,
-    compare_nccl: Annotated[str | None, typer.Option("--compare-nccl", help="nccl-tests output (all_reduce_perf / all_gather_perf) to put beside nodeledger's bus bandwidth.")] = None,
-    nccl_op: Annotated[str | None, typer.Option("--nccl-op", help="The collective of --compare-nccl when its file name does not say (all_reduce, all_gather, ...).")] = None,
-    no_cards: Annotated[bool, typer.Option("--no-cards", help="Disk only: skip the card parts.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
-) -> None:  # fmt: skip
+    cards=None,
+    quick=False,
+    dataset=None,
+    cache=None,
+    compare_nccl=None,
+    nccl_op=None,
+    no_cards=False,
+    as_json=False,
+) -> None:
     """Measure the disks (no torch needed) and, with torch, the cards: host<->card copies (pinned /
     pageable, NUMA-local / remote), card<->card copies, all-reduce / all-gather bus bandwidth,
     allocatable memory.  Each figure judged ok / low / bad against its class and the topology."""
+    _pci_card_order()
     from nodeledger.bench.run import run_bench
-    from nodeledger.cli import _print_json
 
     rep = run_bench(cards=_cards_arg(cards), quick=quick, dataset=dataset, cache=cache,
                     compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,
                     progress=_progress())  # fmt: skip
     if as_json:
-        _print_json(rep)
+        print_json(rep)
         return
     render_bench(rep)
 
@@ -117,9 +160,7 @@ def _sources(figs: list[dict]) -> dict[str, int]:
 def render_bench(rep: dict, con=None) -> None:
     from rich.table import Table
 
-    from nodeledger.cli import _console
-
-    con = con or _console()
+    con = con or console()
     con.print(f"bench on {rep['machine']} ({'quick' if rep['quick'] else 'full'}; {rep['seconds']:g} s)",
               markup=False, highlight=False)  # fmt: skip
     con.print(
@@ -226,20 +267,54 @@ def render_peer(con, rep: dict, peer: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+@click.command("golive", cls=Command)
+@click.option("--plan", "plan", help="Plan (TOML, as for `place`) that must fit with its lifeboat.")
+@click.option(
+    "--machine",
+    "machine",
+    help="Preset, profile file or bundle for the doctor, card-settings and plan steps; default: probe this host. Bench and drill always run on this host.",
+)
+@click.option(
+    "--dataset",
+    "dataset",
+    help="Dataset folder for the bench and doctor's network-filesystem check.",
+)
+@click.option(
+    "--bench-json",
+    "bench_json",
+    help="Use a recorded `bench --json` instead of running `bench --quick`.",
+)
+@click.option(
+    "--state",
+    "state",
+    help="Reservations state file (as `run --state`); default $NODELEDGER_STATE or ~/.local/state/nodeledger/reservations.sqlite.",
+)
+@click.option(
+    "--format", "-f", "fmt", default="terminal", show_default=True, help="terminal | md | json"
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool may run.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def golive(
-    plan: Annotated[str | None, typer.Option("--plan", help="Plan (TOML, as for `place`) that must fit with its lifeboat.")] = None,
-    machine: Annotated[str | None, typer.Option("--machine", help="Preset, profile file or bundle for the doctor, card-settings and plan steps; default: probe this host. Bench and drill always run on this host.")] = None,
-    dataset: Annotated[str | None, typer.Option("--dataset", help="Dataset folder for the bench and doctor's network-filesystem check.")] = None,
-    bench_json: Annotated[str | None, typer.Option("--bench-json", help="Use a recorded `bench --json` instead of running `bench --quick`.")] = None,
-    state: Annotated[str | None, typer.Option("--state", help="Reservations state file (as `run --state`); default $NODELEDGER_STATE or ~/.local/state/nodeledger/reservations.sqlite.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="terminal | md | json")] = "terminal",
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each vendor tool may run.")] = 5.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
-) -> None:  # fmt: skip
+    plan=None,
+    machine=None,
+    dataset=None,
+    bench_json=None,
+    state=None,
+    fmt="terminal",
+    timeout=5.0,
+    as_json=False,
+) -> None:
     """The pre-production checklist: doctor clean, per-card settings, bench figures ok, the plan
     fits with its lifeboat, and a recovery drill (a canary on the lifeboat card, killed on
     purpose; its memory and reservation must come back).  Exit 0 when no step fails, 1 otherwise."""
-    from nodeledger.cli import _console, _print_json
+    _pci_card_order()
     from nodeledger.golive.checklist import run_golive
 
     fmt = "json" if as_json else fmt
@@ -250,13 +325,13 @@ def golive(
     rep = run_golive(plan_file=plan, machine=machine, dataset=dataset, bench_json=bench_json,
                      state_path=state, timeout=timeout, progress=_progress())  # fmt: skip
     if fmt == "json":
-        _print_json(rep)
+        print_json(rep)
     elif fmt == "md":
         sys.stdout.write("\n".join(golive_md(rep)) + "\n")
     else:
-        render_golive(rep, _console())
+        render_golive(rep, console())
     if rep["exit_code"]:
-        raise typer.Exit(rep["exit_code"])
+        exit_with(rep["exit_code"])
 
 
 def render_golive(rep: dict, con) -> None:

@@ -12,10 +12,14 @@ import json
 import os
 import sys
 import time
-from typing import Annotated
 
-import typer
+import click
 
+from nodeledger.cli.common import (
+    Arg,
+    Command,
+    console,
+)
 from nodeledger.errors import InputError
 
 HELP = (
@@ -36,68 +40,66 @@ def _err(line: str) -> None:
     sys.stderr.flush()
 
 
-def register(app) -> None:
-    """Add the command(s) to the typer app (called by cli.py)."""
-    app.command("run", help=HELP)(run_cmd)
-
-
+@click.command("run", cls=Command)
+@click.argument(
+    "args",
+    cls=Arg,
+    nargs=-1,
+    help='"id#n" or a workload id, then the command after -- (argv, no shell).',
+    metavar="REPLICA [-- CMD...]",
+)
+@click.option("--plan", "plan", help="The plan: a workload catalogue TOML.")
+@click.option(
+    "--machine",
+    "machine",
+    help="Preset, profile file or bundle; default: probe this host, or the bundled reference machine when it has no accelerator.",
+)
+@click.option("--wait", "wait", is_flag=True, help="Wait (checking every 1 s) instead of refusing.")
+@click.option(
+    "--timeout", "timeout", type=float, help="With --wait: give up (exit 4) after S seconds."
+)
+@click.option(
+    "--state",
+    "state",
+    help="Reservations file (SQLite); default $NODELEDGER_STATE or ~/.local/state/nodeledger/reservations.sqlite.",
+)
+@click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cards kept free by the plan.",
+)
+@click.option(
+    "--settle",
+    "settle",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds a new start's host bytes count against MemAvailable (its load may not have allocated yet).",
+)
+@click.option(
+    "--list", "list_", is_flag=True, help="Show the live reservations (dead ones are deleted)."
+)
+@click.option(
+    "--release",
+    "release",
+    help="Forget REPLICA's reservation (manual cleanup; the process is not touched).",
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON (with --list / --release).")
 def run_cmd(
-    args: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="REPLICA [-- CMD...]",
-            help='"id#n" or a workload id, then the command after -- (argv, no shell).',
-            show_default=False,
-        ),
-    ] = None,
-    plan: Annotated[
-        str | None, typer.Option("--plan", help="The plan: a workload catalogue TOML.")
-    ] = None,
-    machine: Annotated[
-        str | None,
-        typer.Option(
-            "--machine",
-            help="Preset, profile file or bundle; default: probe this host, or the bundled "
-            "reference machine when it has no accelerator.",
-        ),
-    ] = None,
-    wait: Annotated[
-        bool, typer.Option("--wait", help="Wait (checking every 1 s) instead of refusing.")
-    ] = False,
-    timeout: Annotated[
-        float | None,
-        typer.Option("--timeout", help="With --wait: give up (exit 4) after S seconds."),
-    ] = None,
-    state: Annotated[
-        str | None,
-        typer.Option(
-            "--state",
-            help="Reservations file (SQLite); default $NODELEDGER_STATE or "
-            "~/.local/state/nodeledger/reservations.sqlite.",
-        ),
-    ] = None,
-    lifeboat: Annotated[int, typer.Option("--lifeboat", help="Cards kept free by the plan.")] = 1,
-    settle: Annotated[
-        float,
-        typer.Option(
-            "--settle",
-            help="Seconds a new start's host bytes count against MemAvailable (its load may "
-            "not have allocated yet).",
-        ),
-    ] = 120.0,
-    list_: Annotated[
-        bool, typer.Option("--list", help="Show the live reservations (dead ones are deleted).")
-    ] = False,
-    release: Annotated[
-        str | None,
-        typer.Option(
-            "--release",
-            help="Forget REPLICA's reservation (manual cleanup; the process is not touched).",
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="JSON (with --list / --release).")
-    ] = False,
+    args=None,
+    plan=None,
+    machine=None,
+    wait=False,
+    timeout=None,
+    state=None,
+    lifeboat=1,
+    settle=120.0,
+    list_=False,
+    release=None,
+    as_json=False,
 ) -> None:
     from nodeledger.placement import reserve as rs
 
@@ -171,7 +173,7 @@ def run_cmd(
     except rs.Refused as exc:
         store.close()
         _err(f"refused: {exc}")
-        raise typer.Exit(rs.EXIT_REFUSED) from None
+        raise click.exceptions.Exit(rs.EXIT_REFUSED) from None
     rep = d.replica
     store.close()
     argv, bind_note = rs.command_line(rep, cmd)
@@ -216,9 +218,8 @@ def _list(store, as_json: bool) -> None:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
         t.add_row(str(r.card), r.replica, str(r.pid), f"{started} ({r.age(now):,.0f} s ago)",
                   f"{r.host_bytes / 2**30:,.2f} GiB", r.machine)  # fmt: skip
-    from nodeledger.cli import _console
 
-    _console().print(t)
+    console().print(t)
 
 
 def _release(store, replica: str, as_json: bool) -> None:

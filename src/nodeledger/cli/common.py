@@ -1,0 +1,123 @@
+"""What every command module shares: the console, JSON output, number formatting, and the click
+classes that give arguments a help line.  Command modules import this, never each other."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+UNKNOWN = "unknown"
+
+
+def console(**kwargs):
+    """The one Console of the CLI.  Text from profiles, tools, logs and paths may hold brackets:
+    known fields are escaped where printed, and anything that still does not parse as markup
+    (e.g. a path "/tmp/[/x]" that rich reads as a closing tag) prints as plain text instead of
+    failing."""
+    from rich.console import Console
+    from rich.errors import MarkupError
+
+    class SafeConsole(Console):
+        def render_str(self, text, *args, **kw):
+            try:
+                return super().render_str(text, *args, **kw)
+            except MarkupError:
+                kw["markup"] = False
+                return super().render_str(text, *args, **kw)
+
+    return SafeConsole(**kwargs)
+
+
+def escape(text: str) -> str:
+    """User- and tool-supplied text for a markup string: '[nvidia]' stays '[nvidia]' (rich would
+    take it for a style tag and drop it)."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def gib(n: int | None) -> str:
+    """Bytes as GiB (2**30); None -> unknown."""
+    if n is None:
+        return UNKNOWN
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def num(value: Any, unit: str = "") -> str:
+    """A figure with its unit; None -> unknown; floats to one decimal, trailing zeros dropped."""
+    if value is None:
+        return UNKNOWN
+    if isinstance(value, float):
+        text = f"{value:,.1f}".rstrip("0").rstrip(".")
+    else:
+        text = f"{value:,}" if isinstance(value, int) else str(value)
+    return f"{text} {unit}".rstrip()
+
+
+def exit_with(code: int) -> None:
+    """End the command with ``code`` (the CLI's main returns it as the process exit code)."""
+    raise click.exceptions.Exit(code)
+
+
+def ranges(indices) -> str:
+    """[0,1,2,3,5] -> "0-3,5"."""
+    from nodeledger.machine.parsers.numa import compress_cpus
+
+    return compress_cpus(sorted(indices))
+
+
+def report_machine(machine: str | None) -> tuple[Any, list[str]]:
+    """--machine as given; none: probe this host, or the reference machine without cards
+    (``machine.resolve_or_reference``); with the intro line that says which."""
+    from nodeledger.machine import DEFAULT_PRESET, resolve_or_reference
+
+    r = resolve_or_reference(machine)
+    if machine is not None:
+        return r.profile, [f"machine: {machine}"]
+    if not r.reference:
+        return r.profile, [
+            f"machine: live probe of this host ({len(r.profile.accelerators)} cards)"
+        ]
+    return r.profile, [
+        f"No accelerator found on this host (live probe): reporting on the bundled reference "
+        f"machine {DEFAULT_PRESET} (MISSION.md). Use --machine PRESET|FILE|BUNDLE for another."
+    ]
+
+
+def catalogue(workloads: str | None):
+    """(workloads, specs, source) of a workload catalogue: the bundled default, a FILE, or
+    '+FILE' added to the default."""
+    from nodeledger.verdict.catalogue import load_catalogue, load_specs
+
+    ws, src = load_catalogue(workloads)
+    return ws, load_specs(ws), src
+
+
+class Arg(click.Argument):
+    """A positional argument with a help line (click's own arguments have none)."""
+
+    def __init__(self, *args, help: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help = help
+
+
+class Command(click.Command):
+    """A command whose --help lists its arguments with their help lines."""
+
+    def format_help_text(self, ctx, formatter) -> None:
+        super().format_help_text(ctx, formatter)
+        rows = [
+            (p.make_metavar(ctx), p.help)
+            for p in self.get_params(ctx)
+            if isinstance(p, Arg) and p.help
+        ]
+        if rows:
+            with formatter.section("Arguments"):
+                formatter.write_dl(rows)

@@ -1,0 +1,209 @@
+"""CLI layer of `nodeledger doctor` (rendering only; the work is in nodeledger.doctor).
+
+Exit codes: checks — 0 ok (info / unknown / skip included), 1 warnings, 3 errors; pre-flight
+(``--job`` or a MODEL) — 0 go, 1 wait, 3 no-go; 2 stays "bad input" (one line on stderr).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from nodeledger.cli.common import (
+    Arg,
+    Command,
+    console,
+    exit_with,
+    gib,
+    print_json,
+)
+from nodeledger.cli.options import job_options
+from nodeledger.errors import NodeledgerError
+
+SEV_STYLE = {"ok": "green", "skip": "grey50", "unknown": "grey50", "info": "cyan",
+             "warning": "dark_orange", "error": "red"}  # fmt: skip
+LEVEL_STYLE = {
+    "ok": "green",
+    "info": "cyan",
+    "warning": "dark_orange",
+    "wait": "yellow",
+    "no-go": "red",
+}
+VERDICT_STYLE = {"go": "green", "wait": "yellow", "no-go": "red"}
+
+
+@click.command("doctor", cls=Command)
+@click.argument(
+    "model",
+    cls=Arg,
+    required=False,
+    help="Pre-flight this model's job (config.json path, checkpoint folder, catalogue name or cached Hub id); or --model.",
+)
+@click.option("--model", "model_opt", help="Same as the MODEL argument.")
+@click.option(
+    "--job",
+    "job",
+    help="Pre-flight of one job: serve | train | lora | qlora | load (the options of `fit`).",
+)
+@click.option(
+    "--from",
+    "from_bundle",
+    help="Replay a support bundle (`nodeledger bundle`) instead of this machine.",
+)
+@click.option(
+    "--machine",
+    "machine",
+    help="--job only: a preset, profile file or bundle; default: this machine, or the reference machine when it has no accelerator.",
+)
+@click.option(
+    "--dataset",
+    "dataset",
+    multiple=True,
+    help="A dataset path to check for a network filesystem (repeatable).",
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool may run.",
+)
+@click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="--job: cards to keep free for triage (default 1).",
+)
+@click.option(
+    "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@job_options
+def doctor(
+    model=None,
+    model_opt=None,
+    job=None,
+    from_bundle=None,
+    machine=None,
+    dataset=None,
+    timeout=5.0,
+    lifeboat=1,
+    online=False,
+    as_json=False,
+    **job_opts,
+) -> None:
+    """Read-only checks of this machine (or a bundle): THP, NUMA balancing, swap, free RAM,
+    persistence, ECC, NUMA binding, dead card holders, MIG/MPS, IOMMU/ACS, HF cache and dataset
+    mounts — each with evidence and the command that would fix it (printed, never run).
+    With --job (and a MODEL): pre-flight of that job, go / wait / no-go."""
+    opts = job_opts
+    if model and model_opt and model != model_opt:
+        raise NodeledgerError(f"MODEL {model!r} and --model {model_opt!r} disagree; give one")
+    model = model or model_opt
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    if model is None and job is None:
+        given = sorted(k for k, v in opts.items() if v is not None)
+        if given:
+            names = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise NodeledgerError(f"{names} applies to a pre-flight: add --job and a MODEL")
+        if lifeboat != 1:
+            raise NodeledgerError("--lifeboat applies to a pre-flight: add --job and a MODEL")
+        _checks(from_bundle, machine, tuple(dataset or ()), timeout, as_json)
+        return
+    if model is None:
+        raise NodeledgerError("doctor --job needs a MODEL (argument or --model)")
+    if dataset:
+        raise NodeledgerError("--dataset applies to the checks (doctor without --job)")
+    _preflight(
+        model, job or "serve", opts, from_bundle, machine, lifeboat, timeout, online, as_json
+    )
+
+
+def _value(v: Any) -> str:
+
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 2**20:
+        return f"{gib(v)} ({v:,} B)"
+    return str(v)
+
+
+def _checks(from_bundle, machine, datasets, timeout, as_json) -> None:
+    from nodeledger.doctor import exit_code, load_state, run_checks, worst
+
+    if machine and not (machine.endswith((".tar.gz", ".tgz"))):
+        raise NodeledgerError(
+            "--machine applies to --job: a preset or profile has no live state to check "
+            "(use --from BUNDLE for another machine)"
+        )
+    state = load_state(from_bundle, machine, timeout)
+    findings = run_checks(state, datasets)
+    code = exit_code(findings)
+    if as_json:
+        print_json({"origin": state.origin, "machine": state.profile.name,
+                     "checks": [f.to_json() for f in findings], "worst": worst(findings),
+                     "exit_code": code, "notes": state.notes})  # fmt: skip
+        exit_with(code)
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = console()
+    con.print(f"doctor: {state.origin}", markup=False, highlight=False)
+    t = Table(title="Checks (read-only; fixes are printed, never run)")
+    for col in ("check", "severity", "finding / evidence"):
+        t.add_column(col, no_wrap=col != "finding / evidence")
+    for f in findings:
+        st = SEV_STYLE[f.severity]
+        body = escape(f.message) + "".join(
+            f"\n  [dim]seen: {escape(f'{e.what} = {_value(e.value)} ({e.source})')}[/dim]"
+            for e in f.evidence
+        )
+        t.add_row(f.id, f"[{st}]{f.severity}[/]", body)
+    con.print(t)
+    fixes = [f for f in findings if f.fix and f.severity in ("info", "warning", "error")]
+    if fixes:
+        con.print("[bold]Fixes[/bold] (run them yourself, after reading them):")
+        for f in fixes:
+            con.print(f"  {f.id}: {f.fix}", markup=False, highlight=False)
+    con.print(f"worst: {worst(findings)} (exit {code})", markup=False)
+    exit_with(code)
+
+
+def _preflight(
+    model, job_kind, opts, from_bundle, machine, lifeboat, timeout, online, as_json
+) -> None:
+    from nodeledger.doctor import load_state, preflight
+    from nodeledger.ledger.jobs import build_job
+    from nodeledger.model import load_model
+
+    if lifeboat < 0:
+        raise NodeledgerError(f"--lifeboat must be >= 0, got {lifeboat}")
+    job_obj = build_job(job_kind, opts)
+    state = load_state(from_bundle, machine, timeout, fallback_preset=True)
+    spec, src = load_model(model, online=online)
+    res = preflight(spec, job_obj, state, lifeboat)
+    name = src.catalogue_entry["id"] if src.catalogue_entry else src.where
+    if as_json:
+        print_json({"model": name, "job": job_kind, "machine": state.profile.name, **res.to_json()})
+        exit_with(res.exit_code)
+    from rich.markup import escape
+
+    con = console()
+    con.print(f"doctor: {res.origin}", markup=False, highlight=False)
+    st = VERDICT_STYLE[res.verdict]
+    con.print(f"[bold]{name}[/bold] --job {job_kind} on {state.profile.name}: "
+              f"[bold {st}]{res.verdict.upper()}[/bold {st}] (exit {res.exit_code})")  # fmt: skip
+    con.print(f"  ledger: {res.fit['tier']} — {res.fit['reason']}", markup=False, highlight=False)
+    for r in res.reasons:
+        s = LEVEL_STYLE[r.level]
+        con.print(f"  [{s}]{r.level:>7}[/] {escape(r.topic)}: {escape(r.text)}", highlight=False)
+    if res.binding:
+        con.print("Cards and NUMA binding:")
+        for line in res.binding:
+            con.print(f"  {line}", markup=False, highlight=False)
+    for n in res.notes:
+        con.print(f"  note: {n}", markup=False, highlight=False)
+    exit_with(res.exit_code)

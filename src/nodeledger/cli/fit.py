@@ -1,0 +1,239 @@
+"""`nodeledger fit`: the memory ledger of one job, its verdict and the layout search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from nodeledger.cli.common import (
+    Arg,
+    Command,
+    console,
+    escape,
+    gib,
+    num,
+    print_json,
+    ranges,
+)
+from nodeledger.cli.options import job_options
+from nodeledger.errors import NodeledgerError
+
+# ---------------------------------------------------------------------------------------
+# fit: the memory ledger of one job
+# ---------------------------------------------------------------------------------------
+
+
+@click.command("fit", cls=Command)
+@click.argument(
+    "model", cls=Arg, help="config.json path, checkpoint folder, catalogue name or cached Hub id."
+)
+@click.option(
+    "--job", "job", default="serve", show_default=True, help="serve | train | lora | qlora | load"
+)
+@click.option("--machine", "machine", help="Preset or profile file; default: reference machine.")
+@click.option(
+    "--search", "search", is_flag=True, help="Also search the layouts that fit; print the best few."
+)
+@click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cards --search keeps free for triage (default 1).",
+)
+@click.option(
+    "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@job_options
+def fit_cmd(
+    model,
+    job="serve",
+    machine=None,
+    search=False,
+    lifeboat=1,
+    online=False,
+    as_json=False,
+    **job_opts,
+) -> None:
+    """Account every byte of one job on each card and in host RAM; say whether it fits."""
+    opts = job_opts
+    if lifeboat != 1 and not search:
+        raise NodeledgerError("--lifeboat applies to --search")
+    from nodeledger.ledger.jobs import build_job
+    from nodeledger.machine import resolve_machine
+    from nodeledger.model import load_model
+    from nodeledger.verdict.fit import fit
+
+    job_obj = build_job(job, opts)
+    profile = resolve_machine(machine)
+    spec, src = load_model(model, online=online)
+    result = fit(spec, job_obj, profile)
+    data = _fit_json(result, src, profile, job)
+    if search:
+        data["search"] = _search(spec, job_obj, profile, lifeboat)
+    if as_json:
+        print_json(data)
+        return
+    _render_fit(data)
+
+
+def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from nodeledger.ledger.jobs import JobError, ServeJob, TrainJob
+    from nodeledger.verdict.search import search_serve, search_train
+
+    if lifeboat < 0 or lifeboat >= len(profile.accelerators):
+        raise JobError(
+            f"--lifeboat {lifeboat} must leave at least one of {len(profile.accelerators)} cards"
+        )
+    if isinstance(job_obj, TrainJob):
+        found, tried = search_train(spec, job_obj, profile, lifeboat=lifeboat)
+    elif isinstance(job_obj, ServeJob):
+        found, tried = search_serve(spec, job_obj, profile, lifeboat=lifeboat)
+    else:
+        raise JobError("--search applies to serve and train/lora/qlora jobs")
+    return {"tried": tried, "lifeboat": lifeboat, "best": [asdict(x) for x in found]}
+
+
+def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    lg, v = result.ledger, result.verdict
+    return {
+        "model": src.catalogue_entry["id"] if src.catalogue_entry else src.where,
+        "machine": profile.name,
+        "job": job_kind,
+        "cards": [asdict(c) for c in lg.cards],
+        "host": asdict(lg.host),
+        "verdict": asdict(v),
+        "job_options": result.job_options,
+        "extras": lg.extras,
+        "notes": lg.notes,
+        "units": "bytes",
+    }
+
+
+EXTRA_UNITS = {
+    "kv_pool_bytes": (
+        "B",
+        "vLLM budget (gpu_memory_utilization x card memory) minus weights, activation peak and non-torch",
+    ),
+    "kv_pool_tokens": ("tokens", "KV pool / KV bytes per token per card"),
+    "kv_bytes_per_token_per_card": (
+        "B per token",
+        "kv_bytes_per_sequence(block) / block / KV split",
+    ),
+    "max_concurrency": (
+        "sequences",
+        "KV pool / (context rounded up to whole blocks), capped by max_num_seqs",
+    ),
+    "max_context_at_concurrency": ("tokens per sequence", "KV pool tokens / concurrency"),
+    "kv_shortfall": ("", "vLLM KV pool"),
+}
+
+
+def _render_fit(d: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = console()
+    v = d["verdict"]
+    colour = {"fits": "green", "tight": "yellow", "cannot": "red"}.get(v["tier"], "white")
+    con.print(
+        f"[bold]{escape(d['model'])}[/bold] --job {d['job']} on {escape(d['machine'])}: "
+        f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {escape(v['reason'])}"
+    )
+    basis = ", ".join(f"{k}={v}" for k, v in d.get("job_options", {}).items())
+    if basis:
+        con.print(f"  job: {basis}")
+    for c in d["cards"]:
+        t = Table(title=f"Per card (cards {ranges(c['cards'])}; peak in: {c['peak_phase']})")
+        t.add_column("item")
+        t.add_column("GiB", justify="right")
+        t.add_column("in torch peak")
+        t.add_column("formula / source")
+        for it in c["items"]:
+            t.add_row(
+                it["name"],
+                f"{it['bytes'] / 2**30:,.2f}",
+                "yes" if it["torch"] else "no",
+                it["source"],
+            )
+        con.print(t)
+        phases = ", ".join(f"{k} {val / 2**30:,.2f} GiB" for k, val in c["phases"].items())
+        con.print(
+            f"  torch_peak_bytes {c['torch_peak_bytes']:,} B ({gib(c['torch_peak_bytes'])}; phases: {phases})"
+        )
+        con.print(
+            f"  total_bytes {c['total_bytes']:,} B ({gib(c['total_bytes'])}) of {gib(c['capacity_bytes'])} per card"
+        )
+    h = d["host"]
+    t = Table(title="Host RAM")
+    t.add_column("item")
+    t.add_column("GiB", justify="right")
+    t.add_column("formula / source")
+    for it in h["items"]:
+        t.add_row(it["name"], f"{it['bytes'] / 2**30:,.2f}", it["source"])
+    con.print(t)
+    con.print(
+        f"  host peak {gib(h['peak_bytes'])} held by the job's processes"
+        + (
+            f" + {gib(h['reclaimable_bytes'])} evictable page cache"
+            if h["reclaimable_bytes"]
+            else ""
+        )
+        + f", of {gib(h['capacity_bytes'])}"
+    )
+    for r in v["resources"]:
+        pct = "unknown" if r["headroom_pct"] is None else f"{r['headroom_pct']} %"
+        head = (
+            "unknown" if r["headroom_bytes"] is None else f"{r['headroom_bytes'] / 2**30:,.2f} GiB"
+        )
+        con.print(f"  {r['resource']}: {r['tier']}, headroom {head} ({pct})")
+    for k, val in d["extras"].items():
+        if k == "largest":
+            mc, mx = val["max_concurrency_at_context"], val["max_context_at_concurrency"]
+            con.print(
+                f"  largest that fits ({val['criterion']}): {num(mc)} sequences of "
+                f"{val['context']:,} tokens; at {val['concurrency']:,} sequences, up to {num(mx)} "
+                "tokens each"
+                + (f" (the model's max_position_embeddings: {val['max_position_embeddings']:,})"
+                   if val.get("max_position_embeddings") else "")
+            )  # fmt: skip
+        elif k in EXTRA_UNITS and val is not None:
+            unit, src = EXTRA_UNITS[k]
+            con.print(f"  {k.replace('_', ' ')}: {num(val, unit)} — {src}")
+        elif val is not None:
+            con.print(f"  {k}: {val}")
+    for s in v["suggestions"]:
+        con.print(f"  would fit: {s['change']} — {s['reason']}")
+    for n in d["notes"]:
+        con.print(f"  note: {n}", markup=False)
+    if "search" in d:
+        sr = d["search"]
+        st = Table(
+            title=f"Layouts that fit ({sr['tried']:,} tried, {sr['lifeboat']} lifeboat card(s) kept free)"
+        )
+        for col in ("options", "tier", "per card", "host", "what you get"):
+            st.add_column(col)
+        for x in sr["best"]:
+            st.add_row(
+                x["options"],
+                x["tier"],
+                gib(x["peak_card_bytes"]),
+                gib(x["host_bytes"]),
+                x["detail"],
+            )
+        con.print(st)
+        if not sr["best"]:
+            con.print(
+                f"  no layout fits on this machine with {sr['lifeboat']} lifeboat card(s) kept free"
+                + (
+                    " (try --lifeboat 0 to see what the whole box could do)"
+                    if sr["lifeboat"]
+                    else ""
+                )
+            )

@@ -1,0 +1,323 @@
+"""`nodeledger machine list|show|probe`, `bundle` and `parse`: what the box is."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from nodeledger.cli.common import (
+    UNKNOWN,
+    Arg,
+    Command,
+    console,
+    escape,
+    gib,
+    num,
+    print_json,
+    ranges,
+)
+from nodeledger.errors import NodeledgerError
+
+
+@click.group(
+    "machine", help="What the box is: bundled presets and profile files.", no_args_is_help=True
+)
+def machine() -> None:
+    pass
+
+
+@machine.command("list", cls=Command)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+def machine_list(as_json=False) -> None:
+    """List the bundled machine presets."""
+    from nodeledger.machine import DEFAULT_PRESET, list_presets, resolve_machine
+
+    rows = []
+    for name in list_presets():
+        p = resolve_machine(name)
+        rows.append(
+            {
+                "name": name,
+                "default": name == DEFAULT_PRESET,
+                "accelerators": len(p.accelerators),
+                "product": ", ".join(sorted({a.product for a in p.accelerators})),
+                "card_memory_total_bytes": p.total_accelerator_memory_bytes(),
+                "host_ram_bytes": p.host.ram_bytes,
+                "description": p.description,
+            }
+        )
+    if as_json:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="Bundled machine presets (figures and their sources: machine show NAME)")
+    for col in ("preset", "cards", "card memory total", "host RAM"):
+        t.add_column(col, no_wrap=col == "preset")
+    for r in rows:
+        name = r["name"] + (" (default)" if r["default"] else "")
+        t.add_row(
+            name,
+            f"{r['accelerators']} x {r['product']}",
+            gib(r["card_memory_total_bytes"]),
+            gib(r["host_ram_bytes"]),
+        )
+    console().print(t)
+
+
+@machine.command("probe", cls=Command)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@click.option("--save", "save", help="Write the profile to FILE (.toml or .json).")
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool may run.",
+)
+@click.option("--from", "from_bundle", help="Replay a support bundle instead of probing live.")
+def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> None:
+    """Probe this machine (Linux /proc and /sys, nvidia-smi): cards, links, NUMA, RAM, NICs, mounts."""
+    from nodeledger.machine import save_profile
+    from nodeledger.machine.probe import Runner, probe_machine
+
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    if from_bundle:
+        from nodeledger.machine.probe.bundle import load_bundle
+
+        profile = probe_machine(load_bundle(from_bundle))
+    else:
+        profile = probe_machine(Runner(timeout=timeout, live=True))
+    if save is not None:
+        save_profile(profile, save)
+    if as_json:
+        print_json(profile.model_dump(mode="json"))
+        return
+    _render_machine(profile)
+
+
+@machine.command("show", cls=Command)
+@click.argument(
+    "machine",
+    cls=Arg,
+    required=False,
+    help="Preset name or profile file (.toml/.json); default: the reference machine.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@click.option("--save", "save", help="Also write the profile to FILE (.toml or .json).")
+def machine_show(machine=None, as_json=False, save=None) -> None:
+    """Show a machine profile: cards, links, host, network, storage — each figure with its source."""
+    from nodeledger.machine import resolve_machine, save_profile
+
+    profile = resolve_machine(machine)
+    if save is not None:
+        save_profile(profile, save)
+    if as_json:
+        print_json(profile.model_dump(mode="json"))
+        return
+    _render_machine(profile)
+
+
+def _group_cards(cards):
+    """[(indices, card)] with cards equal in every field but the index grouped together."""
+    groups: list[tuple[list[int], Any, dict]] = []
+    for a in cards:
+        key = a.model_dump(exclude={"index"})
+        for indices, _, k in groups:
+            if k == key:
+                indices.append(a.index)
+                break
+        else:
+            groups.append(([a.index], a, key))
+    return [(i, a) for i, a, _ in groups]
+
+
+def _render_machine(p) -> None:
+    from rich.table import Table
+
+    con = console()
+    con.print(f"[bold]{escape(p.name)}[/bold] — {escape(p.description)}")
+    if not p.accelerators:
+        con.print("Accelerators: none found (host-only profile)")
+    t = Table(title="Accelerators (identical cards share a row)")
+    cols = ("cards", "vendor", "product", "memory", "mem bandwidth", "bf16 dense", "fp8 dense",
+            "int8 dense", "NUMA", "PCI bus", "partition")  # fmt: skip
+    for c in cols:
+        t.add_column(c)
+    for indices, a in _group_cards(p.accelerators) if p.accelerators else []:
+        t.add_row(
+            ranges(indices), a.vendor.value, a.product, gib(a.memory_bytes),
+            num(a.memory_bandwidth_gbps, "GB/s"), num(a.bf16_dense_tflops, "TFLOPS"),
+            num(a.fp8_dense_tflops, "TFLOPS"), num(a.int8_dense_tops, "TOPS"),
+            num(a.numa_node), a.pci_bus_id or UNKNOWN, a.partition or UNKNOWN,
+        )  # fmt: skip
+    if p.accelerators:
+        con.print(t)
+    total = p.total_accelerator_memory_bytes()
+    con.print(f"Card memory total: {gib(total)}" + (f" ({total:,} B)" if total else ""))
+    d = p.interconnect.default
+    con.print(
+        f"Card-to-card links (default for every pair): {d.kind.value}"
+        + (f" x{d.lanes}" if d.lanes else "")
+        + f", label {d.label or UNKNOWN}, {num(d.bandwidth_gbps, 'GB/s per direction')}"
+        + (f" — source: {d.source}" if d.source else "")
+    )
+    if p.interconnect.pairs:
+        lt = Table(title="Link pairs differing from the default")
+        for c in ("a", "b", "kind", "label", "GB/s per direction", "source"):
+            lt.add_column(c)
+        for lp in p.interconnect.pairs:
+            lt.add_row(
+                str(lp.a),
+                str(lp.b),
+                lp.kind.value + (f" x{lp.lanes}" if lp.lanes else ""),
+                lp.label or UNKNOWN,
+                num(lp.bandwidth_gbps),
+                lp.source or "",
+            )
+        con.print(lt)
+    h = p.host
+    con.print(
+        f"Host: {num(h.sockets)} sockets, {num(h.cores)} cores, {num(h.threads)} threads, "
+        f"{len(h.numa_nodes) or UNKNOWN} NUMA nodes, RAM {gib(h.ram_bytes)}, swap {gib(h.swap_bytes)}, "
+        f"THP {h.thp_enabled or UNKNOWN} (defrag {h.thp_defrag or UNKNOWN}), numa_balancing "
+        f"{num(h.numa_balancing)}, swappiness {num(h.swappiness)}"
+        + (f", swap in use {gib(h.swap_used_bytes)}" if h.swap_used_bytes is not None else "")
+        + (f", available now {gib(h.available_bytes)}" if h.available_bytes is not None else "")
+    )
+    if h.numa_nodes and all(n.cpus is None and n.memory_bytes is None for n in h.numa_nodes):
+        con.print(
+            f"  NUMA nodes {ranges([n.id for n in h.numa_nodes])}: CPU lists and memory unknown"
+        )
+    else:
+        for n in h.numa_nodes:
+            con.print(f"  NUMA {n.id}: CPUs {n.cpus or UNKNOWN}, memory {gib(n.memory_bytes)}")
+    for nic in p.network.nics:
+        con.print(
+            f"NIC {nic.name}: {nic.kind}, {num(nic.speed_gbit, 'Gbit/s')}"
+            + (f" — source: {nic.source}" if nic.source else "")
+        )
+    if not p.network.nics:
+        con.print("Network: unknown (no NICs listed)")
+    for m in p.storage.mounts:
+        con.print(
+            f"Mount {m.path}: {m.kind}, {m.filesystem or 'filesystem unknown'}, {gib(m.size_bytes)}"
+        )
+    if not p.storage.mounts:
+        con.print("Storage: unknown (no mounts listed)")
+    sources: dict[str, str] = {}
+    for a in p.accelerators:
+        for k, v in a.sources.items():
+            sources.setdefault(f"accelerator {k}", v)
+    for k, v in h.sources.items():
+        sources[f"host {k}"] = v
+    if sources:
+        con.print("[bold]Sources[/bold]")
+        for k, v in sources.items():
+            con.print(f"  {k}: {v}", markup=False)
+    for note in p.notes:
+        con.print(f"  note: {note}", markup=False)
+
+
+@click.command("bundle", cls=Command)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    default="nodeledger-bundle.tar.gz",
+    show_default=True,
+    help="Archive to write (.tar.gz).",
+)
+@click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool may run.",
+)
+def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0) -> None:
+    """Collect every raw output of a probe (commands, /proc and /sys files) into one archive;
+    `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere."""
+    from nodeledger.machine.probe import Runner
+    from nodeledger.machine.probe.bundle import write_bundle
+    from nodeledger.machine.probe.probe import probe_with_facts
+
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    r = Runner(timeout=timeout)  # NVML answers are not replayable: bundles hold tool outputs only
+    profile, _ = probe_with_facts(r)  # the facts too: `doctor --from BUNDLE` replays them
+    path = write_bundle(r, output, {"probed_profile_name": profile.name})
+    sys.stdout.write(
+        f"wrote {path} ({path.stat().st_size:,} B): {len(r.log)} commands, {len(r.files)} files read; "
+        f"{len(profile.accelerators)} cards, {len(profile.notes)} notes\n"
+    )
+
+
+@click.command("parse", cls=Command)
+@click.argument(
+    "kind",
+    cls=Arg,
+    help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | hy-smi | npu-smi | npu-smi-topo | numactl | lscpu",
+)
+@click.argument("file", cls=Arg, help="A recorded output ('-' for standard input).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+def parse_cmd(kind, file, as_json=False) -> None:
+    """Explain one recorded tool output (parsed field by field)."""
+    from nodeledger.machine.parsers import parse_kind
+
+    try:
+        if file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(file, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise NodeledgerError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    data = parse_kind(kind, text)
+    if as_json:
+        print_json(data)
+        return
+    _render_parsed(kind, data)
+
+
+def _render_parsed(kind: str, data: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = console()
+    if kind == "nvidia-smi-topo":
+        t = Table(title="Cards (nvidia-smi topo -m)")
+        for c in ("GPU", "CPU affinity", "NUMA node", "GPU NUMA ID"):
+            t.add_column(c)
+        for c in data["cards"]:
+            t.add_row(
+                str(c["index"]),
+                c["cpu_affinity"] or UNKNOWN,
+                num(c["numa_node"]),
+                c["gpu_numa_id"] or "-",
+            )
+        con.print(t)
+        idx = [c["index"] for c in data["cards"]]
+        m = Table(title="Card-to-card links: vendor label (normalised kind)")
+        m.add_column("")
+        for i in idx:
+            m.add_column(f"GPU{i}")
+        lab = {(lk["a"], lk["b"]): f"{lk['label']} ({lk['kind']})" for lk in data["links"]}
+        for a in idx:
+            m.add_row(
+                f"GPU{a}",
+                *["X" if a == b else lab.get((a, b)) or lab.get((b, a), "?") for b in idx],
+            )
+        con.print(m)
+        for n in data["nics"]:
+            near = ", ".join(f"GPU{g}:{v}" for g, v in n["links"].items())
+            con.print(f"NIC {n['name']} ({n['device'] or 'device unknown'}, {n['kind']}): {near}")
+    else:
+        con.print_json(json.dumps(data))
+    for note in data.get("notes", []):
+        con.print(f"note: {note}", markup=False)

@@ -1,0 +1,321 @@
+"""`nodeledger report` and `compare`: the capacity report on one or several machines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from nodeledger.cli.common import (
+    Arg,
+    Command,
+    catalogue,
+    console,
+    escape,
+    num,
+    report_machine,
+)
+from nodeledger.errors import NodeledgerError
+
+# ---------------------------------------------------------------------------------------
+# report (the main job; the capacity verdicts arrive with the ledger and report issues)
+# ---------------------------------------------------------------------------------------
+
+
+FORMATS = ("terminal", "md", "json", "html")
+
+
+def _pick_format(fmt: str | None, out: Path | None) -> str:
+    if fmt is None:
+        suffix = out.suffix.lower().lstrip(".") if out else ""
+        known = {"md": "md", "markdown": "md", "json": "json", "html": "html", "htm": "html",
+                 "txt": "terminal", "": "terminal"}  # fmt: skip
+        if suffix not in known:
+            raise NodeledgerError(
+                f"-o {out}: no format for the suffix .{suffix}; pass --format "
+                "terminal|md|json|html (or use .txt .md .json .html)"
+            )
+        fmt = known[suffix]
+    if fmt not in FORMATS:
+        raise NodeledgerError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise NodeledgerError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
+    sys.stderr.write(f"wrote {out} ({len(text.encode()):,} bytes)\n")
+
+
+@click.command("report", cls=Command)
+@click.option(
+    "--machine",
+    "machine",
+    help="Preset, profile file or bundle (.tar.gz); default: probe this host, or the bundled reference machine when it has no accelerator.",
+)
+@click.option(
+    "--workloads",
+    "workloads",
+    help="Workload catalogue (TOML); '+FILE' adds FILE to the bundled default catalogue.",
+)
+@click.option(
+    "--format", "-f", "fmt", help="terminal | md | json | html (default: from -o's suffix)."
+)
+@click.option(
+    "-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file."
+)
+@click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cards kept free for triage (default 1).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, as_json=False) -> None:
+    """Capacity report: can / tight / cannot for each workload, what binds, serving capacity
+    with the lifeboat card, big loads at once, links and network, and the scale-out verdict."""
+    from nodeledger.report import render
+    from nodeledger.report.capacity import capacity_report
+
+    fmt = "json" if as_json else _pick_format(fmt, output)
+    profile, intro = report_machine(machine)
+    ws, specs, src = catalogue(workloads)
+    intro.append(f"workloads: {src} ({len(ws)})")
+    rep = capacity_report(profile, ws, specs, lifeboat)
+    if fmt == "json":
+        _write(json.dumps({"intro": intro, **rep}, indent=2, default=str), output)
+    elif fmt == "md":
+        _write(render.markdown(rep, intro), output)
+    elif fmt == "html":
+        _write(render.html(rep, profile, intro), output)
+    else:
+        _render_report(rep, intro, output)
+
+
+TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
+
+
+def _terminal_out(output: Path | None):
+    """(file handle or None, console) for the terminal format: -o FILE gets plain text."""
+    if output is None:
+        return None, console()
+
+    try:
+        fh = output.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise NodeledgerError(f"-o {output}: cannot write ({exc.strerror or exc})") from None
+    return fh, console(file=fh, width=140, no_color=True)
+
+
+def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
+    from rich.table import Table
+
+    from nodeledger.report import render
+
+    fh, con = _terminal_out(output)
+    try:
+        for line in intro:
+            con.print(line, markup=False, highlight=False)
+        con.print(render.headline(rep), markup=False)
+        t = Table(title="Workloads", show_lines=False)
+        for col in (
+            "workload",
+            "tier",
+            "binds",
+            "reason (numbers; `nodeledger fit` shows every item)",
+            "MISSION.md",
+        ):
+            t.add_column(col)
+        for r in rep["workloads"]:
+            tier = r["tier_name"]
+            t.add_row(
+                escape(r["id"]),
+                f"[{TIER_STYLE[tier]}]{tier}[/]",
+                r["binding"] or "",
+                r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),
+                render._expect(r),
+            )
+        con.print(t)
+        for r in rep["workloads"]:
+            if r.get("claim") and r.get("model_state"):
+                con.print(
+                    f"{r['id']}: claim: {r['claim']}.\n  ledger: {render.state_line(r['model_state'])}",
+                    markup=False,
+                )
+        b = Table(title="Bottleneck ranking (workloads each resource binds)")
+        for col in ("resource", "cannot", "tight", "worst used/capacity", "unknown"):
+            b.add_column(col)
+        for x in rep["bottlenecks"]:
+            ratio = "" if x["worst_ratio"] is None else f"{x['worst_ratio']:.0%}"
+            b.add_row(x["resource"], str(x["cannot"]), str(x["tight"]), ratio, str(x["unknown"]))
+        con.print(b)
+        s = rep["serving"]
+        con.print(f"Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free):")
+        for line in render.serving_lines(rep):
+            con.print(f"  {line}", markup=False)
+        con.print("Host RAM, big loads at once:")
+        for h in rep["host_loads"]:
+            con.print(f"  {h['model']}: {h['max_concurrent']} at once (hard limit), "
+                      f"{h['max_without_tight']} without entering tight; {h['reason']}", markup=False)  # fmt: skip
+        con.print("Links and network:")
+        for lk in rep["links"]:
+            con.print(f"  {lk['id']} ({lk['basis']}): {lk['reason']}", markup=False)
+        so = rep["scale_out"]
+        con.print(f"Scale-out verdict: {so['verdict']}", markup=False)
+        for i, c in enumerate(so["criteria"], 1):
+            con.print(
+                f"  {i}. {c['criterion']}: {'holds' if c['holds'] else 'does not hold'}",
+                markup=False,
+            )
+            for e in c["evidence"]:
+                con.print(f"     - {e}", markup=False)
+    finally:
+        if fh is not None:
+            fh.close()
+            sys.stderr.write(f"wrote {output}\n")
+
+
+@click.command("compare", cls=Command)
+@click.argument(
+    "machines",
+    cls=Arg,
+    nargs=-1,
+    required=True,
+    help="Two or more presets, profile files or bundles.",
+)
+@click.option(
+    "--workloads",
+    "workloads",
+    help="Workload catalogue (TOML); '+FILE' adds FILE to the bundled default catalogue.",
+)
+@click.option("--price", "price", multiple=True, help="MACHINE=AMOUNT (any currency), repeatable.")
+@click.option("--format", "-f", "fmt", help="terminal | md | json (default: from -o's suffix).")
+@click.option(
+    "-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file."
+)
+@click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cards kept free for triage (default 1).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+def compare_cmd(
+    machines, workloads=None, price=None, fmt=None, output=None, lifeboat=1, as_json=False
+) -> None:
+    """Which machine runs which workloads in which tier, serving capacity, cost per workload."""
+
+    from nodeledger.machine import resolve_machine
+    from nodeledger.report.compare import compare, parse_prices
+
+    machines, price = list(machines), list(price)
+    if len(machines) < 2:
+        raise NodeledgerError("compare needs at least two machines")
+    if len(set(machines)) != len(machines):
+        raise NodeledgerError(f"compare: a machine is named twice: {machines}")
+    fmt = "json" if as_json else _pick_format(fmt, output)
+    if fmt == "html":
+        raise NodeledgerError(
+            "compare writes terminal, md or json; use `report --format html` per machine"
+        )
+    profiles = [(m, resolve_machine(m)) for m in machines]
+    prices = parse_prices(price or [], machines)
+    ws, specs, src = catalogue(workloads)
+    res = compare(profiles, ws, specs, prices, lifeboat)
+    if fmt == "json":
+        _write(json.dumps({"workloads_source": src, **res}, indent=2, default=str), output)
+        return
+    lines = _compare_md(res, src)
+    if fmt == "md":
+        _write("\n".join(lines), output)
+        return
+    fh, con = _terminal_out(output)
+    try:
+        _render_compare(con, res, src, machines)
+    finally:
+        if fh is not None:
+            fh.close()
+            sys.stderr.write(f"wrote {output}\n")
+
+
+def _binding_note(cell: dict) -> str:
+    """What binds a compare cell that is not "can", as " (resource)" after its tier."""
+    return f" ({cell['binding']})" if cell["tier"] != "can" and cell["binding"] else ""
+
+
+def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"Workloads ({src})")
+    t.add_column("workload")
+    for m in machines:
+        t.add_column(m)
+    for row in res["workloads"]:
+        cells = []
+        for m in machines:
+            c = row["machines"][m]
+            cells.append(f"[{TIER_STYLE[c['tier']]}]{c['tier']}[/]{_binding_note(c)}")
+        t.add_row(row["id"], *cells)
+    con.print(t)
+    s = Table(title="Per machine")
+    for col in (
+        "machine",
+        "cards",
+        "card memory",
+        "can / tight / cannot / unknown",
+        "first bottleneck",
+        "price",
+        "price per runnable workload",
+    ):
+        s.add_column(col)
+    for m in res["machines"]:
+        c = m["counts"]
+        s.add_row(m["machine"], str(m["cards"]), num(m["card_memory_bytes"] and m["card_memory_bytes"] / 2**30, "GiB"),
+                  f"{c['can']} / {c['tight']} / {c['cannot']} / {c['unknown']}", m["bottleneck"] or "none",
+                  num(m["price"]), num(m["price_per_runnable_workload"]))  # fmt: skip
+    con.print(s)
+    sv = Table(title="Serving capacity on the business cards (sequences at the workload's context)")
+    sv.add_column("workload")
+    for m in machines:
+        sv.add_column(m)
+    ids = [w for w in res["machines"][0]["serving_sequences"]]
+    for wid in ids:
+        sv.add_row(wid, *[num(m["serving_sequences"].get(wid)) + (
+            f" ({m['price_per_sequence'][wid]:,.0f}/seq)" if m["price_per_sequence"].get(wid) else "")
+            for m in res["machines"]])  # fmt: skip
+    con.print(sv)
+    for m in res["machines"]:
+        con.print(f"{m['machine']}: {m['scale_out']}", markup=False)
+
+
+def _compare_md(res: dict, src: str) -> list[str]:
+    names = [m["machine"] for m in res["machines"]]
+    L = [f"# Machine comparison ({src})", "", "| workload | " + " | ".join(names) + " |",
+         "|---|" + "---|" * len(names)]  # fmt: skip
+    for row in res["workloads"]:
+        cells = [row["machines"][n]["tier"] + _binding_note(row["machines"][n]) for n in names]
+        L.append(f"| {row['id']} | " + " | ".join(cells) + " |")
+    L += ["", "| machine | cards | can / tight / cannot / unknown | first bottleneck | price | price per runnable workload |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for m in res["machines"]:
+        c = m["counts"]
+        L.append(f"| {m['machine']} | {m['cards']} | {c['can']} / {c['tight']} / {c['cannot']} / {c['unknown']} | "
+                 f"{m['bottleneck'] or 'none'} | {num(m['price'])} | {num(m['price_per_runnable_workload'])} |")  # fmt: skip
+    L += ["", "Serving capacity (sequences on the business cards):", ""]
+    for m in res["machines"]:
+        L.append(
+            f"- {m['machine']}: "
+            + ", ".join(f"{k} {num(v)}" for k, v in m["serving_sequences"].items())
+        )
+    L.append("")
+    return L
