@@ -106,3 +106,24 @@ def test_malformed_toml_and_unknown_preset():
 def test_unknown_memory_makes_total_unknown():
     p = parse_profile(_mini(memory_bytes="unknown"), "json", "m")
     assert p.total_accelerator_memory_bytes() is None
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_presets_validate_and_the_trusted_build_equals_validation(name):
+    """Bundled presets are built without the validator (cold start); this is what makes that
+    safe: each one validates, and the trusted build equals the validated profile in every field,
+    type and dumped byte (an int left in a float field would show in repr and JSON)."""
+    import tomllib
+
+    from nodeledger.machine.io import _preset_dir, load_preset
+    from nodeledger.machine.profile import MachineProfile, construct_trusted
+
+    data = tomllib.loads((_preset_dir() / f"{name}.toml").read_text(encoding="utf-8"))
+    validated = MachineProfile.model_validate(data)
+    trusted = construct_trusted(MachineProfile, data)
+    assert trusted == validated
+    assert repr(trusted) == repr(validated)
+    assert json.dumps(trusted.model_dump(mode="json")) == json.dumps(
+        validated.model_dump(mode="json")
+    )
+    assert load_preset(name) == validated

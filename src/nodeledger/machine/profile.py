@@ -10,7 +10,8 @@ measurement), so every printed number can say where it came from.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -40,7 +41,9 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # defer_build: the validator is built on the first validation, not at import, so a command
+    # that reads only bundled presets (``construct_trusted``) never pays for it
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
 
 class Vendor(str, Enum):
@@ -237,3 +240,41 @@ class MachineProfile(_Strict):
 
     def link(self, a: int, b: int) -> Link:
         return self.interconnect.link(a, b)
+
+
+# -- bundled presets: built without the validator ---------------------------------------------
+
+
+def construct_trusted(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """``cls`` from data that is known to validate — the bundled presets, which
+    ``tests/test_machine_profile.py`` validates and compares with this, field by field — built
+    with ``model_construct`` and the same conversions the validator makes on such data: the
+    string "unknown" -> None where the field is optional, enum values -> members, nested tables
+    -> models, integers -> floats in float fields; missing fields take their defaults.  It checks
+    nothing: user files and probes go through ``model_validate``."""
+    values = {}
+    for name, value in data.items():
+        info = cls.model_fields[name]
+        values[name] = _convert(info.annotation, value)
+    return cls.model_construct(**values)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _convert(args[0], value)
+    if origin in (Union, UnionType):
+        if value is None or (isinstance(value, str) and value.strip().lower() == UNKNOWN):
+            return None
+        return _convert(next(a for a in args if a is not type(None)), value)
+    if origin is list:
+        return [_convert(args[0], v) for v in value]
+    if origin is dict:
+        return dict(value)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return construct_trusted(tp, value)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
