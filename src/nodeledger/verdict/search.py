@@ -54,14 +54,28 @@ def _train_layouts(job: TrainJob, cards: int):
                         )  # fmt: skip
 
 
+def _train_score(cand: TrainJob) -> tuple:
+    """The ranking of the module docstring, computed from the layout alone."""
+    p = cand.parallel
+    tokens = cand.micro_batch * cand.seq * p.dp
+    return (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp)
+
+
 def search_train(
     spec: ModelSpec, job: TrainJob, machine: MachineProfile, top: int = 5, lifeboat: int = 1
 ):
+    """The ``top`` best layouts that fit, and how many layouts the search covers.
+
+    The score is known before the ledger runs, so the candidates are tried best first (a stable
+    sort: equal scores keep the enumeration order) and the search stops at the ``top``-th that
+    fits: every layout not tried scores no better than the ones returned, so the answer is the
+    one a full sweep would give.  ``tried`` counts the layouts covered (all candidates)."""
     cards = max(1, len(machine.accelerators) - lifeboat)
+    candidates = sorted(_train_layouts(job, cards), key=_train_score, reverse=True)
     found: list[Layout] = []
-    tried = 0
-    for cand in _train_layouts(job, cards):
-        tried += 1
+    for cand in candidates:
+        if len(found) >= top:
+            break
         try:
             lg = ledger_for(spec, cand, machine)
         except InputError:
@@ -70,16 +84,14 @@ def search_train(
         if v.tier != "fits":
             continue
         p = cand.parallel
-        tokens = cand.micro_batch * cand.seq * p.dp
-        score = (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp)
+        score = _train_score(cand)
         opts = (f"--tp {p.tp} --dp {p.dp} --shard {cand.shard} --micro-batch {cand.micro_batch} "
                 f"--checkpointing {cand.checkpointing}")  # fmt: skip
         card = max(c.total_bytes for c in lg.cards)
         found.append(
-            Layout(opts, v.tier, score, card, lg.host.peak_bytes, f"{tokens:,} tokens per step")
+            Layout(opts, v.tier, score, card, lg.host.peak_bytes, f"{score[0]:,} tokens per step")
         )
-    found.sort(key=lambda x: x.score, reverse=True)
-    return found[:top], tried
+    return found, len(candidates)
 
 
 def search_serve(
