@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 def _catalogue_files():
-    folder = resources.files("nodeledger.model") / "catalogue"
+    folder = Path(__file__).resolve().parent / "catalogue"  # package data (pyproject.toml)
     return sorted((p for p in folder.iterdir() if p.name.endswith(".json")), key=lambda p: p.name)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from nodeledger.errors import InputError
@@ -56,7 +55,10 @@ class Workload:
 
 
 def default_catalogue_text() -> str:
-    return (resources.files("nodeledger.verdict") / "workloads" / "default.toml").read_text()
+    # package data (pyproject.toml), read beside the module
+    return (Path(__file__).resolve().parent / "workloads" / "default.toml").read_text(
+        encoding="utf-8"
+    )
 
 
 def parse_catalogue(text: str, where: str) -> list[Workload]:
