@@ -11,7 +11,7 @@ import pytest
 
 from nodeledger.bench import cards as C
 from nodeledger.bench import disk as D
-from nodeledger.bench.run import run_bench
+from nodeledger.bench.suite import run_bench
 from nodeledger.machine import resolve_machine
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (

@@ -6,6 +6,7 @@ import pytest
 
 from nodeledger.bench import judge as J
 from nodeledger.machine import resolve_machine
+from nodeledger.machine.parsers.common import parse_link_speed
 
 
 def test_expect_verdicts_both_directions():
@@ -60,9 +61,9 @@ def test_pcie_rates():
     assert J.pcie_raw_gbps(32.0, 16) == pytest.approx(63.02, abs=0.01)  # Gen5 x16
     assert J.pcie_raw_gbps(5.0, 16) == pytest.approx(8.0)  # Gen2: 8b/10b
     assert J.pcie_label(16.0, 16) == "Gen4 x16" and J.pcie_label(None, 16) == "unknown"
-    assert J.parse_link_speed("16.0 GT/s PCIe") == 16.0
-    assert J.parse_link_speed("8 GT/s") == 8.0
-    assert J.parse_link_speed("Unknown") is None and J.parse_link_speed(None) is None
+    assert parse_link_speed("16.0 GT/s PCIe") == 16.0
+    assert parse_link_speed("8 GT/s") == 8.0
+    assert parse_link_speed("Unknown") is None and parse_link_speed(None) is None
 
 
 def test_host_card_expectation_gen4_x16_and_a_trained_down_link():
@@ -133,7 +134,7 @@ def test_figure_and_unavailable_shapes():
 
 
 def test_collective_expectation_on_presets():
-    from nodeledger.bench.run import _weakest, profile_link
+    from nodeledger.bench.suite import _weakest, profile_link
 
     h100 = resolve_machine("dgx-h100")
     w, why = _weakest(list(range(8)), lambda a, b: profile_link(h100, a, b))

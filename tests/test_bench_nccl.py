@@ -7,7 +7,7 @@ import pytest
 
 from conftest import SHARED, run_cli
 from nodeledger.bench.nccl import compare, parse_nccl_tests, read_nccl_tests
-from nodeledger.bench.run import judge_nccl
+from nodeledger.bench.suite import judge_nccl
 from nodeledger.errors import InputError
 from nodeledger.machine import resolve_machine
 

@@ -15,7 +15,8 @@ import pytest
 from conftest import FIXTURES, run_cli
 from nodeledger.doctor import load_state, run_checks
 from nodeledger.doctor.checks import CHECK_IDS, pcie_acs
-from nodeledger.doctor.state import MachineState
+from nodeledger.doctor.machine_state import MachineState
+from nodeledger.machine.parsers.lspci import parse_lspci
 from nodeledger.machine.probe import Runner
 from nodeledger.machine.probe.bundle import write_bundle
 from nodeledger.machine.probe.facts import (
@@ -24,7 +25,6 @@ from nodeledger.machine.probe.facts import (
     bus_address,
     cpuset,
     hf_cache,
-    parse_lspci,
 )
 from nodeledger.machine.probe.probe import probe_with_facts
 from nodeledger.machine.profile import Accelerator, MachineProfile

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import run_cli
-from nodeledger.doctor.state import MachineState
+from nodeledger.doctor.machine_state import MachineState
 from nodeledger.errors import InputError
 from nodeledger.golive import checklist as G
 from nodeledger.machine import resolve_machine

@@ -3,7 +3,7 @@ benchmarks/accuracy/measured.json; the accuracy bar itself is checked by the ben
 
 from __future__ import annotations
 
-from nodeledger.ledger import state
+from nodeledger.ledger import model_state
 from nodeledger.ledger.build import serve_ledger, train_ledger
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
@@ -42,10 +42,12 @@ def test_lora_trainable_params_qkvo_r16():
     spec, _ = load_model("meta-llama/Llama-3.1-8B")
     job = TrainJob(rank=16, micro_batch=1, seq=512)
     # per layer r x (in + out): q 4096+4096, k 4096+1024, v 4096+1024, o 4096+4096
-    assert state.trainable_params(spec, job) == 32 * 16 * (8192 + 5120 + 5120 + 8192)
+    assert model_state.trainable_params(spec, job) == 32 * 16 * (8192 + 5120 + 5120 + 8192)
     # peft keeps adapters in fp32: grads 4 B, AdamW states 8 B per trainable parameter
-    assert state.grad_bytes_per_card(spec, job) == 4 * state.trainable_params(spec, job)
-    assert state.optimizer_state_bytes_per_card(spec, job) == 8 * state.trainable_params(spec, job)
+    assert model_state.grad_bytes_per_card(spec, job) == 4 * model_state.trainable_params(spec, job)
+    assert model_state.optimizer_state_bytes_per_card(
+        spec, job
+    ) == 8 * model_state.trainable_params(spec, job)
 
 
 def test_zero3_shards_params_grads_and_states():
@@ -53,10 +55,10 @@ def test_zero3_shards_params_grads_and_states():
     one = TrainJob(micro_batch=1, seq=1024, shard="zero1", parallel=Parallel(dp=2))
     three = TrainJob(micro_batch=1, seq=1024, shard="zero3", parallel=Parallel(dp=8))
     n = spec.params_total()
-    assert state.optimizer_state_bytes_per_card(spec, one) == 2 * n * 2 // 2
-    assert state.param_bytes_per_card(spec, one) == 2 * n
-    assert state.param_bytes_per_card(spec, three) == -(-2 * n // 8)
-    assert state.grad_bytes_per_card(spec, three) == -(-2 * n // 8)
+    assert model_state.optimizer_state_bytes_per_card(spec, one) == 2 * n * 2 // 2
+    assert model_state.param_bytes_per_card(spec, one) == 2 * n
+    assert model_state.param_bytes_per_card(spec, three) == -(-2 * n // 8)
+    assert model_state.grad_bytes_per_card(spec, three) == -(-2 * n // 8)
 
 
 def test_total_adds_only_non_torch_items():
@@ -167,12 +169,12 @@ def test_state_offload_and_gather_terms():
     n = spec.params_total()
     zero3 = TrainJob(shard="zero3", offload="params", grad_accum=4, parallel=Parallel(dp=8))
     zero2 = TrainJob(shard="zero2", parallel=Parallel(dp=8))
-    assert state.gathered_layer_param_bytes(spec, zero3) == 2 * (2 * n // 64)
-    assert state.gathered_layer_param_bytes(spec, zero2) == 0
-    assert state.offloaded_optimizer_host_bytes(spec, zero3) == 16 * n
-    assert state.offloaded_param_host_bytes(spec, zero3) == -(-2 * n // 8) * 8
-    assert state.accumulated_grad_bytes(spec, zero3) == -(-2 * n // 8)
-    assert state.accumulated_grad_bytes(spec, zero2) == 0  # grad_accum 1
+    assert model_state.gathered_layer_param_bytes(spec, zero3) == 2 * (2 * n // 64)
+    assert model_state.gathered_layer_param_bytes(spec, zero2) == 0
+    assert model_state.offloaded_optimizer_host_bytes(spec, zero3) == 16 * n
+    assert model_state.offloaded_param_host_bytes(spec, zero3) == -(-2 * n // 8) * 8
+    assert model_state.accumulated_grad_bytes(spec, zero3) == -(-2 * n // 8)
+    assert model_state.accumulated_grad_bytes(spec, zero2) == 0  # grad_accum 1
 
 
 def test_host_and_load_terms():

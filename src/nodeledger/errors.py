@@ -1,4 +1,4 @@
-"""Domain errors.  The library raises these; only ``cli.py`` maps them to exit codes.
+"""Domain errors.  The library raises these; only ``nodeledger.cli`` maps them to exit codes.
 
 Every error carries one line that names the problem (what input, which field, why), so a
 user never needs a traceback to know what to fix.

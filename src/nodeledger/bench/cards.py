@@ -32,12 +32,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from nodeledger.bench import judge as J
-from nodeledger.machine.parsers.common import cpulist_ids
+from nodeledger.machine.parsers.common import cpulist_ids, parse_link_speed
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.units import GiB, MiB
 
-MiB = 2**20
-GiB = 2**30
 NEEDS_TORCH = "needs torch: pip install 'nodeledger[bench]'"
 
 
@@ -65,7 +63,7 @@ FULL = CardSizes(256 * MiB, 20, (64 * MiB, 256 * MiB, GiB), 20, 5, 300.0)
 # ---------------------------------------------------------------------------------------
 
 
-class Backend:
+class TorchCards:
     """The few device operations the bench needs, over torch.cuda (CUDA / ROCm), torch.npu
     (Ascend) or plain CPU tensors (tests only: the code paths, no card figures)."""
 
@@ -152,7 +150,7 @@ class Backend:
         return time.perf_counter() - t0
 
 
-def load_backend(kind: str | None = None) -> tuple[Backend | None, str]:
+def load_backend(kind: str | None = None) -> tuple[TorchCards | None, str]:
     """(backend, "") or (None, what the card parts need).  ``kind="cpu"`` is for tests.
     The process environment is left as it is: torch numbers the cards in the order
     ``CUDA_DEVICE_ORDER`` of this process says, and the collective workers inherit that order."""
@@ -163,10 +161,10 @@ def load_backend(kind: str | None = None) -> tuple[Backend | None, str]:
     except Exception as exc:  # a broken install
         return None, f"torch failed to import ({type(exc).__name__}: {exc}); {NEEDS_TORCH}"
     if kind == "cpu":
-        return Backend(torch, "cpu"), ""
+        return TorchCards(torch, "cpu"), ""
     try:
         if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-            return Backend(torch, "cuda"), ""
+            return TorchCards(torch, "cuda"), ""
     except Exception as exc:
         return (
             None,
@@ -176,7 +174,7 @@ def load_backend(kind: str | None = None) -> tuple[Backend | None, str]:
         import torch_npu  # noqa: F401  (registers torch.npu)
 
         if torch.npu.is_available() and torch.npu.device_count() > 0:
-            return Backend(torch, "npu"), ""
+            return TorchCards(torch, "npu"), ""
     except Exception:
         pass
     build = ("CPU-only build" if not getattr(torch.version, "cuda", None)
@@ -277,7 +275,7 @@ def pcie_link(bus: str | None, runner: Runner | None = None) -> dict:
         text = r.read(f"{p}/{name}")
         return None if text is None else text.strip()
 
-    gts, width = J.parse_link_speed(rd(dev, "max_link_speed")), rd(dev, "max_link_width")
+    gts, width = parse_link_speed(rd(dev, "max_link_speed")), rd(dev, "max_link_width")
     if gts is None or not (width or "").isdigit():
         return out
     mw = int(width)
@@ -285,7 +283,7 @@ def pcie_link(bus: str | None, runner: Runner | None = None) -> dict:
     up = posixpath.dirname(real) if real is not None else None
     src = f"{dev}/max_link_speed, max_link_width"
     if up is not None:
-        ugts, uw = J.parse_link_speed(rd(up, "max_link_speed")), rd(up, "max_link_width")
+        ugts, uw = parse_link_speed(rd(up, "max_link_speed")), rd(up, "max_link_width")
         if ugts:
             gts = min(gts, ugts)
         if (uw or "").isdigit():
@@ -293,7 +291,7 @@ def pcie_link(bus: str | None, runner: Runner | None = None) -> dict:
         if ugts or uw:
             src += " (and the port above)"
     cw = rd(dev, "current_link_width")
-    out.update(max_gts=gts, max_width=mw, cur_gts=J.parse_link_speed(rd(dev, "current_link_speed")),
+    out.update(max_gts=gts, max_width=mw, cur_gts=parse_link_speed(rd(dev, "current_link_speed")),
                cur_width=int(cw) if (cw or "").isdigit() else None, source=src)  # fmt: skip
     return out
 
@@ -316,7 +314,7 @@ def bound(cpus: set[int] | None):
         os.sched_setaffinity(0, old)
 
 
-def host_copy(be: Backend, i: int, nbytes: int, iters: int, pinned: bool,
+def host_copy(be: TorchCards, i: int, nbytes: int, iters: int, pinned: bool,
               cpus: set[int] | None) -> dict[str, float]:  # fmt: skip
     """GB/s host->card and card->host for one host-buffer kind under one CPU binding."""
     t = be.torch
@@ -329,7 +327,7 @@ def host_copy(be: Backend, i: int, nbytes: int, iters: int, pinned: bool,
     return {"h2d": nbytes * iters / h2d / 1e9, "d2h": nbytes * iters / d2h / 1e9}
 
 
-def peer_copy(be: Backend, a: int, b: int, nbytes: int, iters: int) -> float:
+def peer_copy(be: TorchCards, a: int, b: int, nbytes: int, iters: int) -> float:
     t = be.torch
     src = t.empty(nbytes, dtype=t.uint8, device=be.device(a))
     dst = t.empty(nbytes, dtype=t.uint8, device=be.device(b))
@@ -339,7 +337,7 @@ def peer_copy(be: Backend, a: int, b: int, nbytes: int, iters: int) -> float:
     return nbytes * iters / sec / 1e9
 
 
-def allocatable(be: Backend, i: int, cap: int | None = None) -> int:
+def allocatable(be: TorchCards, i: int, cap: int | None = None) -> int:
     """Bytes torch can hold on card ``i``: 1 GiB blocks, then 64 MiB, until refused (``cap``
     stops early, for tests)."""
     t = be.torch

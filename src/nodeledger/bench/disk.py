@@ -39,8 +39,8 @@ from nodeledger.bench import judge as J
 from nodeledger.machine.parsers.hf_cache import DEFAULT as HF_DEFAULT
 from nodeledger.machine.parsers.hf_cache import KEYS as HF_KEYS
 from nodeledger.machine.parsers.hf_cache import hf_hub_cache
+from nodeledger.units import MiB
 
-MiB = 2**20
 PAGE = 4096
 SEQ_BLOCK = 4 * MiB
 RESIDENT_LIMIT = 0.05  # more of the file resident after a drop: figures include memory

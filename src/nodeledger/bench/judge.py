@@ -56,6 +56,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from nodeledger.machine.parsers.nccl_tests import BUS_FACTOR
+
 VERDICTS = ("ok", "low", "bad", "unknown", "unavailable")
 
 
@@ -212,17 +214,6 @@ def pcie_label(gts: float | None, width: int | None) -> str:
     return f"Gen{gen} x{width}" if gen else f"{gts:g} GT/s x{width}"
 
 
-def parse_link_speed(text: str | None) -> float | None:
-    """sysfs ``max_link_speed`` / ``current_link_speed``: "16.0 GT/s PCIe", "8 GT/s", "Unknown"."""
-    if not text:
-        return None
-    head = text.strip().split()
-    try:
-        return float(head[0])
-    except (ValueError, IndexError):
-        return None
-
-
 def host_card_expect(gts: float | None, width: int | None, pinned: bool = True) -> Expect | None:
     if not gts or not width:
         return None
@@ -299,17 +290,6 @@ def peer_expect(kind: str, gbps: float | None, why: str) -> Expect | None:
         note = ""
     return Expect(ok_f * gbps, bad_f * gbps, "GB/s", True, "",
                   f"{why}: ok >= {ok_f:g} x, bad < {bad_f:g} x{note}")  # fmt: skip
-
-
-BUS_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
 
 
 def bus_factor(op: str, n: int) -> float:

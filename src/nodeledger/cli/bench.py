@@ -116,7 +116,7 @@ def bench(
     pageable, NUMA-local / remote), card<->card copies, all-reduce / all-gather bus bandwidth,
     allocatable memory.  Each figure judged ok / low / bad against its class and the topology."""
     _pci_card_order()
-    from nodeledger.bench.run import run_bench
+    from nodeledger.bench.suite import run_bench
 
     rep = run_bench(cards=_cards_arg(cards), quick=quick, dataset=dataset, cache=cache,
                     compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,

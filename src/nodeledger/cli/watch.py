@@ -25,8 +25,8 @@ from nodeledger.cli.common import (
 )
 from nodeledger.cli.options import job_options
 from nodeledger.errors import InputError
+from nodeledger.units import GiB
 
-GiB = 2**30
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
 

@@ -3,8 +3,8 @@ pre-flight of one job against it (preflight.py).  Nothing here changes the machi
 is a command printed for a person to run."""
 
 from nodeledger.doctor.checks import SEVERITIES, Finding, exit_code, run_checks, worst
+from nodeledger.doctor.machine_state import MachineState, load_state
 from nodeledger.doctor.preflight import Preflight, preflight
-from nodeledger.doctor.state import MachineState, load_state
 
 __all__ = ["SEVERITIES", "Finding", "MachineState", "Preflight", "exit_code", "load_state",
            "preflight", "run_checks", "worst"]  # fmt: skip

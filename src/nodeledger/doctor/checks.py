@@ -13,16 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from nodeledger.doctor.state import MachineState
+from nodeledger.doctor.machine_state import MachineState
 from nodeledger.machine.probe.facts import Facts, MountEntry, Proc, bus_address, cpuset, hf_cache
 from nodeledger.machine.probe.linux import NETWORK_FS
 from nodeledger.machine.profile import Accelerator, MachineProfile
+from nodeledger.units import GiB, MiB
 
 SEVERITIES = ("ok", "skip", "unknown", "info", "warning", "error")
 RANK = {"ok": 0, "skip": 0, "unknown": 0, "info": 0, "warning": 1, "error": 2}
 EXIT = {0: 0, 1: 1, 2: 3}
-GiB = 2**30
-MiB = 2**20
 SWAP_WARN_BYTES = 256 * MiB  # less is noise (a few pages the kernel parked long ago)
 BIG_RSS = 2 * GiB  # a process this large is "a big load running now"
 SWAPPINESS_MAX = 10

@@ -19,13 +19,13 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 
 from nodeledger.doctor.checks import SWAP_WARN_BYTES, big_processes
-from nodeledger.doctor.state import MachineState
+from nodeledger.doctor.machine_state import MachineState
 from nodeledger.ledger.build import check_parallel
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import Accelerator
 from nodeledger.model.spec import ModelSpec
+from nodeledger.units import GiB
 
-GiB = 2**30
 VERDICT_EXIT = {"go": 0, "wait": 1, "no-go": 3}
 LEVELS = ("ok", "info", "warning", "wait", "no-go")
 SMALL_HOST = 512 * 10**9  # MISSION.md: offload tutorials assume 512 GB - 1 TB hosts

@@ -48,9 +48,8 @@ from pathlib import Path
 from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.machine.parsers.proc import pid_stat, pid_status
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.units import GiB, MiB
 
-MiB = 2**20
-GiB = 2**30
 STATUSES = ("pass", "fail", "unavailable")
 CANARY_HOST_BYTES = 512 * MiB
 CANARY_CARD_BYTES = 1 * GiB
@@ -613,7 +612,7 @@ def run_golive(*, plan_file: str | None = None, machine: str | None = None,
     if bench_rep is not None:
         steps.append(bench_step(bench_rep, f"recorded bench {bench_json}"))
     else:
-        from nodeledger.bench.run import run_bench
+        from nodeledger.bench.suite import run_bench
 
         say("bench --quick")
         kw = dict(bench_kwargs or {})

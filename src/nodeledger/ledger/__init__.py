@@ -6,7 +6,7 @@ and source in the docstring:
   weights      weight bytes per storage scheme (bf16/fp16/fp32, fp8, int8, int4, nf4, mxfp4)
   kv_cache     KV cache per token / sequence / card (MHA/GQA, sliding window, MLA, linear)
   activations  saved activations in training, no-grad transients in inference, the loss
-  state        training state per card: parameters, gradients, optimizer states, ZeRO/FSDP
+  model_state  training state per card: parameters, gradients, optimizer states, ZeRO/FSDP
                sharding, offload, LoRA adapters
   runtime      overheads outside PyTorch's allocator (context, allocator reserve, NCCL, ...)
   comm         link traffic and the compute it hides behind (used by verdict/links.py)

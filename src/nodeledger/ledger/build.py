@@ -17,15 +17,14 @@ from math import ceil
 
 from nodeledger.ledger import activations as act
 from nodeledger.ledger import kv_cache as kv
+from nodeledger.ledger import model_state
 from nodeledger.ledger import runtime as rt
-from nodeledger.ledger import state
 from nodeledger.ledger.dims import Dims, dims_of
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import Scheme, config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-
-GiB = 2**30
+from nodeledger.units import GiB
 
 
 @dataclass
@@ -35,7 +34,7 @@ class Item:
     source: str
     torch: bool = True  # counted by PyTorch's allocator (in torch_peak_bytes)
     # host page cache: the kernel can evict it under pressure, so it is not part of the hard
-    # peak; the verdict counts it only toward "tight" (see report/fit.py)
+    # peak; the verdict counts it only toward "tight" (see verdict/fit.py)
     reclaimable: bool = False
 
 
@@ -464,7 +463,7 @@ def _vllm_card(
 
 def check_lora_targets(spec: ModelSpec, job: TrainJob) -> None:
     """Raise JobError when a LoRA job's targets match no linear module of the model."""
-    if job.is_lora and not state.lora_targets(spec, job):
+    if job.is_lora and not model_state.lora_targets(spec, job):
         names = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
         raise JobError(
             f"--lora-targets {','.join(job.lora_targets)} matches no linear module; the model has: "
@@ -500,12 +499,12 @@ def saved_activation_bytes_per_card(dims: Dims, job: TrainJob) -> tuple[int, int
 
 
 def autocast_cache_bytes_per_card(spec: ModelSpec, dims: Dims, job: TrainJob) -> int:
-    """state.autocast_cache_bytes; with fp32 checkpointed inputs (``_checkpoints_fp32_inputs``)
+    """model_state.autocast_cache_bytes; with fp32 checkpointed inputs (``_checkpoints_fp32_inputs``)
     checkpointed layers run their forward without saving, so autocast's bf16 weight copies stay
     alive only for the lm_head, outside the checkpoints: ceil(lm_head copy / tp)."""
     if _checkpoints_fp32_inputs(job):
         return ceil(act.lm_head_autocast_copy_bytes(dims) / job.parallel.tp)
-    return state.autocast_cache_bytes(spec, job)
+    return model_state.autocast_cache_bytes(spec, job)
 
 
 def embedding_grad_bytes_per_card(dims: Dims, job: TrainJob) -> int:
@@ -553,7 +552,7 @@ def train_ledger(
     machine: MachineProfile,
     defaults: rt.RuntimeDefaults = rt.DEFAULTS,
 ) -> Ledger:
-    """Training (full, LoRA, QLoRA): model state (state.py), saved activations and the loss
+    """Training (full, LoRA, QLoRA): model state (model_state.py), saved activations and the loss
     (activations.py) per card, the peak over the phases of ``train_phases``; host RAM holds the
     processes, offloaded state, dataloader workers and the checkpoint's page cache."""
     parallel = job.parallel
@@ -564,12 +563,16 @@ def train_ledger(
     optimizer_offloaded = job.offload in ("optimizer", "params")
     params_offloaded = job.offload == "params"
 
-    weights_bytes = 0 if params_offloaded else state.param_bytes_per_card(spec, job)
-    grads_bytes = state.grad_bytes_per_card(spec, job)
-    accumulated_grads_bytes = state.accumulated_grad_bytes(spec, job)
-    optimizer_bytes = 0 if optimizer_offloaded else state.optimizer_state_bytes_per_card(spec, job)
-    optimizer_temp_bytes = 0 if optimizer_offloaded else state.optimizer_step_temp_bytes(spec, job)
-    gathered_bytes = state.gathered_layer_param_bytes(spec, job)
+    weights_bytes = 0 if params_offloaded else model_state.param_bytes_per_card(spec, job)
+    grads_bytes = model_state.grad_bytes_per_card(spec, job)
+    accumulated_grads_bytes = model_state.accumulated_grad_bytes(spec, job)
+    optimizer_bytes = (
+        0 if optimizer_offloaded else model_state.optimizer_state_bytes_per_card(spec, job)
+    )
+    optimizer_temp_bytes = (
+        0 if optimizer_offloaded else model_state.optimizer_step_temp_bytes(spec, job)
+    )
+    gathered_bytes = model_state.gathered_layer_param_bytes(spec, job)
     held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job)
     autocast_bytes = autocast_cache_bytes_per_card(spec, dims, job)
     loss_saved_bytes = ceil(act.loss_saved_bytes(dims, tokens) / parallel.tp)
@@ -580,22 +583,22 @@ def train_ledger(
         Item(
             "parameters" + (" (frozen base + adapters)" if job.is_lora else ""),
             weights_bytes,
-            "state.param_bytes_per_card: params x dtype / tp / pp (/ dp under ZeRO-3/FSDP)",
+            "model_state.param_bytes_per_card: params x dtype / tp / pp (/ dp under ZeRO-3/FSDP)",
         ),
         Item(
             "gradients",
             grads_bytes,
-            "state.grad_bytes_per_card: trainable params x dtype (/ dp under ZeRO-2/3)",
+            "model_state.grad_bytes_per_card: trainable params x dtype (/ dp under ZeRO-2/3)",
         ),
         Item(
             f"optimizer states ({job.optimizer})",
             optimizer_bytes,
-            "state.optimizer_state_bytes_per_card (PyTorch keeps states in the parameter dtype)",
+            "model_state.optimizer_state_bytes_per_card (PyTorch keeps states in the parameter dtype)",
         ),
         Item(
             f"optimizer step temporaries ({job.optimizer_impl})",
             optimizer_temp_bytes,
-            "state.optimizer_step_temp_bytes: foreach AdamW's sqrt list",
+            "model_state.optimizer_step_temp_bytes: foreach AdamW's sqrt list",
         ),
         Item(
             f"saved activations ({job.checkpointing} checkpointing)",
@@ -676,7 +679,7 @@ def _train_host_items(spec: ModelSpec, job: TrainJob) -> list[Item]:
         items.append(
             Item(
                 "offloaded optimizer step (fp32 master + Adam m, v + fp32 gradients)",
-                state.offloaded_optimizer_host_bytes(spec, job),
+                model_state.offloaded_optimizer_host_bytes(spec, job),
                 "ZeRO-Offload runs DeepSpeedCPUAdam on fp32 partitions in host RAM whatever the "
                 "training precision: 16 B per trainable parameter (DeepSpeed 'Memory Requirements' "
                 "estimator, cpu_offload: 16 x params before its 1.5 buffer factor; Ren et al. "
@@ -687,7 +690,7 @@ def _train_host_items(spec: ModelSpec, job: TrainJob) -> list[Item]:
         items.append(
             Item(
                 "offloaded parameters (pinned)",
-                state.offloaded_param_host_bytes(spec, job),
+                model_state.offloaded_param_host_bytes(spec, job),
                 "ZeRO-3 offload keeps the parameter shards on the CPU",
             )
         )

@@ -1,7 +1,7 @@
 """Traffic of a parallel job on the card links and the network, and the compute it hides behind.
 
 One function per term; bytes are per rank (what one card sends over its own link), times in
-seconds.  The verdict (report/links.py) compares ``traffic / link bandwidth`` with the compute
+seconds.  The verdict (verdict/links.py) compares ``traffic / link bandwidth`` with the compute
 time of the same step.
 
 Derivations:

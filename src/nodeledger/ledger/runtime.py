@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MiB = 2**20
-GiB = 2**30
+from nodeledger.units import GiB, MiB
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from nodeledger.errors import ConfigError
-from nodeledger.model.cfg import Cfg
+from nodeledger.model.cfg import ConfigReader
 from nodeledger.model.spec import PARTS, ModelSpec, TensorGroup
 
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -186,7 +186,7 @@ def config_scheme(spec: ModelSpec) -> Scheme:
         if spec.torch_dtype:
             return Scheme(base, source=f"config.json torch_dtype={spec.torch_dtype}")
         return Scheme("bf16", source="config.json gives no torch_dtype: assumed bf16")
-    qc = Cfg(q, spec.source, "quantization_config.")
+    qc = ConfigReader(q, spec.source, "quantization_config.")
     method = (qc.str("quant_method") or "").lower()
     skip = _strip_model(qc.str_list("modules_to_not_convert") or qc.str_list("ignore"))
     src = f"config.json quantization_config quant_method={method}"

@@ -11,7 +11,10 @@ MAX_INT = 2**40  # any size field beyond this is nonsense (a vocab or hidden siz
 MAX_LAYERS = 100_000
 
 
-class Cfg:
+class ConfigReader:
+    """One config.json dict (or a nested table of it), read field by field with type and range
+    checks; every error names the field and the file; defaults applied are recorded."""
+
     def __init__(
         self,
         data: dict[str, Any],
@@ -25,13 +28,13 @@ class Cfg:
         # field -> default value applied because the config omits it (reported, never silent)
         self.defaults: dict[str, Any] = {} if defaults is None else defaults
 
-    def sub(self, key: str) -> Cfg | None:
+    def sub(self, key: str) -> ConfigReader | None:
         value = self.data.get(key)
         if value is None:
             return None
         if not isinstance(value, dict):
             raise self.error(key, f"must be an object, got {type(value).__name__}")
-        return Cfg(value, self.where, f"{self.prefix}{key}.", self.defaults)
+        return ConfigReader(value, self.where, f"{self.prefix}{key}.", self.defaults)
 
     def error(self, key: str, problem: str) -> ConfigError:
         return ConfigError(f"{self.where}: field {self.prefix}{key} {problem}")

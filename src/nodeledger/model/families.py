@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeledger.errors import UnknownFamilyError
-from nodeledger.model.cfg import Cfg
+from nodeledger.model.cfg import ConfigReader
 from nodeledger.model.spec import AttentionLayer, ModelSpec, MoEInfo, Part, TensorGroup
 
 
-class _B:
-    """Accumulates tensor groups."""
+class TensorList:
+    """The tensor groups of one model, accumulated layer by layer as a family builds its spec."""
 
     def __init__(self) -> None:
         self.tensors: list[TensorGroup] = []
@@ -66,7 +66,9 @@ class _B:
 # ---------------------------------------------------------------------------------------
 
 
-def _embed_head(b: _B, vocab: int, hidden: int, tied: bool, head_bias: bool = False) -> None:
+def _embed_head(
+    b: TensorList, vocab: int, hidden: int, tied: bool, head_bias: bool = False
+) -> None:
     b.add(TensorGroup("embed_tokens.weight", "embeddings", "embedding", (vocab, hidden)))
     if not tied:
         b.add(TensorGroup("lm_head.weight", "lm_head", "lm_head", (vocab, hidden)))
@@ -75,7 +77,7 @@ def _embed_head(b: _B, vocab: int, hidden: int, tied: bool, head_bias: bool = Fa
 
 
 def _gated_mlp(
-    b: _B, name: str, part: Part, hidden: int, inter: int, count: int, bias=False
+    b: TensorList, name: str, part: Part, hidden: int, inter: int, count: int, bias=False
 ) -> None:
     """SwiGLU/GeGLU MLP: gate_proj, up_proj (hidden->inter), down_proj (inter->hidden)."""
     mod = {"dense_mlp": "mlp", "shared_experts": "shared", "routed_experts": "expert"}[part]
@@ -96,7 +98,7 @@ class _Attn:
     sinks: bool = False  # gpt_oss: one learned sink logit per head
 
 
-def _gqa_attention(b: _B, hidden: int, a: _Attn, count: int) -> None:
+def _gqa_attention(b: TensorList, hidden: int, a: _Attn, count: int) -> None:
     q_out = a.heads * a.head_dim * (2 if a.q_gate else 1)
     kv_out = a.kv_heads * a.head_dim
     b.linear("layers.*.self_attn.q_proj", "attention", q_out, hidden, count, a.qkv_bias, "attn")
@@ -118,7 +120,7 @@ def _gqa_attention(b: _B, hidden: int, a: _Attn, count: int) -> None:
         b.vec("layers.*.self_attn.sinks", "attention", a.heads, count)
 
 
-def _heads(c: Cfg) -> tuple[int, int, int]:
+def _heads(c: ConfigReader) -> tuple[int, int, int]:
     """(heads, kv_heads, head_dim); head_dim from the config when given, else hidden/heads."""
     hidden = c.int("hidden_size")
     heads = c.int("num_attention_heads")
@@ -138,7 +140,12 @@ SOFTMAX_LAYER_TYPES = {"full_attention", "sliding_attention"}
 
 
 def _softmax_layers(
-    c: Cfg, n_layers: int, kv: int, head_dim: int, default_sliding=None, default_window=None
+    c: ConfigReader,
+    n_layers: int,
+    kv: int,
+    head_dim: int,
+    default_sliding=None,
+    default_window=None,
 ):
     """Attention layers from ``layer_types`` / ``sliding_window`` settings.
 
@@ -164,7 +171,7 @@ def _softmax_layers(
     return out
 
 
-def _dropout(c: Cfg) -> float:
+def _dropout(c: ConfigReader) -> float:
     for key in ("attention_dropout", "attn_pdrop"):
         v = c.raw(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1:
@@ -177,7 +184,9 @@ def _dropout(c: Cfg) -> float:
 EAGER_ONLY = {"gemma2", "bloom"}
 
 
-def _spec(c: Cfg, family: str, b: _B, attention, tied: bool, moe=None, **kw) -> ModelSpec:
+def _spec(
+    c: ConfigReader, family: str, b: TensorList, attention, tied: bool, moe=None, **kw
+) -> ModelSpec:
     quant = c.sub("quantization_config")
     return ModelSpec(
         family=family,
@@ -238,7 +247,7 @@ _DIALECTS: dict[str, _Dialect] = {
 }
 
 
-def _dialect_attn(c: Cfg, d: _Dialect) -> _Attn:
+def _dialect_attn(c: ConfigReader, d: _Dialect) -> _Attn:
     heads, kv, head_dim = _heads(c)
     qkv_bias = c.bool(d.qkv_bias_key, False) if d.qkv_bias_key else d.qkv_bias_fixed
     return _Attn(
@@ -251,14 +260,14 @@ def _dialect_attn(c: Cfg, d: _Dialect) -> _Attn:
     )
 
 
-def _llama_like(c: Cfg, family: str) -> ModelSpec:
+def _llama_like(c: ConfigReader, family: str) -> ModelSpec:
     d = _DIALECTS[family]
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", d.tie_default)
     attn = _dialect_attn(c, d)
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, n_layers * d.norms_per_layer)
@@ -302,7 +311,7 @@ def _llama_like(c: Cfg, family: str) -> ModelSpec:
     return _spec(c, family, b, attention, tied, moe)
 
 
-def _qwen_moe(c: Cfg, b: _B, hidden: int, n_layers: int, shared: bool) -> MoEInfo:
+def _qwen_moe(c: ConfigReader, b: TensorList, hidden: int, n_layers: int, shared: bool) -> MoEInfo:
     experts = c.int("num_experts")
     top_k = c.int("num_experts_per_tok")
     moe_inter = c.int("moe_intermediate_size")
@@ -335,7 +344,7 @@ def _qwen_moe(c: Cfg, b: _B, hidden: int, n_layers: int, shared: bool) -> MoEInf
 # ---------------------------------------------------------------------------------------
 
 
-def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
+def _qwen3_next(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
@@ -360,7 +369,7 @@ def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
     key_dim, value_dim = nk * dk, nv * dv
     conv_dim = 2 * key_dim + value_dim
 
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
@@ -397,13 +406,13 @@ def _qwen3_next(c: Cfg, family: str) -> ModelSpec:
 # ---------------------------------------------------------------------------------------
 
 
-def _moe_layer_flags(c: Cfg, n_layers: int) -> list[bool]:
+def _moe_layer_flags(c: ConfigReader, n_layers: int) -> list[bool]:
     first_dense = c.int("first_k_dense_replace", default=0, min_value=0)
     freq = c.int("moe_layer_freq", default=1)
     return [i >= first_dense and i % freq == 0 for i in range(n_layers)]
 
 
-def _deepseek_moe_mlp(c: Cfg, b: _B, hidden: int, flags: list[bool]) -> MoEInfo:
+def _deepseek_moe_mlp(c: ConfigReader, b: TensorList, hidden: int, flags: list[bool]) -> MoEInfo:
     n_moe = sum(flags)
     n_dense = len(flags) - n_moe
     experts = c.int("n_routed_experts")
@@ -422,7 +431,7 @@ def _deepseek_moe_mlp(c: Cfg, b: _B, hidden: int, flags: list[bool]) -> MoEInfo:
     return MoEInfo(experts, top_k, n_moe, 3 * hidden * moe_inter)
 
 
-def _mla_attention(c: Cfg, b: _B, hidden: int, count: int) -> AttentionLayer:
+def _mla_attention(c: ConfigReader, b: TensorList, hidden: int, count: int) -> AttentionLayer:
     heads = c.int("num_attention_heads")
     q_lora = c.opt_int("q_lora_rank")
     kv_lora = c.int("kv_lora_rank")
@@ -446,7 +455,7 @@ def _mla_attention(c: Cfg, b: _B, hidden: int, count: int) -> AttentionLayer:
     return AttentionLayer("mla", kv_heads=1, latent_dim=kv_lora + rope)
 
 
-def _mtp_note(c: Cfg, spec: ModelSpec, layer_params: int) -> None:
+def _mtp_note(c: ConfigReader, spec: ModelSpec, layer_params: int) -> None:
     n = c.int("num_nextn_predict_layers", default=0, min_value=0)
     if n:
         hidden = spec.hidden_size
@@ -463,12 +472,12 @@ def _mtp_note(c: Cfg, spec: ModelSpec, layer_params: int) -> None:
         )
 
 
-def _deepseek(c: Cfg, family: str) -> ModelSpec:
+def _deepseek(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", False)
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
@@ -495,7 +504,7 @@ def _one_moe_layer_params(spec: ModelSpec) -> int:
     return total
 
 
-def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
+def _glm4_moe(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
@@ -509,7 +518,7 @@ def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
         qkv_bias=c.bool("attention_bias", False),
         qk_norm=c.bool("use_qk_norm", False),
     )
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
@@ -527,7 +536,7 @@ def _glm4_moe(c: Cfg, family: str) -> ModelSpec:
 # ---------------------------------------------------------------------------------------
 
 
-def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
+def _gpt_oss(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
@@ -536,7 +545,7 @@ def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
     experts = c.int("num_local_experts")
     top_k = c.int("num_experts_per_tok", "experts_per_token")
     inter = c.int("intermediate_size")
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
@@ -555,7 +564,7 @@ def _gpt_oss(c: Cfg, family: str) -> ModelSpec:
     return _spec(c, family, b, attention, tied, moe)
 
 
-def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
+def _ernie4_5_moe(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")
@@ -572,7 +581,7 @@ def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
     interval = c.int("moe_layer_interval", default=1)
     flags = [(i + 1) % interval == 0 and start <= i <= end for i in range(n_layers)]
     n_moe = sum(flags)
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied, head_bias=bias)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, 2 * n_layers)
@@ -603,7 +612,7 @@ def _ernie4_5_moe(c: Cfg, family: str) -> ModelSpec:
 # ---------------------------------------------------------------------------------------
 
 
-def _gpt2(c: Cfg, family: str) -> ModelSpec:
+def _gpt2(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("n_embd", "hidden_size")
     n_layers = c.layers("n_layer", "num_hidden_layers")
     heads = c.int("n_head", "num_attention_heads")
@@ -612,7 +621,7 @@ def _gpt2(c: Cfg, family: str) -> ModelSpec:
     positions = c.int("n_positions", "max_position_embeddings", default=1024)
     inner = c.int("n_inner", default=4 * hidden)
     tied = c.bool("tie_word_embeddings", True)
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.add(TensorGroup("wpe.weight", "embeddings", "embedding", (positions, hidden)))
     b.norm("ln_f", hidden, 1, bias=True)
@@ -626,7 +635,7 @@ def _gpt2(c: Cfg, family: str) -> ModelSpec:
     return _spec(c, family, b, attention, tied)
 
 
-def _opt(c: Cfg, family: str) -> ModelSpec:
+def _opt(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     heads = c.int("num_attention_heads")
@@ -637,7 +646,7 @@ def _opt(c: Cfg, family: str) -> ModelSpec:
     bias = c.bool("enable_bias", True)
     affine = c.bool("layer_norm_elementwise_affine", True)
     tied = c.bool("tie_word_embeddings", True)
-    b = _B()
+    b = TensorList()
     b.add(TensorGroup("embed_tokens.weight", "embeddings", "embedding", (vocab, proj)))
     if not tied:
         b.add(TensorGroup("lm_head.weight", "lm_head", "lm_head", (vocab, proj)))
@@ -658,14 +667,14 @@ def _opt(c: Cfg, family: str) -> ModelSpec:
     return _spec(c, family, b, attention, tied)
 
 
-def _bloom(c: Cfg, family: str) -> ModelSpec:
+def _bloom(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size", "n_embed")
     n_layers = c.layers("n_layer", "num_hidden_layers")
     heads = c.int("num_attention_heads", "n_head")
     head_dim = c.divides("hidden_size", hidden, "num_attention_heads", heads)
     vocab = c.int("vocab_size")
     tied = c.bool("tie_word_embeddings", True)
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("word_embeddings_layernorm", hidden, 1, bias=True)
     b.norm("ln_f", hidden, 1, bias=True)
@@ -686,7 +695,7 @@ def _bloom(c: Cfg, family: str) -> ModelSpec:
     return _spec(c, family, b, attention, tied)
 
 
-def _falcon(c: Cfg, family: str) -> ModelSpec:
+def _falcon(c: ConfigReader, family: str) -> ModelSpec:
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     heads = c.int("num_attention_heads")
@@ -705,7 +714,7 @@ def _falcon(c: Cfg, family: str) -> ModelSpec:
     else:
         kv = heads
     qkv_out = (heads + 2 * kv) * head_dim if new_arch or multi_query else 3 * hidden
-    b = _B()
+    b = TensorList()
     _embed_head(b, vocab, hidden, tied)
     b.norm("ln_f", hidden, 1, bias=True)
     if new_arch:
@@ -732,7 +741,7 @@ def _falcon(c: Cfg, family: str) -> ModelSpec:
 # ---------------------------------------------------------------------------------------
 
 
-def _siglip_vision(v: Cfg, b: _B) -> int:
+def _siglip_vision(v: ConfigReader, b: TensorList) -> int:
     vh = v.int("hidden_size", default=768)
     vi = v.int("intermediate_size", default=3072)
     layers = v.layers("num_hidden_layers", default=12)
@@ -760,7 +769,7 @@ def _siglip_vision(v: Cfg, b: _B) -> int:
     return vh
 
 
-def _pixtral_vision(v: Cfg, b: _B) -> int:
+def _pixtral_vision(v: ConfigReader, b: TensorList) -> int:
     vh = v.int("hidden_size", default=1024)
     vi = v.int("intermediate_size", default=4096)
     layers = v.layers("num_hidden_layers", default=24)
@@ -777,7 +786,7 @@ def _pixtral_vision(v: Cfg, b: _B) -> int:
     return vh
 
 
-def _multimodal(c: Cfg, family: str) -> ModelSpec:
+def _multimodal(c: ConfigReader, family: str) -> ModelSpec:
     text = c.sub("text_config")
     vision = c.sub("vision_config")
     if text is None or vision is None:
@@ -788,7 +797,7 @@ def _multimodal(c: Cfg, family: str) -> ModelSpec:
         raise text.error("model_type", f"{text_type!r} is not a supported {family} text model")
     spec = _llama_like(text, text_type)
     spec.model_type = family
-    b = _B()
+    b = TensorList()
     th = spec.hidden_size
     if family == "gemma3":
         vh = _siglip_vision(vision, b)
@@ -837,7 +846,7 @@ def _multimodal(c: Cfg, family: str) -> ModelSpec:
 # Registry
 # ---------------------------------------------------------------------------------------
 
-Builder = Callable[[Cfg, str], ModelSpec]
+Builder = Callable[[ConfigReader, str], ModelSpec]
 
 FAMILIES: dict[str, Builder] = {
     "llama": _llama_like,
@@ -872,7 +881,7 @@ def supported_families() -> list[str]:
 
 def build_spec(config: dict, where: str) -> ModelSpec:
     """Turn one parsed config.json into a ModelSpec; raises ConfigError naming the problem."""
-    c = Cfg(config, where)
+    c = ConfigReader(config, where)
     model_type = c.str("model_type")
     if not model_type:
         raise c.error(

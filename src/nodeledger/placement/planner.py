@@ -2,7 +2,7 @@
 
 1. Units.  Each workload of the plan becomes replicas of ``tp x pp`` cards (serve: ``replicas``
    of them; train: one replica of ``tp x pp x dp`` cards; load: ``ranks`` cards).  Each replica's
-   busiest card and host peak come from the ledger (report/fit.py) for ONE replica.
+   busiest card and host peak come from the ledger (verdict/fit.py) for ONE replica.
 2. Free cards.  Cards holding processes at probe time are taken (``running`` in the result).
 3. Lifeboat.  Every free card is tried as the lifeboat; the plan without it is scored and the
    best kept; ties go to the card whose loss breaks no well-linked group (its best link is the
@@ -36,10 +36,10 @@ from nodeledger.machine.parsers.common import cpulist_ids
 from nodeledger.machine.parsers.numa import compress_cpus
 from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
 from nodeledger.model.spec import ModelSpec
+from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, fit
 
-GiB = 2**30
 WORKER_BYTES = 300 * 2**20  # fit's HostSide.worker_rss_bytes default
 KIND_SCORE = {
     LinkKind.nvlink: 100, LinkKind.xgmi: 100, LinkKind.hccs: 100, LinkKind.pix: 50,

@@ -34,8 +34,8 @@ from pathlib import Path
 from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.machine.parsers.proc import meminfo, pid_stat
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.units import GiB
 
-GiB = 2**30
 EXIT_REFUSED = 4
 POLL_S = 1.0  # --wait: seconds between checks
 SETTLE_S = 120.0  # default --settle
@@ -442,7 +442,7 @@ def resolve_run_machine(ref: str | None):
 
 
 def load_plan_inputs(plan_file: str):
-    """(workloads, specs) of a plan file (a workload catalogue, see report/catalogue.py)."""
+    """(workloads, specs) of a plan file (a workload catalogue, see verdict/catalogue.py)."""
     from nodeledger.verdict.catalogue import load_catalogue, load_specs
 
     ws, _ = load_catalogue(plan_file)

@@ -1,7 +1,7 @@
 """The capacity report: a workload catalogue judged on one machine.
 
-For each workload: the ledger (report/fit.py) for card memory and host RAM, the traffic check
-(report/links.py) for card links and network, and the card count; the tier is the worst of them
+For each workload: the ledger (verdict/fit.py) for card memory and host RAM, the traffic check
+(verdict/links.py) for card links and network, and the card count; the tier is the worst of them
 ("can" / "tight" / "cannot", or "unknown" when the card memory is unknown).  Then, per machine:
 the bottleneck ranking, the serving capacity with the lifeboat rule, how many big loads host RAM
 takes at once, and the scale-out verdict (MISSION.md's three criteria, each with its evidence).
@@ -20,11 +20,11 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
+from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving
 from nodeledger.verdict.links import link_check
 
-GiB = 2**30
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
 ORDER = {"fits": 0, "unknown": 1, "tight": 2, "cannot": 3}
 RESOURCES = ("card memory", "host RAM", "card links", "network", "cards")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from html import escape
 
 from nodeledger.machine.profile import MachineProfile
+from nodeledger.units import GiB
 
-GiB = 2**30
 TIER_COLOUR = {"can": "#2e7d32", "tight": "#ef6c00", "cannot": "#c62828", "unknown": "#616161"}
 
 

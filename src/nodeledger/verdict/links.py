@@ -26,10 +26,10 @@ from nodeledger.ledger import comm
 from nodeledger.ledger.jobs import LoadJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
+from nodeledger.units import GB
 
 RATIO_TIERS = ((0.5, "fits"), (2.0, "tight"))
 ETHERNET_GBIT = (10, 25, 100)  # common plain-Ethernet port speeds, for break-even figures
-GB = 1e9
 
 
 def nic_gbps(machine: MachineProfile) -> tuple[float | None, str]:
@@ -196,6 +196,6 @@ def link_check(
 
 
 def _lora_params(spec: ModelSpec, job: TrainJob) -> int:
-    from nodeledger.ledger import state
+    from nodeledger.ledger import model_state
 
-    return state.trainable_params(spec, job)
+    return model_state.trainable_params(spec, job)

@@ -54,8 +54,8 @@ import statistics
 from collections import deque
 
 from nodeledger.machine.parsers.common import cpulist_ids
+from nodeledger.units import GiB
 
-GiB = 2**30
 CONFIRM = 3
 TOLERANCE = 0.10
 TOLERANCE_BYTES = 1 * GiB

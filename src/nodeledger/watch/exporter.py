@@ -34,10 +34,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from nodeledger.errors import InputError
+from nodeledger.units import MiB
 from nodeledger.verdict.fit import TIGHT
 from nodeledger.watch.analyze import Analyzer
 
-MiB = 2**20
 DEFAULT_LISTEN = "127.0.0.1:9835"
 DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "rocm-smi": "card", "hy-smi": "card",
                  "npu-smi": "davinci"}  # fmt: skip

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nodeledger.errors import InputError
+from nodeledger.units import GiB
 from nodeledger.watch.base import Backend
 
-GiB = 2**30
 CARDS = 8
 CPUS_PER_NODE = 12
 HOST_RAM = 125 * GiB

@@ -50,3 +50,14 @@ def size_to_bytes(value: float, unit: str) -> int:
     if mult is None:
         raise ParseError(f"unknown size unit {unit!r}")
     return round(value * mult)
+
+
+def parse_link_speed(text: str | None) -> float | None:
+    """sysfs ``max_link_speed`` / ``current_link_speed``: "16.0 GT/s PCIe", "8 GT/s", "Unknown"."""
+    if not text:
+        return None
+    head = text.strip().split()
+    try:
+        return float(head[0])
+    except (ValueError, IndexError):
+        return None

@@ -14,6 +14,7 @@ import io
 import re
 
 from nodeledger.errors import InputError
+from nodeledger.units import MiB
 
 QUERY_BASE = "index,name,memory.total,pci.bus_id,mig.mode.current"
 HEALTH_FIELDS = (
@@ -26,7 +27,6 @@ QUERY = f"{QUERY_BASE},{HEALTH_FIELDS}"
 APPS = "gpu_bus_id,pid,process_name,used_memory"
 GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"  # watch, per sample
 DESCRIBE_QUERY = "index,name,uuid,pci.bus_id,memory.total"  # watch, once
-MiB = 2**20
 # row key -> (profile field, nvidia-smi field for its source)
 HEALTH = {
     "persistence": ("persistence_mode", "persistence_mode"),

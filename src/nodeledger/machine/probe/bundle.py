@@ -95,6 +95,11 @@ class ReplayRunner(Runner):
         text = self.read(path)  # the target was recorded as the link's text
         return text.strip() if text else None
 
+    def realpath(self, path: str) -> str | None:
+        """Bundles do not record resolved paths: unknown (never this machine's own /sys)."""
+        self.problems[path] = "resolved paths are not recorded in a bundle"
+        return None
+
     def glob(self, pattern: str) -> list[str]:
         return list(self.manifest.get("globs", {}).get(pattern, []))
 

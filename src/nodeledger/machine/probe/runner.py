@@ -1,4 +1,7 @@
-"""The single choke point for running vendor tools and reading /proc and /sys."""
+"""The one place that runs vendor tools and reads /proc and /sys: every probe, doctor fact,
+watch sample, reservation check, bench and go-live read goes through a ``Runner`` (a live one,
+one over a fake root in tests, or ``bundle.ReplayRunner`` over a support bundle), so a bundle
+replays all of it.  No shell; every tool has a timeout and is killed when hung."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``nodeledger bench``: measure the disks (always) and the cards (with torch), judge every figure
 against what the device class and this machine's topology say it should be.  The work is
-here; ``cli_bench.py`` only renders."""
+here; ``cli/bench.py`` only renders."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def card_part(profile, want: list[int] | None, sizes: C.CardSizes, backend_kind:
     return res
 
 
-def _memory(be: C.Backend, ci: dict, res: dict) -> dict:
+def _memory(be: C.TorchCards, ci: dict, res: dict) -> dict:
     i = ci["card"]
     subj = f"card {i}"
     if ci["busy"]:
@@ -256,7 +256,7 @@ def _memory(be: C.Backend, ci: dict, res: dict) -> dict:
     )
 
 
-def _host_card(be: C.Backend, ci: dict, sz: C.CardSizes, nodes, allowed, res: dict,
+def _host_card(be: C.TorchCards, ci: dict, sz: C.CardSizes, nodes, allowed, res: dict,
                local_cpus: dict, runner: Runner | None = None) -> list[dict]:  # fmt: skip
     i = ci["card"]
     subj = f"card {i}"
@@ -345,7 +345,7 @@ def profile_link(profile, pa: int, pb: int, product: str | None = None, ach_a: f
 
 
 def _peer(
-    be: C.Backend, profile, info: dict, sel: list[int], sz: C.CardSizes, res: dict
+    be: C.TorchCards, profile, info: dict, sel: list[int], sz: C.CardSizes, res: dict
 ) -> list[dict]:
     figs = []
     for a in sel:
@@ -402,7 +402,7 @@ def judge_nccl(parsed: dict, profile) -> dict:
                     expected_text=why)  # fmt: skip
 
 
-def _collectives(be: C.Backend, profile, info: dict, sel: list[int], sz: C.CardSizes, res: dict,
+def _collectives(be: C.TorchCards, profile, info: dict, sel: list[int], sz: C.CardSizes, res: dict,
                  local_cpus: dict) -> list[dict]:  # fmt: skip
     subj = f"cards {','.join(map(str, sel))}"
     results, err = C.run_collectives(be.kind, sel, sz, local_cpus)

@@ -1,4 +1,4 @@
-"""Regressions from review: every bad input is one line on stderr and exit 2."""
+"""Bad model configs, safetensors headers and indexes, machine profiles and save paths: each is one line on stderr and exit 2, and defaults the ledger used are reported, never silent."""
 
 from __future__ import annotations
 

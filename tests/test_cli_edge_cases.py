@@ -1,5 +1,6 @@
-"""Bad input found in a user review: each case is one clear line and exit 2 (or a note), never
-an internal error, and nothing already collected is lost."""
+"""CLI edge cases across commands (watch replays, golive plans, rich markup in tool text, -o
+files, pre-flight, parse --help, bench --cards): each is one clear line and exit 2 (or a note),
+never an internal error, and nothing already collected is lost."""
 
 from __future__ import annotations
 

@@ -1,0 +1,12 @@
+"""Units, defined once.  Binary sizes (KiB, MiB, GiB, TiB = powers of 1024) are what the
+kernel, the drivers and PyTorch report; decimal ones (KB, MB, GB = powers of 1000) are what
+datasheets, disks and networks quote (GB/s, Gbit/s).  Names in the code say which."""
+
+KiB = 2**10
+MiB = 2**20
+GiB = 2**30
+TiB = 2**40
+
+KB = 10**3
+MB = 10**6
+GB = 10**9
