@@ -15,7 +15,6 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
-    Command,
     console,
     exit_with,
     print_json,
@@ -66,7 +65,7 @@ def _pci_card_order() -> None:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 
 
-@click.command("bench", cls=Command)
+@click.command("bench")
 @click.option(
     "--cards",
     "cards",
@@ -267,7 +266,7 @@ def render_peer(con, rep: dict, peer: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-@click.command("golive", cls=Command)
+@click.command("golive")
 @click.option("--plan", "plan", help="Plan (TOML, as for `place`) that must fit with its lifeboat.")
 @click.option(
     "--machine",

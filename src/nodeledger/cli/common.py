@@ -1,5 +1,6 @@
-"""What every command module shares: the console, JSON output, number formatting, and the click
-classes that give arguments a help line.  Command modules import this, never each other."""
+"""What every command module shares: the console, JSON output, number formatting, the machine
+and catalogue a report-like command starts from.  Command modules import this, never each
+other."""
 
 from __future__ import annotations
 
@@ -98,26 +99,3 @@ def catalogue(workloads: str | None):
 
     ws, src = load_catalogue(workloads)
     return ws, load_specs(ws), src
-
-
-class Arg(click.Argument):
-    """A positional argument with a help line (click's own arguments have none)."""
-
-    def __init__(self, *args, help: str | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.help = help
-
-
-class Command(click.Command):
-    """A command whose --help lists its arguments with their help lines."""
-
-    def format_help_text(self, ctx, formatter) -> None:
-        super().format_help_text(ctx, formatter)
-        rows = [
-            (p.make_metavar(ctx), p.help)
-            for p in self.get_params(ctx)
-            if isinstance(p, Arg) and p.help
-        ]
-        if rows:
-            with formatter.section("Arguments"):
-                formatter.write_dl(rows)

@@ -11,8 +11,6 @@ from typing import Any
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     console,
     exit_with,
     gib,
@@ -33,10 +31,9 @@ LEVEL_STYLE = {
 VERDICT_STYLE = {"go": "green", "wait": "yellow", "no-go": "red"}
 
 
-@click.command("doctor", cls=Command)
+@click.command("doctor")
 @click.argument(
     "model",
-    cls=Arg,
     required=False,
     help="Pre-flight this model's job (config.json path, checkpoint folder, catalogue name or cached Hub id); or --model.",
 )

@@ -7,8 +7,6 @@ from typing import Any
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     console,
     escape,
     gib,
@@ -24,9 +22,9 @@ from nodeledger.errors import NodeledgerError
 # ---------------------------------------------------------------------------------------
 
 
-@click.command("fit", cls=Command)
+@click.command("fit")
 @click.argument(
-    "model", cls=Arg, help="config.json path, checkpoint folder, catalogue name or cached Hub id."
+    "model", help="config.json path, checkpoint folder, catalogue name or cached Hub id."
 )
 @click.option(
     "--job", "job", default="serve", show_default=True, help="serve | train | lora | qlora | load"

@@ -10,8 +10,6 @@ import click
 
 from nodeledger.cli.common import (
     UNKNOWN,
-    Arg,
-    Command,
     console,
     escape,
     gib,
@@ -29,7 +27,7 @@ def machine() -> None:
     pass
 
 
-@machine.command("list", cls=Command)
+@machine.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 def machine_list(as_json=False) -> None:
     """List the bundled machine presets."""
@@ -68,7 +66,7 @@ def machine_list(as_json=False) -> None:
     console().print(t)
 
 
-@machine.command("probe", cls=Command)
+@machine.command("probe")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 @click.option("--save", "save", help="Write the profile to FILE (.toml or .json).")
 @click.option(
@@ -101,10 +99,9 @@ def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> No
     _render_machine(profile)
 
 
-@machine.command("show", cls=Command)
+@machine.command("show")
 @click.argument(
     "machine",
-    cls=Arg,
     required=False,
     help="Preset name or profile file (.toml/.json); default: the reference machine.",
 )
@@ -224,7 +221,7 @@ def _render_machine(p) -> None:
         con.print(f"  note: {note}", markup=False)
 
 
-@click.command("bundle", cls=Command)
+@click.command("bundle")
 @click.option(
     "-o",
     "--output",
@@ -259,13 +256,12 @@ def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0) -> None:
     )
 
 
-@click.command("parse", cls=Command)
+@click.command("parse")
 @click.argument(
     "kind",
-    cls=Arg,
     help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | hy-smi | npu-smi | npu-smi-topo | numactl | lscpu",
 )
-@click.argument("file", cls=Arg, help="A recorded output ('-' for standard input).")
+@click.argument("file", help="A recorded output ('-' for standard input).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 def parse_cmd(kind, file, as_json=False) -> None:
     """Explain one recorded tool output (parsed field by field)."""

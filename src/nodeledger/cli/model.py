@@ -7,8 +7,6 @@ from typing import Any
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     console,
     escape,
     gib,
@@ -23,7 +21,7 @@ def model() -> None:
     pass
 
 
-@model.command("list", cls=Command)
+@model.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 def model_list(as_json=False) -> None:
     """List the bundled model catalogue and the supported families."""
@@ -48,10 +46,9 @@ def model_list(as_json=False) -> None:
     con.print("Supported families (model_type): " + ", ".join(supported_families()))
 
 
-@model.command("show", cls=Command)
+@model.command("show")
 @click.argument(
     "model",
-    cls=Arg,
     help="config.json path, checkpoint folder, catalogue name, or Hub id in the local HF cache.",
 )
 @click.option(

@@ -5,18 +5,15 @@ from __future__ import annotations
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     console,
     print_json,
 )
 from nodeledger.errors import NodeledgerError
 
 
-@click.command("oom", cls=Command)
+@click.command("oom")
 @click.argument(
     "files",
-    cls=Arg,
     nargs=-1,
     help="Job logs, or saved kernel logs (dmesg, kern.log, journalctl -k), to read.",
 )

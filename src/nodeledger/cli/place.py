@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     catalogue,
     console,
     escape,
@@ -18,10 +16,9 @@ from nodeledger.cli.common import (
 from nodeledger.errors import NodeledgerError
 
 
-@click.command("place", cls=Command)
+@click.command("place")
 @click.argument(
     "plan_file",
-    cls=Arg,
     type=click.Path(path_type=Path),
     help="Plan (TOML): workloads as in the report's catalogue, with replicas, priority and command.",
 )

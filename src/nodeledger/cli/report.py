@@ -9,8 +9,6 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     catalogue,
     console,
     escape,
@@ -54,7 +52,7 @@ def _write(text: str, out: Path | None) -> None:
     sys.stderr.write(f"wrote {out} ({len(text.encode()):,} bytes)\n")
 
 
-@click.command("report", cls=Command)
+@click.command("report")
 @click.option(
     "--machine",
     "machine",
@@ -184,10 +182,9 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
             sys.stderr.write(f"wrote {output}\n")
 
 
-@click.command("compare", cls=Command)
+@click.command("compare")
 @click.argument(
     "machines",
-    cls=Arg,
     nargs=-1,
     required=True,
     help="Two or more presets, profile files or bundles.",

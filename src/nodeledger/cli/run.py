@@ -16,8 +16,6 @@ import time
 import click
 
 from nodeledger.cli.common import (
-    Arg,
-    Command,
     console,
 )
 from nodeledger.errors import InputError
@@ -40,10 +38,9 @@ def _err(line: str) -> None:
     sys.stderr.flush()
 
 
-@click.command("run", cls=Command)
+@click.command("run", help=HELP)
 @click.argument(
     "args",
-    cls=Arg,
     nargs=-1,
     help='"id#n" or a workload id, then the command after -- (argv, no shell).',
     metavar="REPLICA [-- CMD...]",

@@ -17,7 +17,6 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
-    Command,
     console,
     exit_with,
     print_json,
@@ -117,7 +116,7 @@ def _positive(name: str, v: float | None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@click.command("watch", cls=Command)
+@click.command("watch")
 @click.option(
     "--interval",
     "interval",
@@ -468,7 +467,7 @@ def _render_summary(s: dict, header: dict) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@click.command("exporter", cls=Command)
+@click.command("exporter")
 @click.option(
     "--listen",
     "listen",
