@@ -19,6 +19,7 @@ from nodeledger.cli.common import (
     exit_with,
     print_json,
 )
+from nodeledger.cli.options import json_option, tool_timeout_option
 from nodeledger.errors import NodeledgerError
 
 VERDICT_STYLE = {"ok": "green", "low": "dark_orange", "bad": "red", "unknown": "grey50",
@@ -100,7 +101,7 @@ def _pci_card_order() -> None:
     help="The collective of --compare-nccl when its file name does not say (all_reduce, all_gather, ...).",
 )
 @click.option("--no-cards", "no_cards", is_flag=True, help="Disk only: skip the card parts.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 def bench(
     cards=None,
     quick=False,
@@ -291,14 +292,7 @@ def render_peer(con, rep: dict, peer: list[dict]) -> None:
 @click.option(
     "--format", "-f", "fmt", default="terminal", show_default=True, help="terminal | md | json"
 )
-@click.option(
-    "--timeout",
-    "timeout",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds each vendor tool may run.",
-)
+@tool_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def golive(
     plan=None,

@@ -16,7 +16,7 @@ from nodeledger.cli.common import (
     gib,
     print_json,
 )
-from nodeledger.cli.options import job_options
+from nodeledger.cli.options import job_options, json_option, online_option, tool_timeout_option
 from nodeledger.errors import NodeledgerError
 
 SEV_STYLE = {"ok": "green", "skip": "grey50", "unknown": "grey50", "info": "cyan",
@@ -59,14 +59,7 @@ VERDICT_STYLE = {"go": "green", "wait": "yellow", "no-go": "red"}
     multiple=True,
     help="A dataset path to check for a network filesystem (repeatable).",
 )
-@click.option(
-    "--timeout",
-    "timeout",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds each vendor tool may run.",
-)
+@tool_timeout_option
 @click.option(
     "--lifeboat",
     "lifeboat",
@@ -75,10 +68,8 @@ VERDICT_STYLE = {"go": "green", "wait": "yellow", "no-go": "red"}
     show_default=True,
     help="--job: cards to keep free for triage (default 1).",
 )
-@click.option(
-    "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@online_option
+@json_option
 @job_options
 def doctor(
     model=None,

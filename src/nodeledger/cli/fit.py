@@ -14,7 +14,7 @@ from nodeledger.cli.common import (
     print_json,
     ranges,
 )
-from nodeledger.cli.options import job_options
+from nodeledger.cli.options import job_options, json_option, online_option
 from nodeledger.errors import NodeledgerError
 
 # ---------------------------------------------------------------------------------------
@@ -41,10 +41,8 @@ from nodeledger.errors import NodeledgerError
     show_default=True,
     help="Cards --search keeps free for triage (default 1).",
 )
-@click.option(
-    "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@online_option
+@json_option
 @job_options
 def fit_cmd(
     model,

@@ -17,6 +17,7 @@ from nodeledger.cli.common import (
     print_json,
     ranges,
 )
+from nodeledger.cli.options import json_option, tool_timeout_option
 from nodeledger.errors import NodeledgerError
 
 
@@ -28,7 +29,7 @@ def machine() -> None:
 
 
 @machine.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 def machine_list(as_json=False) -> None:
     """List the bundled machine presets."""
     from nodeledger.machine import DEFAULT_PRESET, list_presets, resolve_machine
@@ -67,16 +68,9 @@ def machine_list(as_json=False) -> None:
 
 
 @machine.command("probe")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 @click.option("--save", "save", help="Write the profile to FILE (.toml or .json).")
-@click.option(
-    "--timeout",
-    "timeout",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds each vendor tool may run.",
-)
+@tool_timeout_option
 @click.option("--from", "from_bundle", help="Replay a support bundle instead of probing live.")
 def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> None:
     """Probe this machine (Linux /proc and /sys, nvidia-smi): cards, links, NUMA, RAM, NICs, mounts."""
@@ -105,7 +99,7 @@ def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> No
     required=False,
     help="Preset name or profile file (.toml/.json); default: the reference machine.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 @click.option("--save", "save", help="Also write the profile to FILE (.toml or .json).")
 def machine_show(machine=None, as_json=False, save=None) -> None:
     """Show a machine profile: cards, links, host, network, storage — each figure with its source."""
@@ -230,14 +224,7 @@ def _render_machine(p) -> None:
     show_default=True,
     help="Archive to write (.tar.gz).",
 )
-@click.option(
-    "--timeout",
-    "timeout",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds each vendor tool may run.",
-)
+@tool_timeout_option
 def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0) -> None:
     """Collect every raw output of a probe (commands, /proc and /sys files) into one archive;
     `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere."""
@@ -262,7 +249,7 @@ def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0) -> None:
     help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | hy-smi | npu-smi | npu-smi-topo | numactl | lscpu",
 )
 @click.argument("file", help="A recorded output ('-' for standard input).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 def parse_cmd(kind, file, as_json=False) -> None:
     """Explain one recorded tool output (parsed field by field)."""
     from nodeledger.machine.parsers import parse_kind

@@ -12,6 +12,7 @@ from nodeledger.cli.common import (
     gib,
     print_json,
 )
+from nodeledger.cli.options import json_option, online_option
 
 
 @click.group(
@@ -22,7 +23,7 @@ def model() -> None:
 
 
 @model.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 def model_list(as_json=False) -> None:
     """List the bundled model catalogue and the supported families."""
     from nodeledger.model import catalogue, supported_families
@@ -54,10 +55,8 @@ def model_list(as_json=False) -> None:
 @click.option(
     "--dtype", "dtype", help="Weight scheme to detail: bf16 fp16 fp32 fp8 int8 int4 nf4 mxfp4."
 )
-@click.option(
-    "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@online_option
+@json_option
 def model_show(model, dtype=None, online=False, as_json=False) -> None:
     """Parameters (total, active, by part), weight bytes per dtype, KV cache bytes per token."""
     from nodeledger.model import load_model

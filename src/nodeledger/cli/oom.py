@@ -8,6 +8,7 @@ from nodeledger.cli.common import (
     console,
     print_json,
 )
+from nodeledger.cli.options import json_option
 from nodeledger.errors import NodeledgerError
 
 
@@ -44,7 +45,7 @@ from nodeledger.errors import NodeledgerError
     show_default=True,
     help="Seconds dmesg / journalctl may run.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 def oom(
     files=None, since=None, no_kernel_log=False, window=60.0, timeout=5.0, as_json=False
 ) -> None:

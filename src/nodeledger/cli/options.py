@@ -11,6 +11,21 @@ from nodeledger.ledger.jobs import JOB_OPTIONS
 
 _TYPES = {int: int, float: float, str: None}
 
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout."
+)
+online_option = click.option(
+    "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
+)
+tool_timeout_option = click.option(
+    "--timeout",
+    "timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds each vendor tool may run.",
+)
+
 
 def job_options(func):
     """Add every job option to a click command function (values arrive in ``**job_opts``,

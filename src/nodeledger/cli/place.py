@@ -13,6 +13,7 @@ from nodeledger.cli.common import (
     print_json,
     report_machine,
 )
+from nodeledger.cli.options import json_option
 from nodeledger.errors import NodeledgerError
 
 
@@ -58,7 +59,7 @@ from nodeledger.errors import NodeledgerError
     show_default=True,
     help="Slurm NodeName for gres.conf.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
 def place(
     plan_file,
     machine=None,

@@ -15,6 +15,7 @@ from nodeledger.cli.common import (
     num,
     report_machine,
 )
+from nodeledger.cli.options import json_option
 from nodeledger.errors import NodeledgerError
 
 # ---------------------------------------------------------------------------------------
@@ -52,32 +53,37 @@ def _write(text: str, out: Path | None) -> None:
     sys.stderr.write(f"wrote {out} ({len(text.encode()):,} bytes)\n")
 
 
+workloads_option = click.option(
+    "--workloads",
+    "workloads",
+    help="Workload catalogue (TOML); '+FILE' adds FILE to the bundled default catalogue.",
+)
+output_option = click.option(
+    "-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file."
+)
+lifeboat_option = click.option(
+    "--lifeboat",
+    "lifeboat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cards kept free for triage.",
+)
+
+
 @click.command("report")
 @click.option(
     "--machine",
     "machine",
     help="Preset, profile file or bundle (.tar.gz); default: probe this host, or the bundled reference machine when it has no accelerator.",
 )
-@click.option(
-    "--workloads",
-    "workloads",
-    help="Workload catalogue (TOML); '+FILE' adds FILE to the bundled default catalogue.",
-)
+@workloads_option
 @click.option(
     "--format", "-f", "fmt", help="terminal | md | json | html (default: from -o's suffix)."
 )
-@click.option(
-    "-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file."
-)
-@click.option(
-    "--lifeboat",
-    "lifeboat",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Cards kept free for triage (default 1).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@output_option
+@lifeboat_option
+@json_option
 def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, as_json=False) -> None:
     """Capacity report: can / tight / cannot for each workload, what binds, serving capacity
     with the lifeboat card, big loads at once, links and network, and the scale-out verdict."""
@@ -189,25 +195,12 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
     required=True,
     help="Two or more presets, profile files or bundles.",
 )
-@click.option(
-    "--workloads",
-    "workloads",
-    help="Workload catalogue (TOML); '+FILE' adds FILE to the bundled default catalogue.",
-)
+@workloads_option
 @click.option("--price", "price", multiple=True, help="MACHINE=AMOUNT (any currency), repeatable.")
 @click.option("--format", "-f", "fmt", help="terminal | md | json (default: from -o's suffix).")
-@click.option(
-    "-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file."
-)
-@click.option(
-    "--lifeboat",
-    "lifeboat",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Cards kept free for triage (default 1).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@output_option
+@lifeboat_option
+@json_option
 def compare_cmd(
     machines, workloads=None, price=None, fmt=None, output=None, lifeboat=1, as_json=False
 ) -> None:

@@ -22,7 +22,7 @@ from nodeledger.cli.common import (
     print_json,
     report_machine,
 )
-from nodeledger.cli.options import job_options
+from nodeledger.cli.options import job_options, json_option
 from nodeledger.errors import InputError
 from nodeledger.units import GiB
 
@@ -116,6 +116,78 @@ def _positive(name: str, v: float | None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _sampled_and_verified(func):
+    """The options watch and exporter share: where the samples come from and what they are
+    verified against."""
+    for option in reversed(_SHARED):
+        func = option(func)
+    return func
+
+
+_SHARED = [
+    click.option(
+        "--backend",
+        "backend",
+        default="auto",
+        show_default=True,
+        help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO",
+    ),
+    click.option(
+        "--plan",
+        "plan",
+        help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
+    ),
+    click.option("--model", "model", help="MODEL for --job (as `fit` takes it)."),
+    click.option(
+        "--job",
+        "job",
+        help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
+    ),
+    click.option(
+        "--cards",
+        "cards",
+        help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1.",
+    ),
+    click.option(
+        "--machine",
+        "machine",
+        help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
+    ),
+    click.option(
+        "--idle-window",
+        "idle_window",
+        type=float,
+        default=60.0,
+        show_default=True,
+        help="Seconds a card must stay below the idle threshold.",
+    ),
+    click.option(
+        "--tolerance",
+        "tolerance",
+        type=float,
+        default=0.1,
+        show_default=True,
+        help="Above plan: more than prediction x (1 + this) + --tolerance-gib.",
+    ),
+    click.option(
+        "--tolerance-gib",
+        "tolerance_gib",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="The fixed part of the above-plan tolerance (GiB).",
+    ),
+    click.option(
+        "--timeout",
+        "timeout",
+        type=float,
+        default=5.0,
+        show_default=True,
+        help="Seconds each vendor tool call may take.",
+    ),
+]
+
+
 @click.command("watch")
 @click.option(
     "--interval",
@@ -127,34 +199,6 @@ def _positive(name: str, v: float | None) -> None:
 )
 @click.option("--samples", "samples", type=int, help="Stop after N samples.")
 @click.option("--duration", "duration", type=float, help="Stop after S seconds.")
-@click.option(
-    "--backend",
-    "backend",
-    default="auto",
-    show_default=True,
-    help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO",
-)
-@click.option(
-    "--plan",
-    "plan",
-    help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
-)
-@click.option("--model", "model", help="MODEL for --job (as `fit` takes it).")
-@click.option(
-    "--job",
-    "job",
-    help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
-)
-@click.option(
-    "--cards",
-    "cards",
-    help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1.",
-)
-@click.option(
-    "--machine",
-    "machine",
-    help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
-)
 @click.option(
     "--record",
     "record",
@@ -173,39 +217,8 @@ def _positive(name: str, v: float | None) -> None:
 @click.option(
     "--fail-on-idle", "fail_on_idle", is_flag=True, help="Exit 5 when an idle card was found."
 )
-@click.option(
-    "--idle-window",
-    "idle_window",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds a card must stay below the idle threshold.",
-)
-@click.option(
-    "--tolerance",
-    "tolerance",
-    type=float,
-    default=0.1,
-    show_default=True,
-    help="Above plan: more than prediction x (1 + this) + --tolerance-gib.",
-)
-@click.option(
-    "--tolerance-gib",
-    "tolerance_gib",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="The fixed part of the above-plan tolerance (GiB).",
-)
-@click.option(
-    "--timeout",
-    "timeout",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds each vendor tool call may take.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
+@json_option
+@_sampled_and_verified
 @job_options
 def watch(
     interval=1.0,
@@ -490,68 +503,9 @@ def _render_summary(s: dict, header: dict) -> None:
     help="Seconds between samples.",
 )
 @click.option(
-    "--backend",
-    "backend",
-    default="auto",
-    show_default=True,
-    help="auto | nvml | nvidia-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO",
-)
-@click.option(
-    "--plan",
-    "plan",
-    help="PLAN.toml (as for `place`) or `place --json` output: verify each replica's cards against the ledger.",
-)
-@click.option("--model", "model", help="MODEL for --job (as `fit` takes it).")
-@click.option(
-    "--job",
-    "job",
-    help="serve | train | lora | qlora | load: verify against this job's ledger (with fit's options).",
-)
-@click.option(
-    "--cards",
-    "cards",
-    help="Cards the --job runs on, rank order (e.g. 0-7 or 4,5); default 0..n-1.",
-)
-@click.option(
-    "--machine",
-    "machine",
-    help="Machine for the ledger (preset, file, bundle); default: probe this host (a replay: its recorded preset, else the reference machine).",
-)
-@click.option(
-    "--idle-window",
-    "idle_window",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds a card must stay below the idle threshold.",
-)
-@click.option(
-    "--tolerance",
-    "tolerance",
-    type=float,
-    default=0.1,
-    show_default=True,
-    help="Above plan: more than prediction x (1 + this) + --tolerance-gib.",
-)
-@click.option(
-    "--tolerance-gib",
-    "tolerance_gib",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="The fixed part of the above-plan tolerance (GiB).",
-)
-@click.option(
-    "--timeout",
-    "timeout",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds each vendor tool call may take.",
-)
-@click.option(
     "--duration", "duration", type=float, help="Stop after S seconds (default: until Ctrl-C)."
 )
+@_sampled_and_verified
 @job_options
 def exporter(
     listen="127.0.0.1:9835",
