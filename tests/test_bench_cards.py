@@ -13,6 +13,7 @@ from nodeledger.bench import cards as C
 from nodeledger.bench import disk as D
 from nodeledger.bench.suite import run_bench
 from nodeledger.machine import resolve_machine
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
@@ -75,10 +76,10 @@ def test_numa_cpus_from_profile_else_sysfs(tmp_path):
 
 
 def test_bus_ids_and_pcie_link_from_sysfs(tmp_path):
-    assert C.norm_bus("00000000:04:00.0") == "0000:04:00.0"
-    assert C.norm_bus("04:00.0") == "0000:04:00.0"
-    assert C.norm_bus("0000:B5:00") == "0000:b5:00.0"
-    assert C.norm_bus(None) is None
+    assert pci_address("00000000:04:00.0") == "0000:04:00.0"
+    assert pci_address("04:00.0") == "0000:04:00.0"
+    assert pci_address("0000:B5:00") == "0000:b5:00.0"
+    assert pci_address(None) is None
     port = tmp_path / "sys/devices/pci0000:00/0000:00:01.0"
     dev = port / "0000:04:00.0"
     dev.mkdir(parents=True)

@@ -16,13 +16,13 @@ from conftest import FIXTURES, run_cli
 from nodeledger.doctor import load_state, run_checks
 from nodeledger.doctor.checks import CHECK_IDS, pcie_acs
 from nodeledger.doctor.machine_state import MachineState
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.lspci import parse_lspci
 from nodeledger.machine.probe import Runner
 from nodeledger.machine.probe.bundle import write_bundle
 from nodeledger.machine.probe.facts import (
     ENV_KEYS,
     Facts,
-    bus_address,
     cpuset,
     hf_cache,
 )
@@ -301,7 +301,7 @@ def test_acs_redirect_on_a_switch_above_two_cards():
 
 def test_small_helpers():
     assert cpuset("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11} and cpuset("x") is None
-    assert bus_address("00000000:9A:00.0") == bus_address("9a:00.0") == "0000:9a:00.0"
+    assert pci_address("00000000:9A:00.0") == pci_address("9a:00.0") == "0000:9a:00.0"
     assert hf_cache({"HOME": "/h"}) == (
         "/h/.cache/huggingface/hub",
         "~/.cache/huggingface/hub (HOME)",

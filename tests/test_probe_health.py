@@ -12,6 +12,7 @@ import pytest
 
 from conftest import FIXTURES, SHARED
 from nodeledger.machine.parsers import nvidia_smi
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.nvidia_query import QUERY, QUERY_BASE, parse_query_csv
 from nodeledger.machine.probe import Runner, probe_machine
 from test_probe import _fake_root, _tool
@@ -135,13 +136,31 @@ def test_compute_apps_empty_na_and_commas():
         nvidia_smi.parse_compute_apps("00000000:18:00.0, x, y, 1\n")
 
 
-def test_bus_key_spellings():
-    assert (
-        nvidia_smi.bus_key("00000000:9A:00.0")
-        == nvidia_smi.bus_key("0000:9a:00.0")
-        == "0000:9a:00.0"
-    )
-    assert nvidia_smi.bus_key(None) is None
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "00000000:18:00.0",
+        "0000:18:00.0",
+        "18:00.0",
+        "0000:18:00",
+        "0000:18:00.0 ",
+        "00000000:18:00",
+    ],
+)
+def test_one_pci_bus_id_spelling(spelling):
+    """The spellings the old normalisers disagreed on ("18:00.0" -> "18:00.0" in one of them,
+    "0000:18:00" -> None / "0000:18:00" / "0000:18:00.0") all become the one key every match
+    (probe, watch, doctor, bench) uses."""
+    assert pci_address(spelling) == "0000:18:00.0"
+
+
+@pytest.mark.parametrize("text", [None, "", "N/A", "[Not Supported]", "18:00.9", "zz:00.0"])
+def test_not_a_pci_bus_id(text):
+    assert pci_address(text) is None
+
+
+def test_pci_bus_id_hex_case():
+    assert pci_address("00000000:9A:00.0") == pci_address("0000:9a:00.0") == "0000:9a:00.0"
 
 
 # -- -q text, -q -x XML, table: health read off each recording -----------------------------------

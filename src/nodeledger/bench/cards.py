@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from nodeledger.machine.parsers.common import cpulist_ids, parse_link_speed
+from nodeledger.machine.parsers.common import cpulist_ids, parse_link_speed, pci_address
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.units import GiB, MiB
 
@@ -246,26 +246,11 @@ def binding_sets(card_node: int | None, nodes: dict[int, set[int]], allowed: set
     return local, others[0][1], others[0][0], ""
 
 
-def norm_bus(bus: str | None) -> str | None:
-    """ "00000000:04:00.0" / "0000:04:00.0" / "04:00.0" -> "0000:04:00.0"."""
-    if not bus:
-        return None
-    b = bus.strip().lower()
-    parts = b.split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    if len(parts) != 3:
-        return b
-    dom = parts[0][-4:].rjust(4, "0")
-    fn = parts[2] if "." in parts[2] else parts[2] + ".0"
-    return f"{dom}:{parts[1]}:{fn}"
-
-
 def pcie_link(bus: str | None, runner: Runner | None = None) -> dict:
     """The card's PCIe link from sysfs (through ``runner``; default: live): max and current
     speed (GT/s) and width, limited by the port above it (a Gen4 card in a Gen3 slot runs Gen3)."""
     out = {"max_gts": None, "max_width": None, "cur_gts": None, "cur_width": None, "source": None}
-    b = norm_bus(bus)
+    b = pci_address(bus)
     if not b:
         return out
     r = _runner(runner)

@@ -13,6 +13,7 @@ from nodeledger.bench import cards as C
 from nodeledger.bench import disk as D
 from nodeledger.bench import judge as J
 from nodeledger.errors import InputError
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
 
 PARTS = ("host_card", "peer", "collective", "memory")
@@ -162,10 +163,10 @@ def _unavailable_cards(reason: str, backend: str | None = None) -> dict:
 def _match(profile, idx: int, bus: str | None):
     """The profile accelerator of torch card ``idx``: by PCI bus id, else by index."""
     accs = profile.accelerators
-    nb = C.norm_bus(bus)
+    nb = pci_address(bus)
     if nb:
         for a in accs:
-            if C.norm_bus(a.pci_bus_id) == nb:
+            if pci_address(a.pci_bus_id) == nb:
                 return a, "PCI bus id"
     for a in accs:
         if a.index == idx:
@@ -174,7 +175,7 @@ def _match(profile, idx: int, bus: str | None):
 
 
 def _sysfs_numa(bus: str | None, runner: Runner | None = None) -> int | None:
-    b = C.norm_bus(bus)
+    b = pci_address(bus)
     if not b:
         return None
     text = _runner(runner).read(f"/sys/bus/pci/devices/{b}/numa_node")
@@ -204,7 +205,7 @@ def card_part(profile, want: list[int] | None, sizes: C.CardSizes, backend_kind:
         acc, how = _match(profile, i, pr["bus_id"])
         bus = pr["bus_id"] or (acc.pci_bus_id if acc else None)
         numa = acc.numa_node if acc and acc.numa_node is not None else _sysfs_numa(bus, runner)
-        info[i] = {"card": i, "name": pr["name"], "bus_id": C.norm_bus(bus), "numa_node": numa,
+        info[i] = {"card": i, "name": pr["name"], "bus_id": pci_address(bus), "numa_node": numa,
                    "profile_card": acc.index if acc else None, "matched_by": how,
                    "total_bytes": pr["total_bytes"] or (acc.memory_bytes if acc else None),
                    "busy": [f"pid {p.pid} ({p.name or '?'})" for p in acc.processes] if acc else [],

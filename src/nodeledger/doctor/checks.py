@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nodeledger.doctor.machine_state import MachineState
-from nodeledger.machine.probe.facts import Facts, MountEntry, Proc, bus_address, cpuset, hf_cache
+from nodeledger.machine.parsers.common import pci_address
+from nodeledger.machine.probe.facts import Facts, MountEntry, Proc, cpuset, hf_cache
 from nodeledger.machine.probe.linux import NETWORK_FS
 from nodeledger.machine.profile import Accelerator, MachineProfile
 from nodeledger.units import GiB, MiB
@@ -513,7 +514,7 @@ def iommu_p2p(s: MachineState, **_) -> Finding:
             Evidence("kernel iommu flags", " ".join(flags) or "none", "/proc/cmdline")
         )
     groups = fa.iommu_groups or {}
-    card_groups = {a.index: groups.get(bus_address(a.pci_bus_id) or "") for a in cards}
+    card_groups = {a.index: groups.get(pci_address(a.pci_bus_id) or "") for a in cards}
     for i, g in card_groups.items():
         if g is not None:
             t = fa.iommu_types.get(g)
@@ -560,7 +561,7 @@ def pcie_acs(s: MachineState, **_) -> Finding:
         return f
     buses = []
     for a in cards:
-        addr = bus_address(a.pci_bus_id)
+        addr = pci_address(a.pci_bus_id)
         if addr:
             dom, bus = addr.split(":")[:2]
             buses.append((a.index, int(dom, 16), int(bus, 16)))

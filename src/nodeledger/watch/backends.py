@@ -27,6 +27,7 @@ import contextlib
 
 from nodeledger.errors import NodeledgerError
 from nodeledger.machine.parsers.amd_smi import parse_rocm_json, parse_rocm_pids
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.npu_smi import parse_npu
 from nodeledger.machine.parsers.nvidia_query import (
     APPS,
@@ -35,7 +36,7 @@ from nodeledger.machine.parsers.nvidia_query import (
     parse_describe_query,
     parse_gpu_query,
 )
-from nodeledger.machine.parsers.nvidia_smi import bus_key, parse_compute_apps
+from nodeledger.machine.parsers.nvidia_smi import parse_compute_apps
 from nodeledger.machine.probe.nvml import NvmlHung, NvmlSession, as_text
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.watch.base import Backend, WatchError
@@ -45,7 +46,7 @@ __all__ = ["BACKENDS", "Backend", "WatchError", "clear_records", "open_backend"]
 
 
 def _sys_numa(r: Runner, bus: str | None) -> int | None:
-    key = bus_key(bus)
+    key = pci_address(bus)
     if not key:
         return None
     v = (r.read(f"/sys/bus/pci/devices/{key}/numa_node") or "").strip()
@@ -179,7 +180,7 @@ class NvidiaSmiBackend(Backend):
         cards = parse_describe_query(text)
         for c in cards:
             c["numa_node"] = _sys_numa(self.r, c["pci_bus_id"])
-            self.bus_index[bus_key(c["pci_bus_id"]) or ""] = c["index"]
+            self.bus_index[pci_address(c["pci_bus_id"]) or ""] = c["index"]
         clear_records(self.r)
         if not cards:
             raise WatchError("nvidia-smi lists no GPU")
@@ -202,7 +203,7 @@ class NvidiaSmiBackend(Backend):
         for c in cards:
             c["processes"] = None if apps is None else []
         for a in apps or []:
-            c = by_index.get(self.bus_index.get(bus_key(a["gpu_bus_id"]) or "", -1))
+            c = by_index.get(self.bus_index.get(pci_address(a["gpu_bus_id"]) or "", -1))
             if c is not None:
                 c["processes"].append(
                     {"pid": a["pid"], "name": a["process_name"], "used_bytes": a["used_bytes"]}

@@ -61,3 +61,20 @@ def parse_link_speed(text: str | None) -> float | None:
         return float(head[0])
     except (ValueError, IndexError):
         return None
+
+
+_PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?")
+
+
+def pci_address(bus: str | None) -> str | None:
+    """A PCI bus id in the one spelling every match uses, ``dddd:bb:dd.f`` in lower case:
+    nvidia-smi's "00000000:18:00.0", sysfs' "0000:18:00.0", lspci's short "18:00.0" and a
+    device address without its function, "0000:18:00" (function 0), all become "0000:18:00.0".
+    None for no text or text that is not a bus id."""
+    if not bus:
+        return None
+    m = _PCI.fullmatch(bus.strip().lower())
+    if not m:
+        return None
+    domain, bus_no, device, function = m.groups()
+    return f"{int(domain or '0', 16):04x}:{bus_no}:{device}.{function or '0'}"

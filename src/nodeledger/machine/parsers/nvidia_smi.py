@@ -371,16 +371,6 @@ def _q_processes(tree: list[tuple[int, str, str | None]], gpu: int) -> list[SmiP
     ]
 
 
-def bus_key(bus: str | None) -> str | None:
-    """A PCI bus id in one spelling for matching: "00000000:18:00.0" and "0000:18:00.0" ->
-    "0000:18:00.0" (lower case)."""
-    if not bus:
-        return None
-    b = bus.strip().lower()
-    m = re.fullmatch(r"([0-9a-f]{1,8}):([0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", b)
-    return f"{int(m.group(1), 16):04x}:{m.group(2)}" if m else b
-
-
 def parse_compute_apps(text: str) -> list[dict]:
     """``nvidia-smi --query-compute-apps=gpu_bus_id,pid,process_name,used_memory
     --format=csv,noheader,nounits`` (or any ``--format=csv`` output whose header names

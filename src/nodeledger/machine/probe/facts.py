@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from nodeledger.machine.parsers import proc as P
-from nodeledger.machine.parsers.common import cpulist_ids
+from nodeledger.machine.parsers.common import cpulist_ids, pci_address
 from nodeledger.machine.parsers.hf_cache import DEFAULT as HF_DEFAULT
 from nodeledger.machine.parsers.hf_cache import hf_hub_cache
 from nodeledger.machine.parsers.lspci import PciBridge, parse_lspci
@@ -102,17 +102,6 @@ def cpuset(text: str | None) -> set[int] | None:
     return cpulist_ids(text)
 
 
-def bus_address(bus: str | None) -> str | None:
-    """Card bus id in any spelling (00000000:18:00.0, 0000:18:00.0, 18:00.0) -> 0000:18:00.0."""
-    if not bus:
-        return None
-    m = re.search(r"(?:([0-9a-fA-F]+):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$", bus.strip())
-    if not m:
-        return None
-    dom = int(m.group(1) or "0", 16)
-    return f"{dom:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
-
-
 def read_proc(r: Runner, pid: int) -> Proc:
     path = f"/proc/{pid}/status"
     text = r.read(path)
@@ -189,7 +178,7 @@ def _iommu(r: Runner, profile: MachineProfile, f: Facts) -> None:
     f.iommu_groups = groups
     f.sources["iommu_groups"] = "/sys/kernel/iommu_groups/*/devices/*"
     for card in profile.accelerators:
-        g = groups.get(bus_address(card.pci_bus_id) or "")
+        g = groups.get(pci_address(card.pci_bus_id) or "")
         if g is not None and g not in f.iommu_types:
             t = r.read(f"/sys/kernel/iommu_groups/{g}/type")
             f.iommu_types[g] = t.strip() if t else None

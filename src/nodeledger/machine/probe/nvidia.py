@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import nvidia_smi, nvidia_topo
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.nvidia_query import APPS, HEALTH, QUERY, QUERY_BASE, parse_query_csv
-from nodeledger.machine.parsers.nvidia_smi import bus_key
 from nodeledger.machine.parsers.nvidia_topo import TopoNic
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
@@ -34,10 +34,10 @@ def _processes_from_apps(r: Runner, cards: list[Accelerator], notes: list[str]) 
     except InputError as exc:
         notes.append(f"NVIDIA processes unknown: --query-compute-apps not understood ({exc})")
         return
-    by_bus = {bus_key(c.pci_bus_id): c for c in cards if c.pci_bus_id}
+    by_bus = {pci_address(c.pci_bus_id): c for c in cards if c.pci_bus_id}
     unmatched = 0
     for a in apps:
-        card = by_bus.get(bus_key(a["gpu_bus_id"]))
+        card = by_bus.get(pci_address(a["gpu_bus_id"]))
         if card is None:
             unmatched += 1
             continue

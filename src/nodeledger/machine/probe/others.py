@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import amd_smi, npu_smi
-from nodeledger.machine.parsers.nvidia_smi import bus_key
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
 
@@ -134,9 +134,9 @@ def _amd_smi_links(r: Runner, cards: list[Accelerator], notes: list[str]) -> Int
         notes.append(f"amd-smi topology not understood ({exc}); links unknown")
         return None
     notes.extend(f"amd-smi topology: {n}" for n in topo.notes)
-    by_bus = {bus_key(c.pci_bus_id): c.index for c in cards if c.pci_bus_id}
+    by_bus = {pci_address(c.pci_bus_id): c.index for c in cards if c.pci_bus_id}
     if by_bus:
-        index = {pos: by_bus.get(bus_key(bdf)) for pos, bdf in enumerate(topo.devices)}
+        index = {pos: by_bus.get(pci_address(bdf)) for pos, bdf in enumerate(topo.devices)}
     elif len(topo.devices) == len(cards):
         index = dict(enumerate(sorted(c.index for c in cards)))
         notes.append(

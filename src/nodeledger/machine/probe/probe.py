@@ -7,7 +7,7 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from nodeledger.machine.parsers.nvidia_smi import bus_key
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.nvidia_topo import TopoNic
 from nodeledger.machine.probe import facts, linux, nvidia, others
 from nodeledger.machine.probe.runner import Runner
@@ -136,7 +136,7 @@ def _profile(r: Runner) -> MachineProfile:
     # a card whose tool did not say its NUMA node: the kernel knows it from the PCI device
     for c in cards:
         if c.numa_node is None and c.pci_bus_id:
-            bus = bus_key(c.pci_bus_id)  # 00000000:18:00.0 -> 0000:18:00.0
+            bus = pci_address(c.pci_bus_id)  # 00000000:18:00.0 -> 0000:18:00.0
             v = (r.read(f"/sys/bus/pci/devices/{bus}/numa_node") or "").strip()
             if v.isdigit():
                 c.numa_node = int(v)
