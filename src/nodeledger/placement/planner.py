@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import shlex
 from dataclasses import dataclass, field
 
@@ -62,7 +63,10 @@ SHARE_NOTE = {
     "the chip supports it",
     Vendor.other: "shares its card with another replica",
 }
-MAX_NODES = 50_000  # search budget (nodes of the depth-first search)
+MAX_NODES = 50_000  # search budget (nodes of the depth-first search), for one lifeboat choice
+TOTAL_NODES = 60_000  # and for all lifeboat choices together (each gets at least MIN_NODES)
+MIN_NODES = 2_000
+EXACT_GROUPS = 5_000  # every k-card group is compared while there are at most this many
 
 
 @dataclass
@@ -90,27 +94,59 @@ class State:
     unplaced: list[tuple[Unit, str, str]] = field(default_factory=list)  # unit, binding, reason
 
 
-def pair_score(machine: MachineProfile, a: int, b: int) -> int:
-    lk = machine.link(a, b)
+def _link_score(lk) -> int:
     s = KIND_SCORE[lk.kind] * 100
     if lk.kind == LinkKind.nvlink and lk.lanes:
         s += lk.lanes
     return s
 
 
-def group_score(machine: MachineProfile, cards: tuple[int, ...], numa: dict[int, int | None]):
+class LinkScores:
+    """Every card pair's link score, computed once per plan: the profile's pair list is read
+    once into a table, not scanned again for each of the millions of lookups a search makes.
+    Score = 100 x the link class (NVLink / xGMI / HCCS > PIX > PXB > PCIE > PHB > NODE > SYS)
+    + the NVLink lane count."""
+
+    def __init__(self, machine: MachineProfile):
+        ic = machine.interconnect
+        listed = {frozenset((p.a, p.b)): p for p in ic.pairs}
+        cards = [a.index for a in machine.accelerators]
+        self._score: dict[tuple[int, int], int] = {}
+        self.groups: dict[tuple[int, ...], tuple] = {}  # group_score's memory (one NUMA map)
+        for a, b in itertools.combinations(cards, 2):
+            s = _link_score(listed.get(frozenset((a, b)), ic.default))
+            self._score[(a, b)] = self._score[(b, a)] = s
+
+    def __call__(self, a: int, b: int) -> int:
+        return self._score[(a, b)]
+
+
+def pair_score(machine: MachineProfile, a: int, b: int) -> int:
+    return _link_score(machine.link(a, b))
+
+
+def group_score(score: LinkScores, cards: tuple[int, ...], numa: dict[int, int | None]):
+    """(weakest pair, mean pair, one NUMA node): the key groups are ranked by.  Remembered per
+    group for the plan: the search meets the same groups under many sets of free cards."""
+    known = score.groups.get(cards)
+    if known is not None:
+        return known
     if len(cards) == 1:
-        return (10**6, 0, 1)
-    pairs = [pair_score(machine, a, b) for a, b in itertools.combinations(cards, 2)]
-    nodes = {numa.get(c) for c in cards}
-    return (min(pairs), sum(pairs) / len(pairs), 1 if len(nodes) == 1 and None not in nodes else 0)
+        result = (10**6, 0, 1)
+    else:
+        pairs = [score(a, b) for a, b in itertools.combinations(cards, 2)]
+        nodes = {numa.get(c) for c in cards}
+        one_node = 1 if len(nodes) == 1 and None not in nodes else 0
+        result = (min(pairs), sum(pairs) / len(pairs), one_node)
+    score.groups[cards] = result
+    return result
 
 
-def islands(machine: MachineProfile, free: list[int]) -> int:
+def islands(score: LinkScores, free: list[int]) -> int:
     """Number of groups of free cards joined by their best link class (fragmentation)."""
     if not free:
         return 0
-    best = max((pair_score(machine, a, b) for a, b in itertools.combinations(free, 2)), default=0)
+    best = max((score(a, b) for a, b in itertools.combinations(free, 2)), default=0)
     parent = {c: c for c in free}
 
     def find(x):
@@ -120,9 +156,34 @@ def islands(machine: MachineProfile, free: list[int]) -> int:
         return x
 
     for a, b in itertools.combinations(free, 2):
-        if pair_score(machine, a, b) // 100 == best // 100:
+        if score(a, b) // 100 == best // 100:
             parent[find(a)] = find(b)
     return len({find(c) for c in free})
+
+
+def candidate_groups(score: LinkScores, left: list[int], k: int, numa) -> tuple[list, bool]:
+    """(groups of k cards to try, exact).  Every k-subset while there are at most EXACT_GROUPS
+    of them (every 8-card box: C(8, 4) = 70); beyond that, the group grown from each card by
+    adding, one at a time, the card whose weakest link to the group is best (then the sum of
+    its links, then the same NUMA node, then the lowest index) — N groups instead of C(N, k),
+    and ``exact`` False so the plan can say the search was bounded."""
+    left = sorted(left)
+    if math.comb(len(left), k) <= EXACT_GROUPS:
+        return list(itertools.combinations(left, k)), True
+    seen, out = set(), []
+    for seed in left:
+        group = [seed]
+        while len(group) < k:
+            rest = [c for c in left if c not in group]
+            nxt = max(rest, key=lambda c: (min(score(c, g) for g in group),
+                                           sum(score(c, g) for g in group),
+                                           numa.get(c) == numa.get(seed), -c))  # fmt: skip
+            group.append(nxt)
+        g = tuple(sorted(group))
+        if g not in seen:
+            seen.add(g)
+            out.append(g)
+    return out, False
 
 
 def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: MachineProfile):
@@ -162,22 +223,48 @@ def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: Ma
     return units, refused
 
 
-def _search(machine, units, free, numa, share, cap_card, ram):
+def _groups_to_try(score: LinkScores, left: list[int], k: int, numa) -> tuple[list, bool, bool]:
+    """(the groups one search node tries, whether any group exists, exact): the candidates
+    best first by group_score; of groups that score alike, two are enough to compare
+    fragmentation; at most six in all."""
+    candidates, exact = candidate_groups(score, left, k, numa)
+    ranked = sorted(((group_score(score, g, numa), g) for g in candidates),
+                    key=lambda scored: scored[0], reverse=True)  # fmt: skip
+    chosen: list[tuple[int, ...]] = []
+    seen_scores: set = set()
+    for sc, g in ranked:
+        if sc in seen_scores and len(chosen) >= 2:
+            continue  # equivalent groups: a few are enough to compare fragmentation
+        seen_scores.add(sc)
+        if len(chosen) == 6:
+            break
+        chosen.append(g)
+    return chosen, bool(ranked), exact
+
+
+def _search(score, units, free, numa, share, cap_card, ram, nodes=MAX_NODES, bounds=None):
     """Depth-first search over the whole plan; returns (its key, the best State).  The key is
     (placed replicas weighted by priority, link score, -islands of the cards left, -shared)."""
     best = {"key": None, "state": None}
-    budget = [MAX_NODES]
+    budget = [nodes]
+    tries: dict[tuple, tuple[list, bool, bool]] = {}  # (free cards, k) -> _groups_to_try
+    fragments: dict[tuple, int] = {}  # free cards left -> islands
     load: dict[int, int] = {}  # card -> bytes of the replicas sharing it beyond its first
     order = sorted(units, key=lambda u: (-u.priority, -u.cards))
 
     def key_of(state: State, left: list[int]):
         placed_w = sum(1 + p.unit.priority for p in state.placed)
-        links = sum(group_score(machine, tuple(p.cards), numa)[0] for p in state.placed)
-        frag = -islands(machine, left)
+        links = sum(group_score(score, tuple(p.cards), numa)[0] for p in state.placed)
+        key = tuple(sorted(left))
+        if key not in fragments:
+            fragments[key] = islands(score, left)
+        frag = -fragments[key]
         return (placed_w, links, frag, -sum(p.shared for p in state.placed))
 
     def rec(i: int, left: list[int], state: State, host: int):
         budget[0] -= 1
+        if budget[0] <= 0 and i < len(order) and bounds is not None:
+            bounds["budget"] = True
         if i == len(order) or budget[0] <= 0:
             k = key_of(state, left)
             if best["key"] is None or k > best["key"]:
@@ -191,23 +278,13 @@ def _search(machine, units, free, numa, share, cap_card, ram):
             rec(i + 1, left, state, host)
             state.unplaced.pop()
             return
-        groups = sorted(
-            (
-                (group_score(machine, g, numa), g)
-                for g in itertools.combinations(sorted(left), u.cards)
-            ),
-            key=lambda scored: scored[0],
-            reverse=True,
-        )
-        tried = 0
-        seen_scores = set()
-        for sc, g in groups:
-            if sc in seen_scores and tried >= 2:
-                continue  # equivalent groups: a few are enough to compare fragmentation
-            seen_scores.add(sc)
-            tried += 1
-            if tried > 6:
-                break
+        memo = (tuple(sorted(left)), u.cards)
+        if memo not in tries:  # the same free cards recur down many branches of the search
+            tries[memo] = _groups_to_try(score, left, u.cards, numa)
+        chosen, groups, exact = tries[memo]
+        if not exact and bounds is not None:
+            bounds["groups"].add(u.cards)
+        for g in chosen:
             rest = [c for c in left if c not in g]
             state.placed.append(Placed(u, list(g)))
             rec(i + 1, rest, state, host + u.host_bytes)
@@ -261,17 +338,33 @@ def plan(
         notes.append("--lifeboat 0: no card kept free; a misbehaving service leaves nothing to "
                      "debug on without stopping another (MISSION.md)")  # fmt: skip
     best = None
+    score = LinkScores(machine)
+    n_alt = math.comb(len(free), min(lifeboat, len(free)))
+    nodes = min(MAX_NODES, max(MIN_NODES, TOTAL_NODES // max(1, n_alt)))
+    bounds: dict = {"groups": set(), "budget": False}
     for boats in itertools.combinations(free, min(lifeboat, len(free))):
         usable = [c for c in free if c not in boats]
-        (placed_w, links, frag, _), st = _search(machine, units, usable, numa, share, cap_card, ram)
-        weakest = -sum(max((pair_score(machine, b, o) for o in cards if o != b), default=0)
+        (placed_w, links, frag, _), st = _search(score, units, usable, numa, share, cap_card,
+                                                 ram, nodes, bounds)  # fmt: skip
+        weakest = -sum(max((score(b, o) for o in cards if o != b), default=0)
                        for b in boats)  # fmt: skip
         numa_free = sum(sum(1 for c in free if numa.get(c) == numa.get(b)) for b in boats)
         key = (placed_w, links, frag, weakest, numa_free, sum(boats))
         if best is None or key > best[0]:
             best = (key, boats, st)
     _, boats, st = best
-    n_alt = sum(1 for _ in itertools.combinations(free, min(lifeboat, len(free))))
+    if bounds["budget"]:
+        notes.append(
+            f"search bounded: {nodes:,} search steps per lifeboat choice were spent before every "
+            "assignment was compared; the plan is the best found within them"
+        )
+    if bounds["groups"]:
+        notes.append(
+            "search bounded: for groups of "
+            + ", ".join(str(k) for k in sorted(bounds["groups"]))
+            + f" cards there are more than {EXACT_GROUPS:,} ways to pick them, so the groups "
+            "compared were the best-linked ones grown from each card, not every group"
+        )
     boat_reason = _lifeboat_reason(machine, boats, free, numa, st, n_alt) if boats else None
     cmds = {w.id: " ".join(shlex.quote(c) for c in w.command) for w in workloads if w.command}
     replicas = _bindings(machine, st.placed, numa, ram, cmds)

@@ -419,6 +419,7 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
     from nodeledger.verdict.search import search_train
 
     need_pp, fits_in_box = [], []
+    searched: dict[tuple, tuple] = {}  # (model, job) -> (found, tried): one search per layout
     for r in rows:
         if r["job"] not in ("train", "lora", "qlora") or r["machines"] != 1:
             continue
@@ -426,7 +427,10 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
             fits_in_box.append(f"{r['id']}: {TIER_NAME[r['tier']]} in one machine as written")
             continue
         job = Workload(r["id"], r["title"], r["model"], r["job"], r["options"]).job()
-        found, tried = search_train(specs[r["model"]], job, machine, top=1, lifeboat=0)
+        key = (r["model"], job)
+        if key not in searched:
+            searched[key] = search_train(specs[r["model"]], job, machine, top=1, lifeboat=0)
+        found, tried = searched[key]
         if found:
             fits_in_box.append(f"{r['id']}: fits in one machine as {found[0].options} "
                                f"(searched {tried} layouts)")  # fmt: skip
