@@ -47,7 +47,7 @@ def test_golive_bad_plan_is_bad_input_even_without_cards(tmp_path):
     assert "not valid TOML" in proc.stderr and proc.stderr.count("\n") == 1
 
 
-def test_brackets_in_notes_and_ids_are_printed_not_eaten_as_markup(tmp_path):
+def test_brackets_in_notes_print_and_in_ids_are_refused(tmp_path):
     # the probe's NVML note names the extra: "pip install 'nodeledger[nvidia]'"
     proc = run_cli("machine", "show", "probe", env={"PATH": "/nonexistent"})
     assert proc.returncode == 0, proc.stderr
@@ -57,10 +57,13 @@ def test_brackets_in_notes_and_ids_are_printed_not_eaten_as_markup(tmp_path):
     plan.write_text(
         '[[workloads]]\nid = "x[bold]"\ntitle = "t"\nmodel = "qwen3-8b"\njob = "serve"\n'
     )
-    rep = run_cli("report", "--machine", "dgx-h100", "--workloads", str(plan))
-    assert rep.returncode == 0 and "x[bold]" in rep.stdout
-    place = run_cli("place", str(plan), "--machine", "dgx-h100")
-    assert place.returncode == 0 and "x[bold]#0" in place.stdout
+    # ids become file names and script lines, so brackets are refused there (one line, exit
+    # 2, the id named as written), never eaten as markup
+    for argv in (["report", "--machine", "dgx-h100", "--workloads", str(plan)],
+                 ["place", str(plan), "--machine", "dgx-h100"]):  # fmt: skip
+        proc = run_cli(*argv)
+        assert proc.returncode == 2 and "'x[bold]'" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_terminal_format_output_file(tmp_path):

@@ -21,6 +21,7 @@ UNITS: dict[str, int] = {
     "nodeledger": 0,  # the package's own __init__ (the version)
     "nodeledger.errors": 0,
     "nodeledger.units": 0,
+    "nodeledger.atomic": 0,
     "nodeledger.machine.parsers": 1,
     "nodeledger.machine": 2,
     "nodeledger.model": 3,

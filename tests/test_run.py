@@ -320,7 +320,10 @@ def test_corrupt_or_unwritable_state_file(setup, tmp_path):
     db.close()
     afile = tmp_path / "afile"
     afile.write_text("x")
+    empty = tmp_path / "empty.sqlite"  # truncated: refused, never taken as "no reservations"
+    empty.write_bytes(b"")
     cases = [
+        (empty, "is empty, not a nodeledger state file; remove it to start afresh"),
         (bad, "corrupt"),
         (other, "not a nodeledger state file"),
         (afile / "state.sqlite", "cannot create its folder"),
@@ -334,6 +337,7 @@ def test_corrupt_or_unwritable_state_file(setup, tmp_path):
             line = r.stderr.strip()
             assert len(line.splitlines()) == 1 and "Traceback" not in line
             assert str(path) in line and needle in line, line
+    assert empty.read_bytes() == b""
     if os.geteuid() != 0:  # root writes anyway
         ro = tmp_path / "ro.sqlite"
         assert run_cli("run", "--state", str(ro), "--list", env=env).returncode == 0

@@ -93,11 +93,8 @@ def place(
             if emit == "slurm"
             else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands).items()}
         )  # fmt: skip
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            for name, text in files.items():
-                (folder / name).write_text(text, encoding="utf-8")
-                written.append(str(folder / name))
+        try:  # each file atomically, each path checked to stay in the folder
+            written = em.write_files(folder, files)
         except OSError as exc:
             raise NodeledgerError(f"-o {folder}: cannot write ({exc.strerror or exc})") from None
         res["written"] = written

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from nodeledger import atomic
 from nodeledger.cli.common import (
     catalogue,
     console,
@@ -47,7 +48,7 @@ def _write(text: str, out: Path | None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
     try:
-        out.write_text(text, encoding="utf-8")
+        atomic.write_text(out, text)  # an interrupted write leaves the old file, never half
     except OSError as exc:
         raise NodeledgerError(f"-o {out}: cannot write ({exc.strerror or exc})") from None
     sys.stderr.write(f"wrote {out} ({len(text.encode()):,} bytes)\n")
@@ -109,15 +110,30 @@ TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown"
 
 
 def _terminal_out(output: Path | None):
-    """(file handle or None, console) for the terminal format: -o FILE gets plain text."""
+    """(atomic file or None, console) for the terminal format: -o FILE gets plain text, written
+    to a temporary file beside it that ``_terminal_done`` puts in place (or throws away)."""
     if output is None:
         return None, console()
 
     try:
-        fh = output.open("w", encoding="utf-8")
+        af = atomic.AtomicText(output)
     except OSError as exc:
         raise NodeledgerError(f"-o {output}: cannot write ({exc.strerror or exc})") from None
-    return fh, console(file=fh, width=140, no_color=True)
+    return af, console(file=af.file, width=140, no_color=True)
+
+
+def _terminal_done(af: atomic.AtomicText | None, output: Path | None, ok: bool) -> None:
+    """Replace -o FILE with the rendered text (ok), or leave FILE as it was (an error)."""
+    if af is None:
+        return
+    if not ok:
+        af.discard()
+        return
+    try:
+        af.commit()
+    except OSError as exc:
+        raise NodeledgerError(f"-o {output}: cannot write ({exc.strerror or exc})") from None
+    sys.stderr.write(f"wrote {output}\n")
 
 
 def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
@@ -182,10 +198,10 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
             )
             for e in c["evidence"]:
                 con.print(f"     - {e}", markup=False)
-    finally:
-        if fh is not None:
-            fh.close()
-            sys.stderr.write(f"wrote {output}\n")
+    except BaseException:
+        _terminal_done(fh, output, ok=False)
+        raise
+    _terminal_done(fh, output, ok=True)
 
 
 @click.command("compare")
@@ -233,10 +249,10 @@ def compare_cmd(
     fh, con = _terminal_out(output)
     try:
         _render_compare(con, res, src, machines)
-    finally:
-        if fh is not None:
-            fh.close()
-            sys.stderr.write(f"wrote {output}\n")
+    except BaseException:
+        _terminal_done(fh, output, ok=False)
+        raise
+    _terminal_done(fh, output, ok=True)
 
 
 def _binding_note(cell: dict) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nodeledger import atomic
 from nodeledger.errors import ProfileError
 from nodeledger.machine.profile import UNKNOWN, MachineProfile, construct_trusted
 
@@ -108,7 +109,8 @@ def save_profile(profile: MachineProfile, path: str | Path) -> None:
     if not str(path).strip():
         raise ProfileError("--save needs a file name")
     p = Path(path)
+    text = dump_profile(profile, "json" if p.suffix.lower() == ".json" else "toml")
     try:
-        p.write_text(dump_profile(profile, "json" if p.suffix.lower() == ".json" else "toml"))
+        atomic.write_text(p, text)  # an interrupted save leaves the old file, never half
     except OSError as exc:
         raise ProfileError(f"{p}: cannot write machine profile: {exc.strerror or exc}") from None

@@ -8,7 +8,9 @@ file and then execs the command in its own process, so the pid it recorded is th
   reserved card: card index, machine name, replica, pid, the pid's start time (``/proc/PID/stat``
   field 22, to tell a reused pid), wall-clock start, the replica's host bytes.  The card is the
   primary key: one state file is one host, and a card is never booked twice, whatever plan or
-  machine name asked for it.
+  machine name asked for it.  A missing file is created with its schema in one step (built beside
+  it, then hard-linked into place); an existing file that is empty or not a nodeledger state
+  database is refused (exit 2), never taken as an empty state.
 - **Locking**: every check-and-book is one ``BEGIN IMMEDIATE`` transaction (the write lock is taken
   before anything is read) with a busy timeout, so concurrent starts serialise and never
   double-book.
@@ -49,6 +51,7 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS reservations (
     started REAL NOT NULL,
     host_bytes INTEGER NOT NULL
 )"""
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
 COLUMNS = ("card", "machine", "replica", "pid", "pid_start", "started", "host_bytes")
 
 
@@ -190,19 +193,77 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._fail(f"cannot create its folder ({exc.strerror or exc})") from None
+        fresh = False
+        if not self.path.exists():
+            fresh = self._create()
+        if not fresh:
+            self._check_header()
         try:
             db = sqlite3.connect(str(self.path), timeout=self.busy_timeout, isolation_level=None)
         except sqlite3.Error as exc:
             raise self._fail(f"cannot open ({exc})") from None
         self._db = db
-        with self.transaction() as cur:
-            cur.execute(SCHEMA)
-            cols = tuple(r[1] for r in cur.execute("PRAGMA table_info(reservations)"))
-            if set(cols) != set(COLUMNS):
-                raise self._fail(
-                    f"not a nodeledger state file (table reservations has columns {list(cols)})"
-                )
+        try:
+            with self.transaction() as cur:
+                if fresh:  # created in place (no hard links here): the schema comes now
+                    cur.execute(SCHEMA)
+                cols = tuple(r[1] for r in cur.execute("PRAGMA table_info(reservations)"))
+                if not cols:
+                    raise self._fail(
+                        "not a nodeledger state file (an SQLite database without a reservations "
+                        "table); move it away to start afresh"
+                    )
+                if set(cols) != set(COLUMNS):
+                    raise self._fail(
+                        f"not a nodeledger state file (table reservations has columns {list(cols)})"
+                    )
+        except BaseException:
+            self.close()
+            raise
         return db
+
+    def _create(self) -> bool:
+        """Create the state file with its schema in one step: built beside it under a temporary
+        name, then hard-linked into place (a file that appeared meanwhile is kept), so no other
+        start ever sees it empty.  True: no hard links on this file system, the caller creates it
+        in place (the former way)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{os.urandom(4).hex()}.new")
+        try:
+            db = sqlite3.connect(str(tmp), isolation_level=None)
+            try:
+                db.execute(SCHEMA)
+            finally:
+                db.close()
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass  # another start created it first: use that one
+            except OSError:
+                return True
+        except sqlite3.Error as exc:
+            raise self._fail(f"cannot create ({_sqlite_why(exc)})") from None
+        except OSError as exc:
+            raise self._fail(f"cannot create ({exc.strerror or exc})") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False
+
+    def _check_header(self) -> None:
+        """An existing file must be an SQLite database: an empty file is refused, never taken
+        as an empty state (truncating the file would forget live reservations)."""
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise self._fail(f"cannot read ({exc.strerror or exc})") from None
+        if not head:
+            raise self._fail("is empty, not a nodeledger state file; remove it to start afresh")
+        if head != SQLITE_MAGIC:
+            raise self._fail(
+                "corrupt, not a nodeledger state file (not an SQLite database); "
+                "move it away to start afresh"
+            )
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:

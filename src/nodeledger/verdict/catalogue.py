@@ -6,6 +6,7 @@ Each ``[[workloads]]`` entry names a model, a job kind and `nodeledger fit`'s op
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,30 @@ OWN_KEYS = {"id", "title", "model", "job", "expect", "machines", "beside", "peak
             "priority", "command"}  # fmt: skip
 EXPECT = ("can", "tight", "cannot")
 JOB_KINDS = ("serve", "train", "lora", "qlora", "load")
+# a workload id becomes file names (``<id>.sbatch``), Slurm job names, Pod names and labels and
+# replica names ``<id>#<n>``: ASCII letters, digits, '.', '_', '-'; not starting with '.' or '-'
+ID_MAX = 64
+ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
+ID_RULE = (
+    f"letters, digits, '.', '_', '-', not starting with '.' or '-', at most {ID_MAX} characters"
+)
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def valid_id(wid: str) -> bool:
+    """Is ``wid`` a usable workload id (``ID_RULE``)?"""
+    return len(wid) <= ID_MAX and ID_RE.fullmatch(wid) is not None
+
+
+def _no_control(where: str, wid: str, key: str, text: str) -> None:
+    """Free text (a title, a claim, an argv element) must hold no control character: it is
+    printed into comment lines and scripts, where a newline starts a new line."""
+    bad = CONTROL_RE.search(text)
+    if bad:
+        raise InputError(
+            f"{where}: workload {wid!r}: {key} {text!r} holds the control character "
+            f"{bad.group()!r}; use one line of plain text"
+        )
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,11 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
         wid = raw.get("id")
         if not isinstance(wid, str) or not wid.strip():
             raise InputError(f"{where}: workloads entry {n} has no id (a non-empty string)")
+        if not valid_id(wid):
+            raise InputError(
+                f"{where}: workloads entry {n}: id {wid!r} is refused ({ID_RULE}): "
+                "it becomes file names and script lines"
+            )
         for key in ("model", "job"):
             if not isinstance(raw.get(key), str) or not raw[key].strip():
                 raise InputError(f'{where}: workload {wid!r} needs {key} = "..."')
@@ -110,10 +140,17 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             raise InputError(
                 f"{where}: workload {wid!r}: command must be a list of strings (argv, no shell)"
             )
+        for c in cmd or ():
+            _no_control(where, wid, "command element", c)
+        title = str(raw.get("title", wid))
+        claim = str(raw["claim"]) if raw.get("claim") is not None else None
+        _no_control(where, wid, "title", title)
+        if claim is not None:
+            _no_control(where, wid, "claim", claim)
         opts = {k.replace("-", "_"): v for k, v in raw.items() if k not in OWN_KEYS}
         w = Workload(
             id=wid,
-            title=str(raw.get("title", wid)),
+            title=title,
             model=raw["model"],
             kind=raw["job"],
             options=opts,
@@ -121,7 +158,7 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             machines=machines,
             beside=tuple(beside),
             peak_sequences=peak,
-            claim=str(raw["claim"]) if raw.get("claim") is not None else None,
+            claim=claim,
             priority=prio,
             command=tuple(cmd) if cmd else None,
         )
