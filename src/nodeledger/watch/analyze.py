@@ -77,6 +77,8 @@ IOWAIT_SHARE = 0.10
 NODE_FREE = 0.05
 HOST_RAM_LOW = 0.05
 MAX_OWNERS = 32  # owners remembered per card (summary), oldest dropped
+HIST_MAX = 2048  # samples kept for the idle window (time-trimmed too): a stream of samples at
+# one timestamp, or sampled faster than IDLE_WINDOW_S / HIST_MAX, keeps its last HIST_MAX
 
 VERIFY_RULES = ("sharding not happening", "extra contexts", "above plan")
 
@@ -116,7 +118,8 @@ class Analyzer:
         self.peak_t: dict[int, float] = {}
         self.ctx_run: dict[int, int] = {}
         self.contexts: dict[int, dict] = {}  # card -> worst extra-contexts observation
-        self.hist: deque = deque()
+        self.hist: deque = deque(maxlen=HIST_MAX)  # bounded by count as well as by time
+        self._hist_full = False  # the last feed dropped a sample by count (not by time)
         self.n = 0
         self.t_first = self.t_last = None
         self.util_sum: dict[int, float] = {}
@@ -164,7 +167,8 @@ class Analyzer:
                 if p["pid"] not in home or b > home[p["pid"]][1]:
                     home[p["pid"]] = (i, b)
         self._contexts(t, cards, home)
-        self.hist.append(s)
+        self._hist_full = len(self.hist) == self.hist.maxlen
+        self.hist.append(s)  # at HIST_MAX the oldest sample falls off
         while len(self.hist) > 2 and t - self.hist[1]["t"] >= self.window:
             self.hist.popleft()
         findings = self.verify()["findings"]  # once a sample: nothing _idle changes alters it
@@ -297,7 +301,11 @@ class Analyzer:
     # -- idle ---------------------------------------------------------------------------------
 
     def _covered(self) -> bool:
-        return len(self.hist) >= 2 and self.hist[-1]["t"] - self.hist[0]["t"] >= self.window - 1e-6
+        if len(self.hist) < 2:
+            return False
+        if self._hist_full:  # sampled faster than the window holds: judged on the last HIST_MAX
+            return (self.t_last or 0) - (self.t_first or 0) >= self.window - 1e-6
+        return self.hist[-1]["t"] - self.hist[0]["t"] >= self.window - 1e-6
 
     def _series(self, i: int, key: str) -> list:
         out = []

@@ -19,6 +19,11 @@ then one sample per line::
 
 Bytes are bytes, utilisation is percent, counters (jiffies, pages, CPU seconds) are cumulative.
 A stream cut by a kill (a partial last line) replays up to its last whole sample.
+
+A replay is read line by line with bounds (a small ``.gz`` must not take gigabytes): a line
+longer than MAX_LINE_CHARS is refused naming its number, like any other bad line, without
+being read whole; a compressed stream that decompresses to more than MAX_STREAM_CHARS is
+refused at that point.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from pathlib import Path
 from nodeledger.errors import InputError
 
 VERSION = 1
+MAX_LINE_CHARS = 16 * 2**20  # a sample of 8 cards with hundreds of pids is a few tens of KiB
+MAX_STREAM_CHARS = 4 * 2**30  # decompressed text of a .gz replay (a week at 1 s is ~1-3 GiB)
 
 
 def _open(path: Path, mode: str):
@@ -85,12 +92,23 @@ def _check_sample(d, where: str) -> dict:
     return d
 
 
+def _too_long(p: Path, n: int) -> InputError:
+    return InputError(
+        f"{p} line {n}: longer than {MAX_LINE_CHARS / 2**20:g} MiB (the cap on a line): "
+        "not a watch sample"
+    )
+
+
 def _lines(f, p: Path, header: dict) -> Iterator[str]:
-    """The file's lines; a compressed stream that ends early (the watch was killed while
-    writing) ends the samples there, with a note, instead of losing the ones already read."""
+    """The file's lines (each at most MAX_LINE_CHARS + 1 characters: a longer one is read no
+    further, and refused by the caller); a compressed stream that ends early (the watch was
+    killed while writing) ends the samples there, with a note, instead of losing the ones
+    already read."""
+    total = 0
+    cap = MAX_STREAM_CHARS if p.suffix == ".gz" else None
     while True:
         try:
-            line = f.readline()
+            line = f.readline(MAX_LINE_CHARS + 1)
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
             header.setdefault("notes", []).append(
                 f"{p}: the compressed stream ends early ({exc}): samples up to there are judged "
@@ -99,6 +117,12 @@ def _lines(f, p: Path, header: dict) -> Iterator[str]:
             return
         if not line:
             return
+        total += len(line)
+        if cap is not None and total > cap:
+            raise InputError(
+                f"{p}: decompresses to over {cap / 2**30:g} GiB (the cap on a replay); "
+                "refusing the rest"
+            )
         yield line
 
 
@@ -111,12 +135,15 @@ def read_stream(path: str | Path) -> tuple[dict, Iterator[dict]]:
         raise InputError(f"--replay {p}: file not found")
     try:
         f = _open(p, "r")
-        first = f.readline()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        first = f.readline(MAX_LINE_CHARS + 1)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"--replay {p}: cannot read ({exc})") from None
+    if len(first) > MAX_LINE_CHARS:
+        f.close()
+        raise _too_long(p, 1)
     try:
         header = json.loads(first)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError, or nested 100,000 deep
         f.close()
         raise InputError(f"{p} line 1: not a nodeledger watch stream (no JSON header)") from None
     if not isinstance(header, dict) or "nodeledger_watch" not in header:
@@ -140,11 +167,13 @@ def read_stream(path: str | Path) -> tuple[dict, Iterator[dict]]:
                 n += 1
                 if pending is not None:  # a bad line followed by more lines: not a cut tail
                     raise InputError(f"{p} line {pending}: not valid JSON")
+                if len(line) > MAX_LINE_CHARS:
+                    raise _too_long(p, n)
                 if not line.strip():
                     continue
                 try:
                     d = json.loads(line)
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # JSONDecodeError, or nested too deep
                     pending = n
                     continue
                 yield _check_sample(d, f"{p} line {n}")

@@ -9,21 +9,37 @@ machine/probe/facts.py: the process table, /proc/cmdline, IOMMU groups, ``lspci 
 only those, never the rest of the environment), so `doctor --from BUNDLE` replays the same
 findings; `machine probe` and the other callers of probe_machine do not read them.  A file
 that could not be read is kept with its reason (``{"file": null, "problem": "No such file or
-directory"}``): a pid a card lists whose /proc entry was gone replays as gone."""
+directory"}``): a pid a card lists whose /proc entry was gone replays as gone.  A command
+whose output the runner cut at its cap (an endless tool) keeps what was read, with
+``"truncated": "stdout truncated at 16 MiB"`` and its ``problem`` in the manifest."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
 import json
+import lzma
 import tarfile
 import time
+import zlib
 from pathlib import Path
 
 from nodeledger.errors import InputError
-from nodeledger.machine.probe.runner import RawResult, Runner
+from nodeledger.machine.probe.runner import MiB, RawResult, Runner
 
 MANIFEST = "manifest.json"
 FORMAT = "nodeledger-bundle-1"
+# Reading a bundle is bounded (a small gzip bomb must not take gigabytes and minutes): each
+# member's uncompressed size, their total, their number, and the decompressed archive itself
+# (tar headers, padding and pax records on top of the members' data).  A bundle over a cap is
+# refused with one line naming it.  write_bundle keeps what it writes under the same caps.
+MAX_MEMBER_BYTES = 64 * MiB
+MAX_TOTAL_BYTES = 256 * MiB
+MAX_MEMBERS = 65536
+MAX_ARCHIVE_BYTES = MAX_TOTAL_BYTES + 128 * MiB
+STDOUT_BUDGET = MAX_TOTAL_BYTES - 64 * MiB  # commands' stdout in all; the rest: files, manifest
+STDERR_BUDGET = 8 * MiB  # characters of stderr in all (inline in the manifest)
 
 
 def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path:
@@ -31,11 +47,30 @@ def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path
     p = Path(path)
     entries: dict[str, bytes] = {}
     commands = []
+    out_used = err_used = 0
     for i, res in enumerate(r.log):
         name = f"commands/{i:03d}.stdout"
-        entries[name] = res.stdout.encode()
-        commands.append({"argv": res.argv, "stdout": name, "stderr": res.stderr, "returncode": res.returncode,
-                         "seconds": round(res.seconds, 4), "problem": res.problem})  # fmt: skip
+        data, stderr = res.stdout.encode(), res.stderr
+        entry = {"argv": res.argv, "stdout": name, "stderr": stderr, "returncode": res.returncode,
+                 "seconds": round(res.seconds, 4), "problem": res.problem}  # fmt: skip
+        cut = []
+        room = max(0, min(MAX_MEMBER_BYTES, STDOUT_BUDGET - out_used))
+        if len(data) > room:  # many endless tools: the bundle stays loadable
+            data = data[:room]
+            cut.append(f"stdout cut at {room / MiB:.0f} MiB")
+        room = max(0, STDERR_BUDGET - err_used)
+        if len(stderr) > room:
+            entry["stderr"] = stderr = stderr[:room]
+            cut.append(f"stderr cut at {room / MiB:.0f} MiB")
+        out_used, err_used = out_used + len(data), err_used + len(stderr)
+        entries[name] = data
+        if cut:
+            cut_text = ", ".join(cut) + f" (the bundle's {MAX_TOTAL_BYTES / MiB:g} MiB cap)"
+            entry["truncated"] = "; ".join(filter(None, (res.truncated, cut_text)))
+            entry["problem"] = res.problem or cut_text
+        elif res.truncated:
+            entry["truncated"] = res.truncated  # "stdout truncated at 16 MiB" (the runner's cap)
+        commands.append(entry)
     files = {}
     for j, (fpath, text) in enumerate(sorted(r.files.items())):
         if text is None:
@@ -77,7 +112,8 @@ class ReplayRunner(Runner):
             res = RawResult(list(argv), problem="not in the bundle")
         else:
             res = RawResult(list(argv), self.blobs.get(c["stdout"], ""), c.get("stderr") or "",
-                            c.get("returncode"), c.get("seconds") or 0.0, c.get("problem"))  # fmt: skip
+                            c.get("returncode"), c.get("seconds") or 0.0, c.get("problem"),
+                            c.get("truncated"))  # fmt: skip
         self.log.append(res)
         return res
 
@@ -107,13 +143,35 @@ class ReplayRunner(Runner):
 def load_bundle(path: str | Path) -> ReplayRunner:
     p = Path(path)
     try:
-        with tarfile.open(p, "r:*") as tar:
+        with (
+            open(p, "rb") as raw,
+            tarfile.open(
+                fileobj=_Capped(_decompressed(raw), p), mode="r|", tarinfo=_CappedInfo
+            ) as tar,
+        ):  # read in order, member by member: each cap is checked before reading on
             blobs = {}
-            for m in tar.getmembers():
-                if m.isfile():
-                    fh = tar.extractfile(m)
-                    blobs[m.name] = fh.read().decode(errors="replace") if fh else ""
-    except (OSError, tarfile.TarError, EOFError) as exc:
+            total = 0
+            for count, m in enumerate(tar, 1):  # (tar.getmembers() would read the whole archive)
+                if count > MAX_MEMBERS:
+                    raise InputError(
+                        f"{p}: bundle has over {MAX_MEMBERS:,} members (the cap); refusing it"
+                    )
+                name = _member_name(m.name, p)
+                if m.isfile() and name:
+                    _check_member_size(m, p)
+                    total += m.size
+                    if total > MAX_TOTAL_BYTES:
+                        raise InputError(
+                            f"{p}: bundle members add up to over {MAX_TOTAL_BYTES / MiB:g} MiB "
+                            "uncompressed (the cap on a bundle); refusing it"
+                        )
+                    if name in blobs:
+                        raise InputError(f"{p}: bundle member {name!r} appears twice")
+                    fh = tar.extractfile(m)  # read into memory; nothing is ever extracted
+                    blobs[name] = fh.read().decode(errors="replace") if fh else ""
+    except _TooBig as exc:
+        raise _too_big(exc.args[0], p) from None
+    except (OSError, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{p}: not a readable bundle archive ({first.rstrip(':')})") from None
     if MANIFEST not in blobs:
@@ -122,10 +180,83 @@ def load_bundle(path: str | Path) -> ReplayRunner:
         manifest = json.loads(blobs[MANIFEST])
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: bundle manifest is not valid JSON: {exc.msg}") from None
+    except RecursionError:  # [[[[... 200,000 levels deep
+        raise InputError(f"{p}: bundle manifest nests too deeply; refusing it") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InputError(f"{p}: bundle manifest is not valid JSON: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"{p}: not a {FORMAT} bundle")
     _check_manifest(manifest, p)
     return ReplayRunner(manifest, blobs, str(p))
+
+
+def _member_name(name: str, p: Path) -> str:
+    """A member's name as the manifest refers to it: a ``./`` prefix (``tar -C dir .``), empty
+    and ``.`` parts dropped.  An absolute name or a ``..`` part is refused: a bundle names
+    nothing outside itself."""
+    if name.startswith("/") or "\x00" in name:
+        raise InputError(f"{p}: bundle member {name!r} has an absolute name; refusing the bundle")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise InputError(f"{p}: bundle member {name!r} climbs out with '..'; refusing the bundle")
+    return "/".join(parts)
+
+
+def _decompressed(raw):
+    """The archive's bytes, decompressed as ``tarfile.open(mode="r:*")`` would (gzip, bzip2,
+    xz or none), as a stream: nothing is decompressed before it is asked for."""
+    head = raw.read(6)
+    raw.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if head.startswith(b"BZh"):
+        return bz2.BZ2File(raw)
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)
+    return raw
+
+
+class _Capped:
+    """A reader that refuses to give more than MAX_ARCHIVE_BYTES in all."""
+
+    def __init__(self, f, p: Path) -> None:
+        self.f, self.p, self.n = f, p, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(min(size, MAX_ARCHIVE_BYTES + 1) if size >= 0 else MAX_ARCHIVE_BYTES + 1)
+        self.n += len(data)
+        if self.n > MAX_ARCHIVE_BYTES:
+            raise InputError(
+                f"{self.p}: bundle archive decompresses to over {MAX_ARCHIVE_BYTES / MiB:g} MiB "
+                "(the cap); refusing it"
+            )
+        return data
+
+
+def _too_big(m: tarfile.TarInfo, p: Path) -> InputError:
+    return InputError(
+        f"{p}: bundle member {m.name!r} is {m.size / MiB:,.0f} MiB uncompressed, over the "
+        f"{MAX_MEMBER_BYTES / MiB:g} MiB cap on a member; refusing the bundle"
+    )
+
+
+def _check_member_size(m: tarfile.TarInfo, p: Path) -> None:
+    if m.size > MAX_MEMBER_BYTES:
+        raise _too_big(m, p)
+
+
+class _TooBig(Exception):
+    """A header announcing more than MAX_MEMBER_BYTES (load_bundle names the bundle)."""
+
+
+class _CappedInfo(tarfile.TarInfo):
+    """Checks a header's size before tarfile reads what it announces (a pax record or a GNU
+    long name is read into memory whole, before the member is handed to load_bundle)."""
+
+    def _proc_member(self, tarfile):
+        if self.size > MAX_MEMBER_BYTES:
+            raise _TooBig(self)
+        return super()._proc_member(tarfile)
 
 
 def _is_str_list(v) -> bool:
@@ -149,6 +280,7 @@ def _check_manifest(m: dict, p: Path) -> None:
         for key, types in (
             ("stderr", (str,)),
             ("problem", (str,)),
+            ("truncated", (str,)),
             ("returncode", (int,)),
             ("seconds", (int, float)),
         ):

@@ -1,17 +1,127 @@
 """The one place that runs vendor tools and reads /proc and /sys: every probe, doctor fact,
 watch sample, reservation check, bench and go-live read goes through a ``Runner`` (a live one,
 one over a fake root in tests, or ``bundle.ReplayRunner`` over a support bundle), so a bundle
-replays all of it.  No shell; every tool has a timeout and is killed when hung."""
+replays all of it.  No shell; every tool has a timeout and is killed when hung.
+
+Each tool runs in its own session (process group): on a timeout, at the output cap, and when
+it exits leaving children behind, the whole group is killed (SIGKILL) and the tool reaped, so
+no ``sleep &`` a wrapper script started outlives the probe.  Its stdout and stderr are read
+incrementally, at most STDOUT_CAP / STDERR_CAP bytes each: an endless tool is killed at the
+cap and its result keeps what was read, with ``truncated`` and ``problem`` saying so (callers
+then note it instead of parsing half an output)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import locale
 import os
+import selectors
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+MiB = 2**20
+STDOUT_CAP = 16 * MiB  # bytes of a tool's stdout kept; past it the tool is killed
+STDERR_CAP = 1 * MiB  # stderr is for the first line of a failure (and the bundle manifest)
+EXIT_GRACE = 0.5  # s a tool's leftover children may keep its pipes open after it exits
+REAP_WAIT = 2.0  # s to wait for a killed tool (one stuck in the kernel cannot be waited for)
+_CHUNK = 65536
+
+
+def _text(data: bytes) -> str:
+    """Bytes as ``subprocess.run(text=True, errors="replace")`` gives them (universal newlines)."""
+    text = data.decode(locale.getpreferredencoding(False), errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether the tool has exited, without reaping it where the OS allows: while it is not
+    reaped its pid, and so its process group id, cannot be taken by an unrelated process."""
+    if not hasattr(os, "waitid"):  # macOS
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _capture(cmd: list[str], timeout: float) -> tuple[bytes, bytes, int | None, str | None]:
+    """Run ``cmd`` (no shell, stdin from /dev/null, its own session); (stdout, stderr, exit
+    code, why it was stopped: None, "timeout", "stdout" or "stderr" (that stream's cap))."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    pgid = proc.pid  # start_new_session: the tool leads its own process group
+    streams = {proc.stdout: ("stdout", STDOUT_CAP), proc.stderr: ("stderr", STDERR_CAP)}
+    bufs = {f: bytearray() for f in streams}
+    sel = selectors.DefaultSelector()
+    for f in streams:
+        sel.register(f, selectors.EVENT_READ)
+    stop: str | None = None
+
+    def pump(wait: float) -> None:
+        nonlocal stop
+        for key, _ in sel.select(max(wait, 0.0)):
+            data = os.read(key.fd, _CHUNK)
+            if not data:
+                sel.unregister(key.fileobj)
+                continue
+            name, cap = streams[key.fileobj]
+            buf = bufs[key.fileobj]
+            room = cap - len(buf)
+            buf += data[:room]
+            if len(data) > room and stop is None:
+                stop = name
+
+    try:
+        deadline = time.monotonic() + timeout
+        exited_at = None
+        nap = 0.001
+        while stop is None:
+            now = time.monotonic()
+            if exited_at is None and _exited(proc):
+                exited_at = now
+            if not sel.get_map():  # both pipes closed: wait for the exit, as subprocess.run did
+                if exited_at is not None:
+                    break
+                if now >= deadline:
+                    stop = "timeout"
+                    break
+                time.sleep(min(nap, deadline - now))
+                nap = min(nap * 2, 0.05)
+                continue
+            if exited_at is not None:  # done; children it left may hold the pipes: killed below
+                if now - exited_at >= EXIT_GRACE:
+                    break
+                pump(exited_at + EXIT_GRACE - now)
+                continue
+            if now >= deadline:
+                stop = "timeout"
+                break
+            pump(min(deadline - now, 0.05))
+        _kill_group(pgid)  # hung, endless, or children left behind: the whole group
+        end = time.monotonic() + 0.5  # what the killed group had written already
+        while sel.get_map() and stop in (None, "timeout") and time.monotonic() < end:
+            pump(end - time.monotonic())
+        try:
+            code = proc.wait(timeout=REAP_WAIT)
+        except subprocess.TimeoutExpired:  # stuck in the kernel (D state): Popen reaps it later
+            code = None
+    finally:
+        sel.close()
+        for f in streams:
+            f.close()
+        if proc.returncode is None:
+            _kill_group(pgid)
+    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), code, stop
 
 
 @dataclass
@@ -26,6 +136,7 @@ class RawResult:
     problem: str | None = (
         None  # "absent", "timed out after 5 s", "exit 1: ...", "permission denied"
     )
+    truncated: str | None = None  # "stdout truncated at 16 MiB": the output kept is cut there
 
     @property
     def ok(self) -> bool:
@@ -57,30 +168,29 @@ class Runner:
             return res
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(
-                [exe, *argv[1:]], capture_output=True, text=True, timeout=self.timeout,
-                stdin=subprocess.DEVNULL, errors="replace",
-            )  # fmt: skip
-            res.stdout, res.stderr, res.returncode = proc.stdout, proc.stderr, proc.returncode
-            if proc.returncode != 0:
-                first = (proc.stderr or proc.stdout).strip().splitlines()[:1]
-                shown = (
-                    "".join(ch if ch.isprintable() else "?" for ch in first[0][:160])
-                    if first
-                    else ""
-                )
-                res.problem = f"exit {proc.returncode}" + (f": {shown}" if shown else "")
-        except subprocess.TimeoutExpired as exc:
-            res.stdout = (
-                exc.stdout.decode(errors="replace")
-                if isinstance(exc.stdout, bytes)
-                else (exc.stdout or "")
-            )
-            res.problem = f"timed out after {self.timeout:g} s (hung tool; killed)"
+            out, err, code, stop = _capture([exe, *argv[1:]], self.timeout)
         except PermissionError:
             res.problem = "permission denied"
         except OSError as exc:
             res.problem = f"cannot run: {exc.strerror or exc}"
+        else:
+            res.stdout = _text(out)
+            if stop == "timeout":
+                res.problem = f"timed out after {self.timeout:g} s (hung tool; killed)"
+            elif stop is not None:  # "stdout" / "stderr": endless output, cut at the cap
+                cap = STDOUT_CAP if stop == "stdout" else STDERR_CAP
+                res.stderr, res.truncated = _text(err), f"{stop} truncated at {cap / MiB:g} MiB"
+                res.problem = f"{res.truncated} (endless output; the tool was killed)"
+            else:
+                res.stderr, res.returncode = _text(err), code
+                if code != 0:
+                    first = (res.stderr or res.stdout).strip().splitlines()[:1]
+                    shown = (
+                        "".join(ch if ch.isprintable() else "?" for ch in first[0][:160])
+                        if first
+                        else ""
+                    )
+                    res.problem = f"exit {code}" + (f": {shown}" if shown else "")
         res.seconds = time.perf_counter() - t0
         self.log.append(res)
         return res
