@@ -11,7 +11,17 @@ is flat from then on (a shorter --warmup shows that rise as growth).  Every 100t
 with the DCGM_FI_DEV_FB_USED family.  The exporter samples once per --interval whatever the
 scrape rate: its own nodeledger_samples_total shows it.
 
+Issue 14 adds hostile idle clients: from the start of the warm-up to the end of the run a holder
+thread keeps --idle (500) connections open on loopback that never send a byte; each one the
+exporter drops is recorded (how long it survived) and reopened within 0.25 s, so the pressure
+stays on the whole time (bounded: the run's length and a cap on reconnects).  If this process's
+soft RLIMIT_NOFILE is too low for that it is raised (up to the hard limit) and the table says so;
+--exporter-nofile N runs the exporter itself under an N-fd soft limit (the issue's case: 128).
+The exporter's threads are read from /proc/<pid>/status every 0.1 s: the maximum must stay at
+its fixed handler pool plus the accept loop, the sampler and the --duration timer.
+
 Prints a table.  Run: python benchmarks/bench_exporter.py [--rate 200] [--seconds 60]
+[--idle 500] [--client-timeout 5] [--exporter-nofile 128]
 """
 
 from __future__ import annotations
@@ -19,6 +29,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import resource
+import selectors
 import socket
 import statistics
 import subprocess
@@ -48,19 +60,103 @@ def scrape(port: int) -> tuple[int, bytes]:
         c.close()
 
 
+def raise_nofile(need: int) -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        new = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        return f"raised soft RLIMIT_NOFILE of this process {soft} -> {new}"
+    return f"soft RLIMIT_NOFILE of this process {soft} (enough, not changed)"
+
+
+def proc_threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+class IdleHolder:
+    """Keeps ``n`` silent connections open to 127.0.0.1:port; reopens those the server drops."""
+
+    def __init__(self, port: int, n: int, max_connects: int):
+        self.port, self.n, self.max_connects = port, n, max_connects
+        self.sel = selectors.DefaultSelector()
+        self.lifetimes: list[float] = []
+        self.connects = 0
+        self.connect_errors = 0
+        self.open_min = n
+        self.open_samples: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def open_one(self) -> None:
+        if self.connects >= self.max_connects:
+            return
+        self.connects += 1
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+        except OSError:
+            self.connect_errors += 1
+            return
+        s.setblocking(False)
+        self.sel.register(s, selectors.EVENT_READ, time.monotonic())
+
+    def run(self) -> None:
+        for _ in range(self.n):
+            self.open_one()
+        next_refill = time.monotonic() + 0.25
+        while not self.stop.is_set():
+            for key, _ev in self.sel.select(0.05):
+                s = key.fileobj
+                try:
+                    data = s.recv(1)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    self.lifetimes.append(time.monotonic() - key.data)
+                    self.sel.unregister(s)
+                    s.close()
+            now = time.monotonic()
+            if now >= next_refill:
+                next_refill = now + 0.25
+                open_now = len(self.sel.get_map())
+                self.open_samples.append(open_now)
+                self.open_min = min(self.open_min, open_now)
+                for _ in range(self.n - open_now):
+                    self.open_one()
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+        self.sel.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=float, default=200.0, help="scrapes per second")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=65.0, help="> the 60 s idle window")
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--idle", type=int, default=500, help="silent connections held open")
+    ap.add_argument("--client-timeout", type=float, default=5.0, help="the exporter's")
+    ap.add_argument("--exporter-nofile", type=int, default=0, help="the exporter's fd limit")
     a = ap.parse_args()
+    nofile_note = raise_nofile(a.idle + 4 * a.threads + 128)
     port = free_port()
+
+    def limit_exporter() -> None:
+        if a.exporter_nofile:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (a.exporter_nofile, hard))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "nodeledger", "exporter", "--backend", "fake:dead-owner",
          "--listen", f"127.0.0.1:{port}", "--interval", "1",
+         "--client-timeout", str(a.client_timeout),
          "--duration", str(a.warmup + a.seconds + 30)],
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=limit_exporter,
     )  # fmt: skip
     for _ in range(100):
         try:
@@ -73,6 +169,21 @@ def main() -> None:
         raise SystemExit(f"exporter did not start: {proc.stderr.read()}")
     ps = psutil.Process(proc.pid)
     rss_start = ps.memory_info().rss
+    threads_start = proc_threads(proc.pid)
+    threads_max = [threads_start]
+    watching = threading.Event()
+
+    def watch_threads() -> None:
+        while not watching.wait(0.1):
+            try:
+                threads_max[0] = max(threads_max[0], proc_threads(proc.pid))
+            except OSError:
+                return
+
+    threading.Thread(target=watch_threads, daemon=True).start()
+    total = a.warmup + a.seconds
+    holder = IdleHolder(port, a.idle, a.idle * int(4 * total / max(a.client_timeout, 0.1) + 10))
+    holder.thread.start()
     lock = threading.Lock()
     lat: list[float] = []
     errors: list[str] = []
@@ -125,6 +236,9 @@ def main() -> None:
         return time.monotonic() - t0
 
     run_for(a.warmup)
+    lifetimes_warm = len(holder.lifetimes)
+    holder.open_samples.clear()
+    holder.open_min = a.idle
     lat.clear()
     errors.clear()
     parsed[0] = 0
@@ -143,13 +257,19 @@ def main() -> None:
     sampler.set()
     rss.append((wall, ps.memory_info().rss))
     samples1 = samples_total(last_body[0])
+    holder.stop.set()
+    holder.thread.join(10)
+    watching.set()
+    life = sorted(holder.lifetimes[lifetimes_warm:])
     proc.terminate()
     proc.wait(10)
     n = len(lat)
     lat.sort()
     growth = rss[-1][1] - rss[0][1]
     print(f"nodeledger exporter under load, loopback, {os.cpu_count()} CPUs, "
-          f"{a.threads} client threads (in the same box)")  # fmt: skip
+          f"{a.threads} client threads (in the same box), {a.idle} idle connections held open; "
+          f"{nofile_note}; exporter fd limit "
+          f"{a.exporter_nofile or 'inherited'}")  # fmt: skip
     print()
     print("| measure | value | target |")
     print("|---|---|---|")
@@ -169,6 +289,17 @@ def main() -> None:
     )
     print(f"| RSS growth | {growth / MiB:+.2f} MiB | <= 1 MiB |")
     print(f"| RSS every 10 s (MiB) | {', '.join(f'{r / MiB:.1f}' for _, r in rss)} | flat |")
+    opened = holder.open_samples or [0]
+    print(f"| idle connections open (min / mean, every 0.25 s) | {holder.open_min} / "
+          f"{statistics.mean(opened):.0f} of {a.idle} | held open |")  # fmt: skip
+    print(f"| idle connections dropped by the exporter during the run | {len(life):,} "
+          f"({holder.connects:,} opened in all, {holder.connect_errors} refused) | - |")  # fmt: skip
+    if life:
+        print(f"| idle connection survives (min / median / max) | {life[0]:.2f} / "
+              f"{statistics.median(life):.2f} / {life[-1]:.2f} s | "
+              f"~ --client-timeout {a.client_timeout:g} s |")  # fmt: skip
+    print(f"| exporter threads at start / max seen | {threads_start} / {threads_max[0]} | "
+          f"bounded (8 handlers + accept + sampler + timer) |")  # fmt: skip
 
 
 def samples_total(body: bytes) -> float:

@@ -3,10 +3,19 @@ dcgm-exporter, scrapes never trigger samples, and a wider bind needs --expose.""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
+import http.client
+import shutil
 import socket
+import ssl
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -15,7 +24,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodeledger.cli import main
 from nodeledger.errors import InputError
 from nodeledger.watch.analyze import Analyzer
-from nodeledger.watch.exporter import Exporter, _Collector, parse_listen
+from nodeledger.watch.exporter import (
+    Exporter,
+    _Collector,
+    allowed,
+    check_basic_auth,
+    load_tls,
+    parse_allow,
+    parse_listen,
+)
 from nodeledger.watch.fake import FakeBackend, scenario
 from nodeledger.watch.watcher import Watcher
 
@@ -139,6 +156,7 @@ def test_wider_bind_needs_expose_and_warns(capsys):
                  "--expose", "--duration", "0.3", "--interval", "0.1"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0 and err.startswith("warning: serving metrics on 0.0.0.0")
+    assert "restrict them with --allow CIDR" in err
     assert f"http://0.0.0.0:{port}/metrics" in err
 
 
@@ -148,3 +166,232 @@ def test_default_is_loopback(capsys):
                  "--duration", "0.2"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0 and "warning" not in err
+
+
+# --- issue 14: bounded connections, /metrics only, --allow, TLS, basic auth -------------------
+
+
+@contextlib.contextmanager
+def _serving(**kw):
+    exp, _w = _exporter()
+    server = exp.serve("127.0.0.1", 0, **kw)
+    t = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    t.start()
+    try:
+        yield server, server.server_address[1]
+    finally:
+        exp.shutdown()
+        t.join(5)
+
+
+def _request(port, method="GET", path="/metrics", headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request(method, path, headers=headers or {})
+        r = c.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        c.close()
+
+
+def _dropped_after(sock, limit=10.0) -> float:
+    """Seconds until the server closes ``sock`` (EOF or reset)."""
+    t0 = time.monotonic()
+    sock.settimeout(limit)
+    with contextlib.suppress(ConnectionResetError):
+        assert sock.recv(1) == b""
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("path", ["/", "/foo", "/../../etc/passwd", "/metrics/", "/metricsx"])
+def test_only_metrics_is_served(path):
+    with _serving() as (_server, port):
+        status, headers, body = _request(port, path=path)
+        assert status == 404 and headers["Content-Type"].startswith("text/plain")
+        assert b"DCGM" not in body and len(body) < 100
+        status, _h, body = _request(port)
+        assert status == 200 and b"DCGM_FI_DEV_FB_USED" in body
+
+
+def test_metrics_methods():
+    with _serving() as (_server, port):
+        status, headers, body = _request(port, "HEAD")
+        assert status == 200 and body == b"" and int(headers["Content-Length"]) > 1000
+        for method in ("POST", "PUT", "DELETE", "OPTIONS"):
+            status, headers, body = _request(port, method)
+            assert status == 405 and headers["Allow"] == "GET, HEAD" and b"DCGM" not in body
+        status, _h, body = _request(port, path="/metrics?name[]=nodeledger_samples_total")
+        assert status == 200
+
+
+def test_idle_and_stalled_connections_are_dropped_after_the_timeout():
+    with _serving(client_timeout=0.5) as (server, port):
+        idle = socket.create_connection(("127.0.0.1", port))
+        stalled = socket.create_connection(("127.0.0.1", port))
+        stalled.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never ends its head
+        with idle, stalled:
+            assert 0.3 < _dropped_after(idle) < 3
+            assert _dropped_after(stalled) < 3
+        assert server.dropped >= 2
+
+
+def test_scrapes_succeed_quickly_while_many_connections_idle():
+    """The issue's case: idle sockets held one thread and one fd each and starved scrapes.
+    Now they hold no thread, and past max_connections the oldest idle one makes room."""
+    n_idle = 150
+    with _serving(client_timeout=30, max_connections=40, workers=4) as (server, port):
+        threads0 = threading.active_count()
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(n_idle)]
+        try:
+            assert threading.active_count() == threads0  # no thread per connection
+            for _ in range(5):
+                t0 = time.monotonic()
+                status, _h, body = _request(port)
+                assert status == 200 and b"DCGM_FI_DEV_FB_USED" in body
+                assert time.monotonic() - t0 < 2
+            handlers = [t for t in threading.enumerate() if t.name.startswith("metrics-")]
+            assert len(handlers) == 4
+            assert server.open <= server.max_connections == 40
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_allow_list_is_a_pure_check():
+    nets = parse_allow(["10.0.0.0/8", "192.168.1.7", "fd00::/8"])
+    assert allowed("10.0.0.5", nets) and allowed("192.168.1.7", nets)
+    assert allowed("::ffff:10.0.0.5", nets)  # an IPv4 client of a dual-stack socket
+    assert allowed("fd12::1", nets)
+    assert not allowed("10.0.0.5", parse_allow(["127.0.0.0/8"]))
+    assert not allowed("192.168.1.8", nets) and not allowed("127.0.0.1", nets)
+    assert not allowed("not-an-address", nets)
+    assert allowed("10.0.0.5", []) and allowed("203.0.113.9", None)  # no list: everyone
+
+
+@pytest.mark.parametrize("bad", ["10.0.0.0/33", "10.0.0", "banana", "::1/129", ""])
+def test_parse_allow_refuses(bad):
+    with pytest.raises(InputError, match="--allow"):
+        parse_allow([bad])
+
+
+def test_allow_end_to_end_on_loopback():
+    with _serving(allow=parse_allow(["127.0.0.0/8"])) as (_server, port):
+        assert _request(port)[0] == 200
+    with _serving(allow=parse_allow(["10.0.0.0/8"])) as (server, port):
+        with socket.create_connection(("127.0.0.1", port)) as s:  # loopback, not allowed
+            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert _dropped_after(s) < 3
+        assert server.dropped == 1
+
+
+def test_check_basic_auth():
+    users = {"alice": hashlib.sha256(b"s3cret").hexdigest()}
+
+    def hdr(text):
+        return "Basic " + base64.b64encode(text.encode()).decode()
+
+    assert check_basic_auth(hdr("alice:s3cret"), users)
+    assert not check_basic_auth(hdr("alice:wrong"), users)
+    assert not check_basic_auth(hdr("bob:s3cret"), users)
+    assert not check_basic_auth(hdr("alice"), users)
+    assert not check_basic_auth("Basic !!!", users) and not check_basic_auth(None, users)
+    assert not check_basic_auth("Bearer x", users)
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [(["--allow", "10.0.0.0/33"], "--allow '10.0.0.0/33'"),
+     (["--allow", "10.0.0.0/8", "--allow", "nope"], "--allow 'nope'"),
+     (["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem"],
+      "--tls-cert /nonexistent/cert.pem"),
+     (["--tls-cert", "/nonexistent/cert.pem"], "go together"),
+     (["--basic-auth-file", "/nonexistent/users"], "--basic-auth-file"),
+     (["--client-timeout", "0"], "--client-timeout"),
+     (["--handler-threads", "0"], "--handler-threads")],
+)  # fmt: skip
+def test_bad_access_options_exit_2(args, want, capsys):
+    assert main(["exporter", "--backend", "fake:dead-owner", *args]) == 2
+    err = capsys.readouterr().err
+    assert want in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_basic_auth_file_exit_2(tmp_path, capsys):
+    f = tmp_path / "users"
+    f.write_text("# comment\nalice:not-a-digest\n")
+    assert main(["exporter", "--backend", "fake:dead-owner", "--basic-auth-file", str(f)]) == 2
+    assert f"{f}:2" in capsys.readouterr().err
+
+
+def _self_signed(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    return str(cert), str(key)
+
+
+def test_tls_and_basic_auth_on_loopback(tmp_path):
+    cert, key = _self_signed(tmp_path)
+    users = {"prom": hashlib.sha256(b"pw").hexdigest()}
+    with _serving(ssl_context=load_tls(cert, key), users=users, client_timeout=1) as (_s, port):
+        ctx = ssl.create_default_context(cafile=cert)
+        auth = {"Authorization": "Basic " + base64.b64encode(b"prom:pw").decode()}
+        for headers, want in (({}, 401), (auth, 200)):
+            c = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=ctx)
+            c.request("GET", "/metrics", headers=headers)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            assert r.status == want
+        assert b"DCGM_FI_DEV_FB_USED" in body
+        assert r.getheader("WWW-Authenticate") is None
+        with socket.create_connection(("127.0.0.1", port)) as s:  # plain HTTP to TLS: dropped
+            s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert _dropped_after(s) < 3
+
+
+def test_a_128_fd_exporter_still_scrapes_with_200_idle_sockets():
+    """The issue verbatim: the exporter process limited to 128 fds, more idle sockets than
+    that open against it (loopback), and a scrape still answers."""
+    resource = pytest.importorskip("resource")
+    port = _free_port()
+
+    def limit():
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodeledger", "exporter", "--backend", "fake:dead-owner",
+         "--listen", f"127.0.0.1:{port}", "--client-timeout", "60", "--duration", "60"],
+        stderr=subprocess.PIPE, text=True, preexec_fn=limit,
+    )  # fmt: skip
+    idle = []
+    try:
+        for _ in range(100):
+            try:
+                assert _request(port)[0] == 200
+                break
+            except OSError:
+                time.sleep(0.1)
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        for _ in range(3):
+            t0 = time.monotonic()
+            status, _h, body = _request(port)
+            assert status == 200 and b"DCGM_FI_DEV_FB_USED" in body
+            assert time.monotonic() - t0 < 3
+        status_text = Path(f"/proc/{proc.pid}/status").read_text()
+        threads = int(
+            next(x.split()[1] for x in status_text.splitlines() if x.startswith("Threads:"))
+        )
+        assert threads <= 8 + 4  # 8 handler threads, the accept loop, the sampler, a timer
+    finally:
+        for s in idle:
+            s.close()
+        proc.terminate()
+        proc.wait(10)

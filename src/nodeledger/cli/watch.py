@@ -495,6 +495,50 @@ def _render_summary(s: dict, header: dict) -> None:
     help="Allow a non-loopback --listen address (metrics name your processes).",
 )
 @click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    metavar="CIDR",
+    help="Serve only clients in this network (repeatable, e.g. 10.0.0.0/8); others are "
+    "closed unanswered.  Loopback is not implied.  Default: every client.",
+)
+@click.option(
+    "--tls-cert", "tls_cert", metavar="FILE", help="Serve HTTPS: PEM certificate (chain)."
+)
+@click.option("--tls-key", "tls_key", metavar="FILE", help="The PEM private key for --tls-cert.")
+@click.option(
+    "--basic-auth-file",
+    "basic_auth_file",
+    metavar="FILE",
+    help="Require HTTP basic auth: USER:SHA256HEX lines (printf %s PASS | sha256sum).",
+)
+@click.option(
+    "--client-timeout",
+    "client_timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds a client has to send its request (and to take the answer); "
+    "idle or slow connections are dropped after it.",
+)
+@click.option(
+    "--handler-threads",
+    "handler_threads",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Threads answering scrapes (the most at once); idle connections hold none.",
+)
+@click.option(
+    "--max-connections",
+    "max_connections",
+    type=int,
+    default=1024,
+    show_default=True,
+    help="Open connections at most (clamped to the fd limit); past it the oldest idle one "
+    "is dropped.",
+)
+@click.option(
     "--interval",
     "interval",
     type=float,
@@ -510,6 +554,13 @@ def _render_summary(s: dict, header: dict) -> None:
 def exporter(
     listen="127.0.0.1:9835",
     expose=False,
+    allow=(),
+    tls_cert=None,
+    tls_key=None,
+    basic_auth_file=None,
+    client_timeout=5.0,
+    handler_threads=8,
+    max_connections=1024,
     interval=1.0,
     backend="auto",
     plan=None,
@@ -532,14 +583,25 @@ def exporter(
 
     from nodeledger.watch.analyze import Analyzer
     from nodeledger.watch.backends import open_backend
-    from nodeledger.watch.exporter import Exporter, parse_listen
+    from nodeledger.watch.exporter import (
+        Exporter,
+        load_basic_auth,
+        load_tls,
+        parse_allow,
+        parse_listen,
+    )
     from nodeledger.watch.watcher import Watcher
 
     for name, v in (("--interval", interval), ("--duration", duration),
-                    ("--idle-window", idle_window), ("--timeout", timeout)):  # fmt: skip
+                    ("--idle-window", idle_window), ("--timeout", timeout),
+                    ("--client-timeout", client_timeout), ("--handler-threads", handler_threads),
+                    ("--max-connections", max_connections)):  # fmt: skip
         _positive(name, v)
     _check_tolerance(tolerance, tolerance_gib)
     host_addr, port, loopback = parse_listen(listen)
+    nets = parse_allow(allow)
+    tls = load_tls(tls_cert, tls_key)
+    users = load_basic_auth(basic_auth_file)
     if not loopback and not expose:
         raise InputError(
             f"--listen {listen} is not a loopback address: metrics name your processes and "
@@ -550,6 +612,16 @@ def exporter(
             f"warning: serving metrics on {host_addr}:{port}, reachable beyond this host "
             "(process names, pids, memory); put a firewall or an authenticating proxy in front\n"
         )
+        if not nets:
+            sys.stderr.write(
+                "warning: any client may scrape; restrict them with --allow CIDR "
+                "(e.g. --allow 10.0.0.0/8 --allow 127.0.0.1)\n"
+            )
+        if users and tls is None:
+            sys.stderr.write(
+                "warning: --basic-auth-file without --tls-cert: passwords cross the network "
+                "in clear\n"
+            )
     b = open_backend(backend, timeout=timeout)
     fake = backend.startswith("fake:")
     # a fake scenario too: scrapes see real time
@@ -559,11 +631,15 @@ def exporter(
     an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
                   idle_window=idle_window)  # fmt: skip
     exp = Exporter(w, an, header)
-    server = exp.serve(host_addr, port)
+    server = exp.serve(host_addr, port, workers=handler_threads, client_timeout=client_timeout,
+                       max_connections=max_connections, allow=nets, ssl_context=tls,
+                       users=users)  # fmt: skip
     exp.start_sampling()
+    scheme = "https" if tls is not None else "http"
     sys.stderr.write(
-        f"nodeledger exporter: http://{listen if ':' not in host_addr else f'[{host_addr}]:{port}'}/metrics "
-        f"({b.name}, every {interval:g} s)\n"
+        f"nodeledger exporter: {scheme}://{listen if ':' not in host_addr else f'[{host_addr}]:{port}'}/metrics "
+        f"({b.name}, every {interval:g} s; {handler_threads} handler threads, {server.max_connections} "
+        f"connections, {client_timeout:g} s client timeout)\n"
     )
     sys.stderr.flush()
     timer = threading.Timer(duration or 0, server.shutdown)

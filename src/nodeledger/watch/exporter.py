@@ -4,6 +4,12 @@ One sampler thread runs the backend at the interval; a scrape only reads the met
 built from the latest sample (built once per sample), so scrapes never run vendor tools and
 any number of scrapers cost the cards nothing.
 
+Serving (issue 14): only ``/metrics`` (GET / HEAD; other paths 404, other methods 405), by
+MetricsServer: a fixed pool of handler threads, idle / slow clients dropped after
+``client_timeout``, at most ``max_connections`` open (oldest idle dropped first), an optional
+``--allow`` network list, TLS (``ssl`` as prometheus-client's own start_http_server does it) and
+basic auth (``user:sha256hex`` lines, constant-time compare).
+
 Names follow dcgm-exporter where they overlap (so existing Grafana dashboards work), for every
 vendor: ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB), ``DCGM_FI_DEV_GPU_UTIL`` (%),
 labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``.
@@ -24,14 +30,24 @@ nodeledger's own (``card`` label = the card index):
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import errno
+import hashlib
+import hmac
+import io
 import ipaddress
+import queue
+import select
+import selectors
 import socket
+import ssl
 import threading
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+import time
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import ThreadingWSGIServer
 
 from nodeledger.errors import InputError
 from nodeledger.units import MiB
@@ -39,6 +55,12 @@ from nodeledger.verdict.fit import TIGHT
 from nodeledger.watch.analyze import Analyzer
 
 DEFAULT_LISTEN = "127.0.0.1:9835"
+METRICS_PATH = "/metrics"
+MAX_HEAD = 16384  # bytes of request line + headers; a scrape sends a few hundred
+DEFAULT_WORKERS = 8
+DEFAULT_CLIENT_TIMEOUT = 5.0
+DEFAULT_MAX_CONNECTIONS = 1024
+EVICT_SCAN = 32  # waiting connections looked at for an idle one to drop
 DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "rocm-smi": "card", "hy-smi": "card",
                  "npu-smi": "davinci"}  # fmt: skip
 
@@ -176,8 +198,408 @@ class _Collector:
 
 
 class _Quiet(WSGIRequestHandler):
+    """One request per connection; the request head is already read (``_Conn.buf``)."""
+
+    def setup(self):
+        super().setup()
+        self.rfile = io.BytesIO(self.server.server_buf.get(id(self.request), b""))
+
     def log_message(self, format, *args):
         pass
+
+
+# --- access control ----------------------------------------------------------------------------
+
+
+def parse_allow(texts) -> list:
+    """``--allow`` values -> networks; a malformed CIDR is an InputError (one line)."""
+    nets = []
+    for t in texts or ():
+        try:
+            nets.append(ipaddress.ip_network(t.strip(), strict=False))
+        except ValueError:
+            raise InputError(
+                f"--allow {t!r}: expected an address or a CIDR network, e.g. 10.0.0.0/8 or fd00::/8"
+            ) from None
+    return nets
+
+
+def allowed(addr: str, nets) -> bool:
+    """Whether a client address is inside one of ``nets`` (no list: every client).  An IPv4
+    client of a dual-stack socket (``::ffff:10.0.0.5``) is judged as its IPv4 address."""
+    if not nets:
+        return True
+    try:
+        ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == n.version and ip in n for n in nets)
+
+
+def load_tls(cert: str | None, key: str | None):
+    """``--tls-cert`` / ``--tls-key`` -> a server SSLContext (TLS 1.2+), as prometheus-client's
+    own ``start_http_server(certfile=, keyfile=)`` builds it; None without them."""
+    if not cert and not key:
+        return None
+    if not (cert and key):
+        raise InputError("--tls-cert and --tls-key go together: give both")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(certfile=cert, keyfile=key)
+    except (OSError, ssl.SSLError) as exc:
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+        raise InputError(f"--tls-cert {cert} / --tls-key {key}: cannot load ({why})") from None
+    return ctx
+
+
+def load_basic_auth(path: str | None) -> dict[str, str] | None:
+    """``--basic-auth-file``: ``user:sha256hex`` lines (``#`` comments) -> {user: hex}."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise InputError(f"--basic-auth-file {path}: {exc.strerror or exc}") from None
+    users: dict[str, str] = {}
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, digest = line.rpartition(":")
+        digest = digest.strip().lower()
+        if not sep or not user or len(digest) != 64 or any(c not in HEX for c in digest):
+            raise InputError(
+                f"--basic-auth-file {path}:{n}: expected USER:SHA256HEX "
+                "(64 hex digits: printf %s PASSWORD | sha256sum)"
+            )
+        users[user] = digest
+    if not users:
+        raise InputError(f"--basic-auth-file {path}: no USER:SHA256HEX line")
+    return users
+
+
+HEX = frozenset("0123456789abcdef")
+_DUMMY = "0" * 64
+
+
+def check_basic_auth(header: str | None, users: dict[str, str]) -> bool:
+    """An ``Authorization: Basic ...`` header against the users (constant-time compare; an
+    unknown user costs the same hash and compare as a known one)."""
+    if not header or header[:6].lower() != "basic ":
+        return False
+    try:
+        user, sep, pw = base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    got = hashlib.sha256(pw.encode()).hexdigest()
+    want = users.get(user, _DUMMY)
+    return bool(sep) and hmac.compare_digest(got, want) and user in users
+
+
+def _plain(start_response, status: str, text: str, extra=()) -> list[bytes]:
+    body = text.encode()
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                            ("Content-Length", str(len(body))), *extra])  # fmt: skip
+    return [body]
+
+
+def route(app, users: dict[str, str] | None = None):
+    """Only ``/metrics`` (GET or HEAD) reaches the metrics app: other paths are 404, other
+    methods 405, a missing / wrong password (with --basic-auth-file) 401."""
+
+    def wsgi(environ, start_response):
+        method = environ.get("REQUEST_METHOD", "")
+        if environ.get("PATH_INFO") != METRICS_PATH:
+            return _plain(start_response, "404 Not Found", "not found: metrics are at /metrics\n")
+        if method not in ("GET", "HEAD"):
+            return _plain(start_response, "405 Method Not Allowed",
+                          f"method {method} not allowed: use GET or HEAD\n",
+                          [("Allow", "GET, HEAD")])  # fmt: skip
+        if users is not None and not check_basic_auth(environ.get("HTTP_AUTHORIZATION"), users):
+            return _plain(start_response, "401 Unauthorized", "unauthorized\n",
+                          [("WWW-Authenticate", 'Basic realm="nodeledger", charset="UTF-8"')])  # fmt: skip
+        if method == "GET":
+            return app(environ, start_response)
+        seen: list = []
+
+        def keep(status, headers, exc_info=None):
+            seen[:] = [status, headers]
+
+        body = b"".join(app(dict(environ, REQUEST_METHOD="GET"), keep))
+        status, headers = seen
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [b""]
+
+    return wsgi
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+class _Conn:
+    __slots__ = ("addr", "buf", "deadline", "sock", "tls_pending")
+
+    def __init__(self, sock, addr, deadline, tls):
+        self.sock, self.addr, self.deadline = sock, addr, deadline
+        self.buf = b""
+        self.tls_pending = tls
+
+
+def _has_data(sock) -> bool:
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(0))
+
+
+def fd_soft_limit() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return soft if soft != resource.RLIM_INFINITY else 1 << 20
+    except (ImportError, OSError, ValueError):
+        return 1024
+
+
+class MetricsServer:
+    """An HTTP/1.0 server with bounded resources, for scrapes.
+
+    One thread (``serve_forever``) accepts connections and waits, with a selector, for each
+    request head (TLS handshake included); a fixed pool of ``workers`` threads answers complete
+    requests, one request per connection.  So an idle or slow client holds one fd and no thread:
+    it is dropped once ``client_timeout`` s have passed since it connected without a full request
+    head (answering is bounded by the same timeout on each socket call).  At most
+    ``max_connections`` connections are open (clamped to the fd limit, with a reserve for the
+    card backend); past that the oldest waiting one is dropped for the new one, and when the
+    process is out of fds the oldest waiting one is dropped too - so idle sockets never starve a
+    scrape.  A client outside ``allow`` (networks) is closed at once, without a reply.
+    """
+
+    request_queue_size = 1024  # a burst of connects waits here, not in SYN retries
+    fd_reserve = 32
+
+    def __init__(self, host: str, port: int, app, *, workers: int = 8,
+                 client_timeout: float = 5.0, max_connections: int = 1024, allow=(),
+                 ssl_context=None):  # fmt: skip
+        self.family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.client_timeout = client_timeout
+        self.max_connections = max(8, min(max_connections, fd_soft_limit() - self.fd_reserve))
+        self.allow = list(allow)
+        self.ssl_context = ssl_context
+        self.application = app
+        sock = socket.socket(self.family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(self.request_queue_size)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.socket = sock
+        self.server_address = sock.getsockname()
+        self.server_name, self.server_port = host, self.server_address[1]
+        self.base_environ = {"SERVER_NAME": host, "GATEWAY_INTERFACE": "CGI/1.1",
+                             "SERVER_PORT": str(self.server_port), "REMOTE_HOST": "",
+                             "CONTENT_LENGTH": "", "SCRIPT_NAME": ""}  # fmt: skip
+        if ssl_context is not None:
+            self.base_environ["HTTPS"] = "on"
+        self.server_buf: dict[int, bytes] = {}  # request head per socket, for the handler
+        self.waiting: dict[socket.socket, _Conn] = {}  # accept order = deadline order
+        self.lock = threading.Lock()
+        self.open = 0  # waiting + queued + being answered
+        self.dropped = 0  # idle / slow / evicted / refused, for tests and the benchmark
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = False
+        self._is_shut_down = threading.Event()
+        self._is_shut_down.set()
+        self.workers = [threading.Thread(target=self._work, name=f"metrics-{i}", daemon=True)
+                        for i in range(max(1, workers))]  # fmt: skip
+        for t in self.workers:
+            t.start()
+
+    def get_app(self):
+        return self.application
+
+    # -- the accepting thread
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._is_shut_down.clear()
+        sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ, None)
+        try:
+            while not self._stop:
+                now = time.monotonic()
+                wait = poll_interval
+                if self.waiting:
+                    first = next(iter(self.waiting.values()))
+                    wait = max(0.0, min(wait, first.deadline - now))
+                for key, _ev in sel.select(wait):
+                    if key.data is None:
+                        self._accept(sel)
+                    elif key.fileobj in self.waiting:
+                        self._readable(sel, key.data)
+                self._expire(sel)
+        finally:
+            for c in list(self.waiting.values()):
+                self._drop(sel, c)
+            sel.close()
+            self._stop = False
+            self._is_shut_down.set()
+
+    def _accept(self, sel) -> None:
+        for _ in range(64):
+            try:
+                sock, addr = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    if self._evict(sel):  # out of fds: the oldest idle client makes room
+                        continue
+                    time.sleep(0.01)  # every fd is answering a request: they end soon
+                return
+            if not allowed(addr[0], self.allow):
+                self.dropped += 1
+                sock.close()
+                continue
+            with self.lock:
+                full = self.open >= self.max_connections
+            if full and not self._evict(sel):  # all answering or queued: refuse the new one
+                self.dropped += 1
+                sock.close()
+                continue
+            sock.setblocking(False)
+            tls = self.ssl_context is not None
+            if tls:
+                try:
+                    sock = self.ssl_context.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                except (OSError, ValueError):
+                    self.dropped += 1
+                    sock.close()
+                    continue
+            c = _Conn(sock, addr, time.monotonic() + self.client_timeout, tls)
+            with self.lock:
+                self.open += 1
+            self.waiting[sock] = c
+            sel.register(sock, selectors.EVENT_READ, c)
+
+    def _evict(self, sel) -> bool:
+        """Drop the oldest waiting connection that has sent nothing (a scrape whose request
+        is already in the socket buffer is read instead); failing that, the oldest one."""
+        for c in list(self.waiting.values())[:EVICT_SCAN]:
+            if c.buf or _has_data(c.sock):
+                self._readable(sel, c)  # non-blocking: reads it, queues it when complete
+                continue
+            self._drop(sel, c)
+            return True
+        if self.waiting:
+            self._drop(sel, next(iter(self.waiting.values())))
+            return True
+        return False
+
+    def _readable(self, sel, c: _Conn) -> None:
+        if c.tls_pending:
+            try:
+                c.sock.do_handshake()
+            except ssl.SSLWantReadError:
+                sel.modify(c.sock, selectors.EVENT_READ, c)
+                return
+            except ssl.SSLWantWriteError:
+                sel.modify(c.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
+                return
+            except (OSError, ValueError):
+                self._drop(sel, c)
+                return
+            c.tls_pending = False
+            sel.modify(c.sock, selectors.EVENT_READ, c)
+        while True:
+            try:
+                chunk = c.sock.recv(16384)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                break
+            except ssl.SSLWantWriteError:
+                sel.modify(c.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, c)
+                return
+            except (OSError, ValueError):
+                self._drop(sel, c)
+                return
+            if not chunk:  # closed before a full request head
+                self._drop(sel, c)
+                return
+            c.buf += chunk
+            if b"\r\n\r\n" in c.buf or b"\n\n" in c.buf:
+                sel.unregister(c.sock)
+                del self.waiting[c.sock]
+                self.queue.put(c)
+                return
+            if len(c.buf) > MAX_HEAD:
+                self._drop(sel, c)
+                return
+
+    def _expire(self, sel) -> None:
+        now = time.monotonic()
+        while self.waiting:
+            c = next(iter(self.waiting.values()))
+            if c.deadline > now:
+                return
+            self._drop(sel, c)
+
+    def _drop(self, sel, c: _Conn) -> None:
+        self.waiting.pop(c.sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(c.sock)
+        self.dropped += 1
+        self._close(c.sock)
+
+    def _close(self, sock) -> None:
+        with contextlib.suppress(OSError):
+            sock.close()
+        with self.lock:
+            self.open -= 1
+
+    # -- the workers
+
+    def _work(self) -> None:
+        while True:
+            c = self.queue.get()
+            if c is None:
+                return
+            try:
+                c.sock.setblocking(True)
+                c.sock.settimeout(self.client_timeout)
+                self.server_buf[id(c.sock)] = c.buf
+                _Quiet(c.sock, c.addr, self)
+            except Exception:  # a client gone mid-answer, a timeout: drop it, keep serving
+                pass
+            finally:
+                self.server_buf.pop(id(c.sock), None)
+                self._close(c.sock)
+
+    # -- socketserver's interface (the CLI and the tests use it)
+
+    def shutdown(self) -> None:
+        self._stop = True
+        self._is_shut_down.wait()
+
+    def server_close(self) -> None:
+        for _ in self.workers:
+            self.queue.put(None)
+        with contextlib.suppress(OSError):
+            self.socket.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server_close()
 
 
 class Exporter:
@@ -205,16 +627,16 @@ class Exporter:
                                        kwargs={"stop": self.stop}, name="sampler", daemon=True)  # fmt: skip
         self.thread.start()
 
-    def serve(self, host: str, port: int):
-        cls = ThreadingWSGIServer
-        if ":" in host:  # IPv6
-
-            class cls(ThreadingWSGIServer):
-                address_family = socket.AF_INET6
-
+    def serve(self, host: str, port: int, *, workers: int = DEFAULT_WORKERS,
+              client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
+              max_connections: int = DEFAULT_MAX_CONNECTIONS, allow=(), ssl_context=None,
+              users: dict[str, str] | None = None) -> MetricsServer:  # fmt: skip
+        """Bind (not yet serving: call ``serve_forever``); see MetricsServer for the limits."""
         try:
-            self.server = make_server(host, port, make_wsgi_app(self.registry), cls,
-                                      handler_class=_Quiet)  # fmt: skip
+            self.server = MetricsServer(host, port, route(make_wsgi_app(self.registry), users),
+                                        workers=workers, client_timeout=client_timeout,
+                                        max_connections=max_connections, allow=allow,
+                                        ssl_context=ssl_context)  # fmt: skip
         except OSError as exc:
             raise InputError(
                 f"--listen {host}:{port}: cannot bind ({exc.strerror or exc})"
