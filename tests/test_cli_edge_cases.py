@@ -146,3 +146,17 @@ def test_exporter_refuses_a_negative_tolerance_like_watch():
         assert (
             proc.returncode == 2 and "--tolerance and --tolerance-gib must be >= 0" in proc.stderr
         )
+
+
+def test_a_huge_word_in_a_recorded_output_is_shortened_not_wrapped(tmp_path):
+    """A 20,000-character word in a topo -m header became a NIC name that rich spent seconds
+    wrapping; the terminal cell now shows 40 characters and the count."""
+    src = next((FIXTURES / "h200").glob("*topo*"))
+    lines = src.read_text().splitlines()
+    head = next(i for i, line in enumerate(lines) if "GPU0" in line)
+    lines[head] += "\tNIC" + "X" * 20000
+    f = tmp_path / "topo.txt"
+    f.write_text("\n".join(lines) + "\n")
+    proc = run_cli("parse", "nvidia-smi-topo", str(f))
+    assert proc.returncode == 0, proc.stderr
+    assert "X" * 20000 not in proc.stdout and "characters)" in proc.stdout

@@ -138,3 +138,12 @@ def test_host_page_cache_is_evictable(ranks, tier):
     cache = sum(i["bytes"] for i in h["items"] if i["reclaimable"])
     assert h["reclaimable_bytes"] == cache > 60 * 2**30
     assert h["peak_bytes"] == sum(i["bytes"] for i in h["items"] if not i["reclaimable"])
+
+
+def test_vllm_pool_below_zero_is_zero_with_the_shortfall_named():
+    """A 70B model on one 64 GiB card: the fixed parts exceed vLLM's budget.  The JSON never
+    prints a negative pool; the shortfall says by how much the budget was missed."""
+    d = cli_json("fit", "llama-3.1-70b", "--engine", "vllm")
+    assert d["extras"]["kv_pool_bytes"] == 0
+    assert "exceed the vLLM budget by" in d["extras"]["kv_shortfall"]
+    assert d["verdict"]["tier"] == "cannot"

@@ -40,6 +40,15 @@ def escape(text: str) -> str:
     return _escape(text)
 
 
+def short(text: str | None, limit: int = 120) -> str:
+    """Tool-supplied text for a terminal cell: at most ``limit`` characters, the rest counted
+    (a 20,000-character "name" in a recorded output would otherwise take rich seconds to wrap)."""
+    if text is None:
+        return UNKNOWN
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 

@@ -16,6 +16,7 @@ from nodeledger.cli.common import (
     num,
     print_json,
     ranges,
+    short,
 )
 from nodeledger.cli.options import json_option, tool_timeout_option
 from nodeledger.errors import NodeledgerError
@@ -280,9 +281,9 @@ def _render_parsed(kind: str, data: dict[str, Any]) -> None:
         for c in data["cards"]:
             t.add_row(
                 str(c["index"]),
-                c["cpu_affinity"] or UNKNOWN,
+                short(c["cpu_affinity"]),
                 num(c["numa_node"]),
-                c["gpu_numa_id"] or "-",
+                short(c["gpu_numa_id"] or "-"),
             )
         con.print(t)
         idx = [c["index"] for c in data["cards"]]
@@ -290,7 +291,9 @@ def _render_parsed(kind: str, data: dict[str, Any]) -> None:
         m.add_column("")
         for i in idx:
             m.add_column(f"GPU{i}")
-        lab = {(lk["a"], lk["b"]): f"{lk['label']} ({lk['kind']})" for lk in data["links"]}
+        lab = {
+            (lk["a"], lk["b"]): short(f"{lk['label']} ({lk['kind']})", 40) for lk in data["links"]
+        }
         for a in idx:
             m.add_row(
                 f"GPU{a}",
@@ -298,9 +301,13 @@ def _render_parsed(kind: str, data: dict[str, Any]) -> None:
             )
         con.print(m)
         for n in data["nics"]:
-            near = ", ".join(f"GPU{g}:{v}" for g, v in n["links"].items())
-            con.print(f"NIC {n['name']} ({n['device'] or 'device unknown'}, {n['kind']}): {near}")
+            near = short(", ".join(f"GPU{g}:{v}" for g, v in n["links"].items()), 400)
+            con.print(
+                f"NIC {short(n['name'], 40)} ({short(n['device'] or 'device unknown', 40)}, "
+                f"{short(n['kind'], 20)}): {near}",
+                markup=False,
+            )
     else:
         con.print_json(json.dumps(data))
     for note in data.get("notes", []):
-        con.print(f"note: {note}", markup=False)
+        con.print(f"note: {short(note, 400)}", markup=False)

@@ -397,7 +397,11 @@ def _vllm_card(
         spec, job.block_size, kv_dtype_bytes, kv_split
     )
     kv_per_sequence = kv.paged_kv_bytes_per_sequence(kv_per_token, job.context, job.block_size)
-    extras = {"kv_pool_bytes": kv_pool, "kv_bytes_per_token_per_card": round(kv_per_token)}
+    # a pool below zero is no pool: 0 B, and the shortfall below says by how much it missed
+    extras = {
+        "kv_pool_bytes": None if kv_pool is None else max(kv_pool, 0),
+        "kv_bytes_per_token_per_card": round(kv_per_token),
+    }
     if kv_pool is not None and kv_per_token > 0:
         pool_tokens = max(0, int(kv_pool // kv_per_token))
         extras["kv_pool_tokens"] = pool_tokens
@@ -429,6 +433,12 @@ def _vllm_card(
             extras["kv_shortfall"] = (
                 f"vLLM's KV pool holds {max(kv_pool, 0) / GiB:.2f} GiB per card; "
                 f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {kv_needed / GiB:.2f} GiB"
+                + (
+                    f"; weights, activation peak and non-torch memory exceed the vLLM budget by "
+                    f"{-kv_pool / GiB:.2f} GiB"
+                    if kv_pool < 0
+                    else ""
+                )
             )
     else:
         items.append(Item("KV cache needed", kv_needed, "concurrency x context x KV per token"))
