@@ -119,6 +119,9 @@ class Analyzer:
         self.ctx_run: dict[int, int] = {}
         self.contexts: dict[int, dict] = {}  # card -> worst extra-contexts observation
         self.hist: deque = deque(maxlen=HIST_MAX)  # bounded by count as well as by time
+        # beside each sample of hist, its cards by index: a card's series is one lookup per
+        # sample instead of a scan of every card (analysis stays linear in the cards)
+        self._cards_by_index: deque = deque(maxlen=HIST_MAX)
         self._hist_full = False  # the last feed dropped a sample by count (not by time)
         self.n = 0
         self.t_first = self.t_last = None
@@ -169,8 +172,13 @@ class Analyzer:
         self._contexts(t, cards, home)
         self._hist_full = len(self.hist) == self.hist.maxlen
         self.hist.append(s)  # at HIST_MAX the oldest sample falls off
+        first: dict = {}
+        for c in s.get("cards", []):
+            first.setdefault(c["index"], c)  # a repeated index: the first, as a scan finds it
+        self._cards_by_index.append(first)
         while len(self.hist) > 2 and t - self.hist[1]["t"] >= self.window:
             self.hist.popleft()
+            self._cards_by_index.popleft()
         findings = self.verify()["findings"]  # once a sample: nothing _idle changes alters it
         self._idle_now = self._idle(s, findings)
         for f in self._idle_now:
@@ -308,14 +316,11 @@ class Analyzer:
         return self.hist[-1]["t"] - self.hist[0]["t"] >= self.window - 1e-6
 
     def _series(self, i: int, key: str) -> list:
+        """Card ``i``'s ``key`` in every sample of the window (None where it was not sampled)."""
         out = []
-        for s in self.hist:
-            for c in s.get("cards", []):
-                if c["index"] == i:
-                    out.append(c.get(key))
-                    break
-            else:
-                out.append(None)
+        for cards in self._cards_by_index:
+            c = cards.get(i)
+            out.append(None if c is None else c.get(key))
         return out
 
     def _idle(self, s: dict, findings: list[dict]) -> list[dict]:
