@@ -6,6 +6,9 @@ exits 1 when a target is missed.
   TP1, TP2, TP4, TP8 and mixed plans of a small model filling the cards.  Target: <= 2 s each.
   Each case runs as its own process with a time bound (``--bound``, default 20 s): a case past
   it is printed as "> bound" and counts as missed.
+- ``watch`` analysis: the dead-owner scenario's samples widened to 8 / 16 / 32 / 64 cards (each
+  card repeated under new indices) fed to the Analyzer; CPU ms per sample must grow no faster
+  than the cards (target: ms per card at 64 cards <= 1.5 x that at 8).
 - ``report`` on catalogues of 16 / 64 / 256 workloads (the default catalogue repeated under new
   ids): seconds per workload must not grow with the catalogue (linear), target ratio of the
   per-workload time at the largest size to the smallest <= 1.5.
@@ -169,7 +172,58 @@ def main(argv=None) -> int:
             print()
             print(f"per-workload time, largest / smallest catalogue: {growth:.2f} "
                   f"(target <= {REPORT_GROWTH_TARGET}): {'PASS' if good else 'MISSED'}")  # fmt: skip
+        print()
+        print("watch analysis (Analyzer.feed, CPU ms per sample)")
+        print()
+        print("| cards | ms per sample | ms per card |")
+        print("|---|---|---|")
+        per_card = {}
+        for cards, ms in watch_curve(d):
+            per_card[cards] = ms / cards
+            print(f"| {cards} | {ms:.3f} | {ms / cards:.4f} |")
+        growth = per_card[max(per_card)] / per_card[min(per_card)]
+        good = growth <= REPORT_GROWTH_TARGET
+        ok &= good
+        print()
+        print(f"ms per card, 64 cards / 8 cards: {growth:.2f} (target <= "
+              f"{REPORT_GROWTH_TARGET}): {'PASS' if good else 'MISSED'}")  # fmt: skip
     return 0 if ok else 1
+
+
+def watch_curve(d: Path, repeat: int = 3):
+    """(cards, CPU ms per sample) for the widened dead-owner stream."""
+    import copy
+
+    from nodeledger.watch.analyze import Analyzer
+    from nodeledger.watch.fake import record_scenario
+    from nodeledger.watch.record import read_stream
+
+    f = d / "dead-owner.jsonl"
+    record_scenario("dead-owner", f)
+    header, stream = read_stream(f)
+    samples = list(stream)
+    out = []
+    for k in (1, 2, 4, 8):
+        wide = []
+        for s in samples:
+            s = copy.deepcopy(s)
+            base = s.get("cards", [])
+            s["cards"] = [dict(c, index=c["index"] + 8 * j) for j in range(k) for c in base]
+            wide.append(s)
+        h = copy.deepcopy(header)
+        m = h.get("machine", {})
+        if m.get("cards"):
+            m["cards"] = [dict(c, index=c["index"] + 8 * j) for j in range(k) for c in m["cards"]]
+        best = None
+        for _ in range(repeat):
+            an = Analyzer(h)
+            t0 = time.process_time()
+            for s in wide:
+                an.feed(s)
+            ms = (time.process_time() - t0) * 1e3 / len(wide)
+            best = ms if best is None else min(best, ms)
+        out.append((8 * k, best))
+    return out
 
 
 if __name__ == "__main__":
