@@ -16,7 +16,8 @@ from nodeledger.errors import NodeledgerError
 @click.argument(
     "files",
     nargs=-1,
-    help="Job logs, or saved kernel logs (dmesg, kern.log, journalctl -k), to read.",
+    help="Job logs, or saved kernel logs (dmesg, kern.log, journalctl -k), to read: regular "
+    "files, or - for standard input.",
 )
 @click.option(
     "--since",
@@ -52,7 +53,13 @@ def oom(
     """Why did the job die? Find out-of-memory incidents in the kernel log and job logs, say
     whether host RAM or card memory ran out, with every figure, and the fixes for that side."""
     from nodeledger.machine.probe.runner import Runner
-    from nodeledger.triage.collect import now, parse_duration, read_files, read_kernel_log
+    from nodeledger.triage.collect import (
+        cleanup,
+        now,
+        parse_duration,
+        read_files,
+        read_kernel_log,
+    )
     from nodeledger.triage.report import build_report
 
     if not timeout > 0:
@@ -60,18 +67,30 @@ def oom(
     if not window >= 0:
         raise NodeledgerError(f"--link-window must be >= 0, got {window}")
     since_s = parse_duration(since) if since is not None else None
-    sources = read_files(list(files or []))  # a missing file: one line, exit 2
-    notes: list[str] = []
-    if no_kernel_log:
-        notes.append("kernel log not read (--no-kernel-log)")
-    else:
-        kl = read_kernel_log(Runner(timeout=timeout, live=True), since_s)
-        notes += kl.notes
-        if kl.source is not None:
-            sources.insert(0, kl.source)
-    report = build_report(
-        sources, notes=notes, since_s=since_s, since_text=since, now=now(), window_s=window
-    )
+    try:
+        sources = read_files(list(files or []))  # a missing file / a device: one line, exit 2
+        notes: list[str] = []
+        unread: str | None = None
+        if no_kernel_log:
+            notes.append("kernel log not read (--no-kernel-log)")
+        else:
+            kl = read_kernel_log(Runner(timeout=timeout, live=True), since_s)
+            notes += kl.notes
+            if kl.source is not None:
+                sources.insert(0, kl.source)
+            else:
+                unread = "; ".join(kl.notes[:-1]) or "no tool could read it"
+        report = build_report(
+            sources,
+            notes=notes,
+            since_s=since_s,
+            since_text=since,
+            now=now(),
+            window_s=window,
+            kernel_log_unread=unread,
+        )
+    finally:
+        cleanup()
     if as_json:
         print_json(report.to_dict())
         return
@@ -152,7 +171,8 @@ def _render(report) -> None:
 
     con = console()
     v = report.verdict
-    con.print(f"[bold]oom: {v['side']}[/bold] — ", end="")
+    head = "inconclusive" if v.get("verdict") == "inconclusive" else v["side"]
+    con.print(f"[bold]oom: {head}[/bold] — ", end="")
     con.print(v["summary"], markup=False, highlight=False)
     read = ", ".join(
         f"{s['source']} ({s['lines']:,} lines, {s['incidents']} incidents)"

@@ -34,11 +34,14 @@ ASCEND_RT_VISIBLE_DEVICES), not necessarily the physical one.
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from nodeledger.triage.incidents import Incident
+from nodeledger.triage.lines import as_lines
 from nodeledger.triage.logtime import LogTime, find_time
-from nodeledger.triage.units import SIZE, parse_size
+from nodeledger.triage.units import SIZE, clip_digits, parse_size
 
 _DEV_KIND = {
     "CUDA": "torch-cuda-oom",
@@ -79,7 +82,7 @@ _PROC = re.compile(r"Process (?P<pid>\d+) has (?P<used>" + SIZE + r") memory in 
 _THIS = re.compile(
     r"Including non-PyTorch memory, this process has (?P<used>" + SIZE + r") memory in use\."
 )
-_ALLOWED = re.compile(r"(?P<allowed>" + SIZE + r") allowed;")
+_ALLOWED = re.compile(r"(?<!\d)(?P<allowed>" + SIZE + r") allowed;")  # one try per number
 _OF_ALLOC = re.compile(
     r"Of the allocated memory (?P<alloc>" + SIZE + r") is allocated by PyTorch, "
     r"(?:with (?P<private>" + SIZE + r") allocated in private pools \([^)]*\), )?"
@@ -93,11 +96,25 @@ _CUDA_ERROR = re.compile(
 )
 _BLAS = re.compile(r"\b(?P<lib>CUBLAS|HIPBLAS|ROCBLAS|rocblas)_STATUS_ALLOC_FAILED\b")
 _BLAS_CALL = re.compile(r"when calling `(?P<call>[^`]+)`")
-_NCCL_PREFIX = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
-_NCCL_OOM = re.compile(
-    r"(?:Cuda|CUDA|Hip|HIP) failure '(?:out of memory|an out of memory error)'"
-    r"|NCCL WARN .*?(?:Failed to CUDA (?:calloc|malloc|host alloc)|out of memory)"
+# the host starts a run of host characters (lookbehind): one try per run, not one per character
+_NCCL_PREFIX = re.compile(
+    r"(?<![\w.-])(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
 )
+_NCCL_FAILURE = re.compile(
+    r"(?:Cuda|CUDA|Hip|HIP) failure '(?:out of memory|an out of memory error)'"
+)
+_NCCL_WARN_OOM = re.compile(r"Failed to CUDA (?:calloc|malloc|host alloc)|out of memory")
+
+
+def _is_nccl_oom(line: str) -> bool:
+    """A CUDA/HIP failure 'out of memory', or an NCCL WARN followed by an allocation failure or
+    'out of memory' (searched once after the first WARN: no rescan per repeated WARN)."""
+    if _NCCL_FAILURE.search(line):
+        return True
+    k = line.find("NCCL WARN ")
+    return k >= 0 and _NCCL_WARN_OOM.search(line, k + len("NCCL WARN ")) is not None
+
+
 _NCCL_BYTES = re.compile(r"Failed to CUDA (?:calloc|malloc|host alloc) (?P<n>\d+) bytes")
 _NCCL_LOC = re.compile(r"\] (?P<loc>[\w./-]+:\d+) NCCL WARN")
 _VLLM_V0 = re.compile(
@@ -118,16 +135,17 @@ _VLLM_FREE = re.compile(
 )
 _CARD_FROM_DEV = re.compile(r"(?:cuda|hip|npu|xpu):(\d+)")
 
+_EXCEPTION = re.compile(r"(torch(?:\.\w{1,64}){0,8}\.\w{0,64}OutOfMemoryError|RuntimeError)")
 _JOIN_MAX = 8  # lines a wrapped message may span
 _TIME_LOOKBACK = 50  # lines back to find the time of an untimestamped message (a traceback)
 _NCCL_MERGE_LINES = 20
 
 
-def _gib(x: str) -> int:
-    return parse_size(f"{x} GiB") or 0
+def _gib(x: str) -> int | None:
+    return parse_size(f"{x} GiB")
 
 
-def _joined(lines: list[str], i: int, done: re.Pattern[str]) -> tuple[str, int]:
+def _joined(lines: _Window, i: int, done: re.Pattern[str]) -> tuple[str, int]:
     """Line i plus the following ones until the message's end marker; (text, lines used).
 
     Joining stops at a blank line, a line with its own timestamp or a new traceback, so a cut
@@ -135,9 +153,9 @@ def _joined(lines: list[str], i: int, done: re.Pattern[str]) -> tuple[str, int]:
     """
     text = lines[i].strip()
     j = i + 1
-    while not done.search(text) and j < len(lines) and j - i < _JOIN_MAX:
+    while not done.search(text) and lines.has(j) and j - i < _JOIN_MAX:
         nxt = lines[j].strip()
-        if find_time(lines[j]) is not None:
+        if lines.time(j) is not None:
             # a logger that prefixes every line of one record ("ERROR 03-14 10:02:12 [core.py:586]")
             m = _RECORD_PREFIX.match(lines[j])
             if m is None or not lines[i].startswith(m.group(1)):
@@ -161,16 +179,60 @@ _VLLM_V1_DONE = re.compile(
 )
 
 
+class _Window:
+    """The lines of a stream around the one being read (``i``): ``_TIME_LOOKBACK`` lines back,
+    as many ahead as a wrapped message is looked for (``_JOIN_MAX``); memory bounded, one pass.
+    Timestamps are parsed only when asked (an incident's time, a join's stop test)."""
+
+    def __init__(self, lines: Iterable[str]):
+        self._it: Iterator[str] = iter(lines)
+        self._back: deque[str] = deque(maxlen=_TIME_LOOKBACK + 1)  # _back[-1] is line i
+        self._ahead: deque[str] = deque()
+        self.i = -1
+
+    def advance(self) -> str | None:
+        """The next line (None at the end); it becomes line ``i``."""
+        if self._ahead:
+            line = self._ahead.popleft()
+        else:
+            line = next(self._it, None)
+            if line is None:
+                return None
+            line = clip_digits(line)
+        self._back.append(line)
+        self.i += 1
+        return line
+
+    def has(self, j: int) -> bool:
+        if j <= self.i:
+            return j > self.i - len(self._back)
+        while j - self.i > len(self._ahead):
+            nxt = next(self._it, None)
+            if nxt is None:
+                return False
+            self._ahead.append(clip_digits(nxt))
+        return True
+
+    def __getitem__(self, j: int) -> str:
+        if not self.has(j):
+            raise IndexError(j)
+        if j <= self.i:
+            return self._back[j - self.i - 1]
+        return self._ahead[j - self.i - 1]
+
+    def time(self, j: int) -> LogTime | None:
+        return find_time(self[j])
+
+
 class _Ctx:
-    def __init__(self, text: str, source: str, origin: str):
-        self.lines = text.splitlines()
+    def __init__(self, text: str | Iterable[str], source: str, origin: str):
+        self.lines = _Window(as_lines(text))
         self.source = source
         self.origin = origin
-        self.times: list[LogTime | None] = [find_time(x) for x in self.lines]
 
     def time_at(self, i: int) -> tuple[LogTime | None, int | None]:
         for j in range(i, max(-1, i - _TIME_LOOKBACK), -1):
-            t = self.times[j]
+            t = self.lines.time(j)
             if t is not None and (t.dt is not None or t.uptime_s is not None):
                 return t, j
         return None, None
@@ -192,16 +254,31 @@ class _Ctx:
         return inc
 
 
-def parse_accel_log(text: str, source: str, *, origin: str = "file") -> list[Incident]:
-    """Every card-side out-of-memory message in ``text`` (pure; no I/O)."""
+def parse_accel_log(
+    text: str | Iterable[str], source: str, *, origin: str = "file"
+) -> list[Incident]:
+    """Every card-side out-of-memory message in ``text`` (a string, or its lines; pure; no I/O;
+    one pass over a bounded window of lines)."""
     ctx = _Ctx(text, source, origin)
     out: list[Incident] = []
     nccl_open: dict[tuple[str, int, int], Incident] = {}
     skip_until = -1
-    for i, line in enumerate(ctx.lines):
-        if i <= skip_until:
+    win = ctx.lines
+    while (line := win.advance()) is not None:
+        i = win.i
+        if i <= skip_until or not (  # a cheap superset of the lines a pattern starts on
+            "ut of memory" in line
+            or "NCCL WARN" in line
+            or "_STATUS_ALLOC_FAILED" in line
+            or "ErrorMemoryAllocation" in line
+            or "ErrorOutOfMemory" in line
+            or "max seq len" in line
+            or "To serve at least" in line
+            or "No available memory" in line
+            or "Free memory on device" in line
+        ):
             continue
-        if _NCCL_OOM.search(line):
+        if _is_nccl_oom(line):
             _nccl(ctx, i, line, nccl_open, out)
             continue
         m = _TORCH_START.search(line)
@@ -403,7 +480,7 @@ def _torch(ctx: _Ctx, i: int, msg: str, dev: str | None, n: int) -> Incident | N
         if "expandable_segments" in msg
         else ("max_split_size_mb" if "max_split_size_mb" in msg else None)
     )
-    exc = re.search(r"(torch(?:\.\w+)*\.\w*OutOfMemoryError|RuntimeError)", msg)
+    exc = _EXCEPTION.search(msg)
     details["exception"] = exc[1] if exc else None
     inc = ctx.incident(kind, i, msg, card=card, last_line=i + n)
     inc.figures = f

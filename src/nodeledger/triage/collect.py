@@ -11,20 +11,22 @@ Kernel log, in order:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from nodeledger.errors import InputError
 from nodeledger.machine.probe.runner import RawResult, Runner
+from nodeledger.triage.lines import LineStats, file_problem, spool_stdin
 from nodeledger.triage.report import Source
 
 _DMESG_VARIANTS = (["dmesg", "--time-format", "iso"], ["dmesg", "-T"], ["dmesg"])
 _DENIED = re.compile(r"operation not permitted|permission denied|EPERM", re.I)
 _JOURNAL_DENIED = re.compile(r"insufficient permissions|not seeing messages from other users", re.I)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.I)
+_DURATION = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([smhdw])", re.I)  # one try per number
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -140,20 +142,38 @@ def read_kernel_log(runner: Runner, since_s: float | None = None) -> KernelLog:
 
 
 def read_files(paths: list[str]) -> list[Source]:
-    """Each named file as a Source; a missing or unreadable one is bad input (InputError)."""
+    """Each named file as a Source streamed line by line (never held whole); ``-`` is standard
+    input (spooled to a temporary file up to a size cap: see ``lines.py``; remove it with
+    :func:`cleanup`). A missing or unreadable file, or one that is not a regular file (a device,
+    FIFO, socket or directory), is bad input (InputError: one line, exit 2)."""
     out = []
     for p in paths:
-        path = Path(p)
-        if not path.exists():
-            raise InputError(f"{p}: no such file")
-        if path.is_dir():
-            raise InputError(f"{p}: is a directory, not a log file")
+        if p == "-":
+            stats = LineStats()
+            tmp = spool_stdin(stats)
+            out.append(Source("-", None, origin="file", path=tmp, stats=stats))
+            _SPOOLED.append(tmp)
+            continue
+        problem = file_problem(p)
+        if problem is not None:
+            raise InputError(f"{p}: {problem}")
         try:
-            data = path.read_bytes()
+            with open(p, "rb") as f:
+                f.read(1)
         except OSError as exc:
             raise InputError(f"{p}: cannot read: {exc.strerror or exc}") from None
-        out.append(Source(p, data.decode("utf-8", errors="replace"), origin="file"))
+        out.append(Source(p, None, origin="file", path=p))
     return out
+
+
+_SPOOLED: list[str] = []
+
+
+def cleanup() -> None:
+    """Remove the temporary copies of standard input made by :func:`read_files`."""
+    while _SPOOLED:
+        with contextlib.suppress(OSError):
+            os.unlink(_SPOOLED.pop())
 
 
 def now() -> datetime:

@@ -135,7 +135,7 @@ def _host(inc: Incident) -> list[str]:
         out.append(f"no swap as a cure: paging stalls training — cut workers instead ({held})")
     inv = d.get("invoked_by") or {}
     order = inv.get("order")
-    if order is not None and order > 3:
+    if order is not None and 3 < order <= 20:  # MAX_ORDER is at most ~18: a larger one is noise
         out.append(
             f"the trigger was an order-{order} allocation ({2**order} contiguous pages): host "
             "memory fragmentation, not only its size — transparent_hugepage=madvise and "

@@ -15,16 +15,21 @@ confirmed when it links to a kernel kill (by pid or time, see ``report.py``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from nodeledger.triage.incidents import Incident
-from nodeledger.triage.logtime import find_time
+from nodeledger.triage.lines import as_lines
+from nodeledger.triage.logtime import RecentTimes
+from nodeledger.triage.units import clip_digits
 
 _DATALOADER = re.compile(
     r"DataLoader worker \(pid\(?s?\)? (?P<pids>[\d, ]+)\) is killed by signal: (?P<sig>Killed)"
 )
-_ELASTIC = re.compile(r"exitcode\s*:\s*-9\b.*?\(?pid\s*:\s*(?P<pid>\d+)\)?")
+# "exitcode: -9 … pid: N": the pid searched after the first exitcode (one scan, not one per
+# exitcode repeated in the line)
 _ELASTIC_NOPID = re.compile(r"exitcode\s*:\s*-9\b")
-_BASH = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>.+?)\s*$")
+_ELASTIC_PID = re.compile(r"\(?pid\s*:\s*(?P<pid>\d+)")
+_BASH = re.compile(r"line \d+:\s+(?P<pid>\d+) Killed\s+(?P<cmd>.+)$")  # cmd right-stripped
 _BARE = re.compile(r"^\s*Killed\s*$")
 _SLURM = re.compile(
     r"slurmstepd: error: Detected (?P<n>\d+) oom[-_]kill event\(?s?\)? in (?P<step>\S+?)\.?(?:\s|$)"
@@ -32,16 +37,30 @@ _SLURM = re.compile(
 _OOMKILLED = re.compile(r"\bOOMKilled\b")
 
 
-def parse_job_log(text: str, source: str, *, origin: str = "file") -> list[Incident]:
-    """Every host-side kill trace in a job log (pure; no I/O)."""
+def _elastic(line: str) -> tuple[bool, re.Match[str] | None]:
+    """(an "exitcode: -9" is in the line, the "pid: N" after it)."""
+    m = _ELASTIC_NOPID.search(line)
+    if m is None:
+        return False, None
+    return True, _ELASTIC_PID.search(line, m.end())
+
+
+def parse_job_log(
+    text: str | Iterable[str], source: str, *, origin: str = "file"
+) -> list[Incident]:
+    """Every host-side kill trace in a job log (pure; no I/O; one pass)."""
     out: list[Incident] = []
     seen_pids: set[int] = set()
-    lines = text.splitlines()
-    last_time = None
-    for i, line in enumerate(lines):
-        t = find_time(line)
-        if t is not None and (t.dt is not None or t.uptime_s is not None):
-            last_time = t
+    clock = RecentTimes()
+    pending, window = clock.pending, clock.window
+    for i, line in enumerate(as_lines(text)):
+        if not ("Killed" in line or "exitcode" in line or "slurmstepd" in line):
+            pending.append(line)  # a line no pattern can match: skipped unparsed
+            if len(pending) >= window:
+                clock.settle()
+            continue
+        line = clip_digits(line)
+        _, last_time = clock.at(line)
 
         def add(
             kind: str, how: str, pid: int | None = None, *, i=i, line=line, t=last_time, **details
@@ -68,14 +87,14 @@ def parse_job_log(text: str, source: str, *, origin: str = "file") -> list[Incid
             if new:
                 add("job-killed", "dataloader-worker", new[0], pids=new, signal="SIGKILL")
             continue
-        m = _ELASTIC.search(line)
+        has_exit, m = _elastic(line)
         if m:
             pid = int(m["pid"])
             if pid not in seen_pids:
                 seen_pids.add(pid)
                 add("job-killed", "torchrun-exitcode-9", pid, pids=[pid], signal="SIGKILL")
             continue
-        if _ELASTIC_NOPID.search(line):
+        if has_exit:
             add("job-killed", "exitcode-9", None, pids=[], signal="SIGKILL")
             continue
         m = _BASH.search(line)
@@ -83,7 +102,14 @@ def parse_job_log(text: str, source: str, *, origin: str = "file") -> list[Incid
             pid = int(m["pid"])
             if pid not in seen_pids:
                 seen_pids.add(pid)
-                add("job-killed", "shell", pid, pids=[pid], signal="SIGKILL", command=m["cmd"])
+                add(
+                    "job-killed",
+                    "shell",
+                    pid,
+                    pids=[pid],
+                    signal="SIGKILL",
+                    command=m["cmd"].rstrip(),
+                )
             continue
         if _BARE.match(line):
             add("job-killed", "shell", None, pids=[], signal="SIGKILL")

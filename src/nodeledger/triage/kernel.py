@@ -29,27 +29,32 @@ total-vm in kB ÷ its total_vm in pages) — else they stay in pages.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from nodeledger.triage.incidents import Incident
-from nodeledger.triage.logtime import LogTime, find_time, seconds_apart
-from nodeledger.triage.units import UNLIMITED_KB, kernel_kb
+from nodeledger.triage.lines import as_lines
+from nodeledger.triage.logtime import LogTime, RecentTimes, seconds_apart
+from nodeledger.triage.units import UNLIMITED_KB, clip_digits, kernel_kb
 
 _MON = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+# matched at a position (``rx.match(s, pos)``), never by slicing; every repetition is bounded, so
+# stripping costs time linear in the line whatever it holds
 _PREFIXES = [
-    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*\s+"),  # ISO: dmesg iso, journal, VMware
+    re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S{0,64}\s{1,64}"),  # ISO: dmesg iso, journal
     re.compile(
-        rf"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MON} +\d\d? \d\d:\d\d:\d\d \d{{4}}\]\s?"
+        rf"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MON} {{1,8}}\d\d? \d\d:\d\d:\d\d \d{{4}}\]\s?"
     ),  # dmesg -T
-    re.compile(rf"^{_MON} +\d\d? \d\d:\d\d:\d\d\s+"),  # syslog
-    re.compile(r"^\S+ kernel:\s?"),  # "host kernel:" (syslog, journalctl)
-    re.compile(r"^kernel:\s?"),
-    re.compile(r"^In\(\d+\) \S+ - Guest:\s*"),  # VMware vmware.log
-    re.compile(r"^<\d+>"),  # syslog priority (dmesg -r, /dev/kmsg)
-    re.compile(r"^\[\s*\d+\.\d+\]\s?"),  # [uptime]
+    re.compile(rf"{_MON} {{1,8}}\d\d? \d\d:\d\d:\d\d\s{{1,64}}"),  # syslog
+    re.compile(r"\S{1,255} kernel:\s?"),  # "host kernel:" (syslog, journalctl)
+    re.compile(r"kernel:\s?"),
+    re.compile(r"In\(\d{1,20}\) \S{1,255} - Guest:\s{0,64}"),  # VMware vmware.log
+    re.compile(r"<\d{1,20}>"),  # syslog priority (dmesg -r, /dev/kmsg)
+    re.compile(r"\[\s{0,64}\d{1,20}\.\d{1,20}\]\s?"),  # [uptime]
 ]
+_MAX_PREFIXES = 32  # prefixes stripped from one line at most
 
 _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?,"
@@ -60,10 +65,14 @@ _CPUSET = re.compile(r"^(?P<comm>.+?) cpuset=(?P<cpuset>\S+) mems_allowed=(?P<me
 # a kernel stack frame of the oom path: x86/arm64 "oom_kill_process.cold+0xb/0x10", ARM32
 # "oom_kill_process from out_of_memory+0x218/0x34c" (not any text that says out_of_memory)
 _STACK_OOM = re.compile(
-    r"\b(?:oom_kill_process|out_of_memory)(?:\.[\w.]+)?(?:\+0x[0-9a-f]+/0x[0-9a-f]+| from )"
+    r"\b(?:oom_kill_process|out_of_memory)(?:\.[\w.]{1,64})?"
+    r"(?:\+0x[0-9a-f]{1,16}/0x[0-9a-f]{1,16}| from )"
 )
 _MEMINFO = re.compile(r"^Mem-Info:")
-_PAGES_KV = re.compile(r"^(?:\w+:\d+\s*)+$")
+# possessive: a run of digits is never re-split between a value and the next key
+_PAGES_KV = re.compile(r"^(?:\w++:\d++\s*+)++$")
+# a key starts a run of word characters (lookbehind): one try per run, linear in the line
+_KV = re.compile(r"(?<!\w)(\w+):(\d+)")
 _SWAP = re.compile(r"^(?P<which>Free|Total) swap\s*=\s*(?P<kb>\d+)kB")
 _RAM_PAGES = re.compile(r"^(?P<n>\d+) pages RAM\b")
 _MEMCG_USAGE = re.compile(
@@ -73,8 +82,9 @@ _MEMCG_USAGE = re.compile(
 _TASK_IN = re.compile(r"^Task in (?P<task>\S+) killed as a result of limit of (?P<oom>\S+)")
 _MEMCG_STATS = re.compile(r"^Memory cgroup stats for (?P<cg>[^:]*):(?P<rest>.*)$")
 _TASKS_STATE = re.compile(r"^Tasks state \(memory values in pages\):")
-_TASK_HEADER = re.compile(r"^\[\s*pid\s*\]\s+(?P<cols>.+?)\s*$")
-_TASK_ROW = re.compile(r"^\[\s*(?P<pid>\d+)\]\s+(?P<rest>.+?)\s*$")
+_TASK_HEADER = re.compile(r"^\[\s*pid\s*\]\s(?P<cols>.+)$")  # cols stripped by the caller
+_TASK_ROW = re.compile(r"^\[\s*(?P<pid>\d+)\]\s(?P<rest>.+)$")
+_PID_HEADER_HINT = re.compile(r"\[\s*pid\s*\]")
 _OOM_KILL = re.compile(r"^oom-kill:(?P<kv>.+)$")
 _KILL_OLD = re.compile(
     r"^(?P<why>Memory cgroup out of memory|Out of memory(?: \(oom_kill_allocating_task\))?): "
@@ -86,8 +96,9 @@ _KILLED = re.compile(
 )
 _REAPED = re.compile(r"^oom_reaper: reaped process (?P<pid>\d+) \((?P<comm>.*?)\)")
 _ALLOC_FAIL = re.compile(r"(?:page allocation failure|vmalloc: allocation failure)")
-_FIELD_KB = re.compile(r"(?P<key>[\w-]+):(?P<val>-?\d+)(?P<kb>kB)?")
-_STATS_KB = re.compile(r"(?P<key>\w+):(?P<val>\d+)KB", re.I)
+# a key starts a run of key characters (lookbehind): one try per run, not one per character
+_FIELD_KB = re.compile(r"(?<![\w-])(?P<key>[\w-]+):(?P<val>-?\d+)(?P<kb>kB)?")
+_STATS_KB = re.compile(r"(?<!\w)(?P<key>\w+):(?P<val>\d+)KB", re.I)
 
 _PAGE_SIZES = (4096, 8192, 16384, 65536)
 KERNEL_FIGURES = (
@@ -106,21 +117,24 @@ KERNEL_FIGURES = (
     "swap_free_bytes",
     "tasks_rss_bytes",
 )
+_MAX_TASKS = 100_000  # task-table rows kept per report (the rest counted in a note)
 _GAP_S = 30.0  # a report prints within seconds; lines further apart belong to another event
 
 
 def kernel_message(raw: str) -> str:
     """The kernel's own text of a log line: timestamps, host and priority prefixes removed."""
     s = raw.rstrip("\r\n")
-    changed = True
-    while changed:
+    pos = 0
+    for _ in range(_MAX_PREFIXES):
         changed = False
         for rx in _PREFIXES:
-            m = rx.match(s)
-            if m and m.end() > 0:
-                s = s[m.end() :]
+            m = rx.match(s, pos)
+            if m and m.end() > pos:
+                pos = m.end()
                 changed = True
-    return s.strip()
+        if not changed:
+            break
+    return s[pos:].strip()
 
 
 @dataclass
@@ -150,6 +164,7 @@ class _Report:
     task_cols: list[str] | None = None
     tasks: list[dict[str, Any]] = field(default_factory=list)
     first_message: str = ""
+    tasks_dropped: int = 0
 
     @property
     def done(self) -> bool:
@@ -180,16 +195,17 @@ def _int(v: Any) -> int | None:
 
 
 def parse_kernel_log(
-    text: str, source: str, *, origin: str = "file", boot: datetime | None = None
+    text: str | Iterable[str], source: str, *, origin: str = "file", boot: datetime | None = None
 ) -> list[Incident]:
-    """Every oom-killer report in ``text`` as an :class:`Incident` (pure; no I/O).
+    """Every oom-killer report in ``text`` (a string, or its lines) as an :class:`Incident`
+    (pure; no I/O; one pass, lines outside a report skipped unparsed).
 
     ``boot`` (the machine's boot time) places uptime-only stamps on the wall clock; give it only
     for the live kernel log of this machine.
     """
     reports: list[_Report] = []
     cur: _Report | None = None
-    last_time: LogTime | None = None
+    clock = RecentTimes(boot)
     by_pid: dict[int, _Report] = {}
 
     def open_new(i: int, t: LogTime | None, msg: str) -> _Report:
@@ -198,13 +214,24 @@ def parse_kernel_log(
         reports.append(cur)
         return cur
 
-    for i, raw in enumerate(text.splitlines(), 1):
-        stamp = find_time(raw)
-        if stamp is not None and boot is not None:
-            stamp = stamp.with_boot(boot)
-        t = stamp or last_time
-        if stamp is not None:
-            last_time = stamp
+    pending, window = clock.pending, clock.window
+    for i, raw in enumerate(as_lines(text), 1):
+        # outside a report, a line that cannot start one is skipped unparsed
+        if cur is None and not (
+            "oom" in raw
+            or "Kill" in raw
+            or "Task" in raw
+            or "kB, limit " in raw
+            or "cgroup stats" in raw
+            or "out_of_memory" in raw
+            or ("pid" in raw and _PID_HEADER_HINT.search(raw) is not None)
+        ):
+            pending.append(raw)
+            if len(pending) >= window:
+                clock.settle()
+            continue
+        raw = clip_digits(raw)
+        stamp, t = clock.at(raw)
         msg = kernel_message(raw)
         if not msg:
             continue
@@ -215,7 +242,7 @@ def parse_kernel_log(
                 cur = None
         if cur is not None and cur.in_mem_info:
             if _PAGES_KV.match(msg):
-                for k, v in re.findall(r"(\w+):(\d+)", msg):
+                for k, v in _KV.findall(msg):
                     cur.mem_info[k] = int(v)
                 cur.last = i
                 continue
@@ -348,16 +375,19 @@ def parse_kernel_log(
         if cur is not None and cur.task_cols:
             m = _TASK_ROW.match(msg)
             if m:
-                row = _task_row(int(m["pid"]), m["rest"], cur.task_cols)
+                row = _task_row(int(m["pid"]), m["rest"].strip(), cur.task_cols)
                 if row is not None:
-                    cur.tasks.append(row)
+                    if len(cur.tasks) < _MAX_TASKS:
+                        cur.tasks.append(row)
+                    else:
+                        cur.tasks_dropped += 1
                     cur.last = i
                 continue
         if _MEMINFO.match(msg):
             if cur is None:
                 continue  # Mem-Info also follows allocation failures: not an oom report alone
             cur.in_mem_info = True
-            for k, v in re.findall(r"(\w+):(\d+)", msg[len("Mem-Info:") :]):
+            for k, v in _KV.findall(msg, len("Mem-Info:")):
                 cur.mem_info[k] = int(v)
             cur.last = i
             continue
@@ -511,6 +541,11 @@ def _incident(r: _Report, source: str, origin: str) -> Incident:
         notes.append(
             "the report's first line ('… invoked oom-killer') is not in this text: "
             "the allocation that triggered it is unknown"
+        )
+    if r.tasks_dropped:
+        notes.append(
+            f"the task table has more than {_MAX_TASKS:,} rows: {r.tasks_dropped:,} rows past "
+            "that were counted, not kept"
         )
     if r.tasks and page is None:
         notes.append(

@@ -152,3 +152,52 @@ def _borrow_year(dt: datetime, other: datetime) -> datetime:
         return dt.replace(year=other.year)
     except ValueError:  # 29 Feb borrowed into a common year
         return dt.replace(year=other.year, day=28)
+
+
+class RecentTimes:
+    """The latest timestamp at or before a line, found lazily (a parser's "last time seen").
+
+    Parsers skip most lines of a long log without looking at them (``skip``); only lines they
+    read (``at``) have their stamp parsed, and the lines skipped since the last one are searched
+    backwards only when the line read has no stamp of its own. Held lines are settled every
+    ``window`` lines (newest first, usually one parse), so memory stays bounded and the answer is
+    the same as parsing every line.
+    """
+
+    def __init__(self, boot: datetime | None = None, window: int = 4096):
+        # lines skipped since the last one read; a hot loop may append to it directly and call
+        # settle() when it holds ``window`` lines
+        self.pending: list[str] = []
+        self.window = window
+        self._last: LogTime | None = None
+        self._boot = boot
+
+    def _find(self, raw: str) -> LogTime | None:
+        t = find_time(raw)
+        if t is not None and self._boot is not None:
+            t = t.with_boot(self._boot)
+        return t
+
+    def skip(self, raw: str) -> None:
+        self.pending.append(raw)
+        if len(self.pending) >= self.window:
+            self.settle()
+
+    def settle(self) -> None:
+        """Find the latest stamp among the lines held (newest first) and let them go."""
+        for raw in reversed(self.pending):
+            t = self._find(raw)
+            if t is not None:
+                self._last = t
+                break
+        self.pending.clear()
+
+    def at(self, raw: str) -> tuple[LogTime | None, LogTime | None]:
+        """(the line's own stamp, that stamp or the latest one before it)."""
+        stamp = self._find(raw)
+        if stamp is None:
+            self.settle()
+            return None, self._last
+        self.pending.clear()
+        self._last = stamp
+        return stamp, stamp

@@ -14,6 +14,7 @@ Linking (both directions, recorded in each incident's ``links``):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,7 +24,9 @@ from nodeledger.triage.fixes import fixes_for, verdict_line
 from nodeledger.triage.incidents import Incident
 from nodeledger.triage.jobs import parse_job_log
 from nodeledger.triage.kernel import KERNEL_FIGURES, parse_kernel_log
+from nodeledger.triage.lines import MAX_LINE_BYTES, LineStats, read_lines, text_lines
 from nodeledger.triage.logtime import seconds_apart
+from nodeledger.triage.units import MAX_BYTES, MAX_RSS_BYTES
 
 LINK_WINDOW_S = 60.0
 _KERNEL_KINDS = ("kernel-oom-killer", "memcg-oom")
@@ -34,9 +37,22 @@ class Source:
     """One text to read: a job log / saved kernel log file, or the live kernel log."""
 
     label: str  # file path as given, or the command that produced it
-    text: str
+    text: str | None = None  # the text in memory (the live kernel log), or None: read ``path``
     origin: str = "file"  # "file" | "kernel-log"
     boot: datetime | None = None  # boot time, for the live kernel log's uptime stamps
+    path: str | None = None  # a regular file, streamed line by line (never held whole)
+    stats: LineStats = field(default_factory=LineStats)  # of the last pass over the lines
+
+    def lines(self) -> Iterator[str]:
+        """One pass over the lines, bounded (see ``lines.py``); ``stats`` counts it."""
+        self.stats = stats = LineStats(truncated_bytes=self.stats.truncated_bytes)
+        if self.text is not None:
+            yield from text_lines(self.text, stats)
+            return
+        if self.path is None:
+            return
+        with open(self.path, "rb") as f:
+            yield from read_lines(f, stats)
 
 
 @dataclass
@@ -63,36 +79,99 @@ def parse_text(
     text: str, label: str, *, origin: str = "file", boot: datetime | None = None
 ) -> list[Incident]:
     """Every incident in one text, in line order (kernel, card and job-kill parsers together)."""
-    incs = parse_kernel_log(text, label, origin=origin, boot=boot)
-    incs += parse_accel_log(text, label, origin=origin)
-    for j in parse_job_log(text, label, origin=origin):
+    return _parse(lambda: text.splitlines(), label, origin=origin, boot=boot)
+
+
+def parse_source(s: Source) -> list[Incident]:
+    """Every incident of one source, its lines streamed once per parser (memory bounded)."""
+    return _parse(s.lines, s.label, origin=s.origin, boot=s.boot)
+
+
+def _parse(
+    lines: Callable[[], Iterable[str]], label: str, *, origin: str, boot: datetime | None
+) -> list[Incident]:
+    incs = parse_kernel_log(lines(), label, origin=origin, boot=boot)
+    incs += parse_accel_log(lines(), label, origin=origin)
+    for j in parse_job_log(lines(), label, origin=origin):
         if j.kind == "memcg-oom":
             j.figures = dict.fromkeys(KERNEL_FIGURES)
         incs.append(j)
     incs.sort(key=lambda i: i.line)
+    for inc in incs:
+        check_figures(inc)
     return incs
+
+
+_RSS_KEYS = ("anon_rss_bytes", "file_rss_bytes", "shmem_rss_bytes")
+
+
+def _magnitude(v: int) -> str:
+    """A size for a note, even one too large to print or to turn into a float."""
+    if v < 0:
+        return "a negative size"
+    if v < 10**15:
+        return f"{v:,} bytes"
+    return f"about 2**{v.bit_length() - 1} bytes"
+
+
+def check_figures(inc: Incident) -> None:
+    """Impossible figures become unknown, with a note; implausible ones are flagged.
+
+    A size is impossible when it is negative or not below 2**64 bytes (nothing in a 64-bit
+    address space is that large); a process's or cgroup's resident memory above 2**57 bytes (the
+    largest virtual address space of x86-64 / arm64, 128 PiB) is impossible too. An rss larger
+    than the process's total-vm cannot be: both are kept, and a note says the log disagrees with
+    itself.
+    """
+    f = inc.figures
+    for key, v in list(f.items()):
+        if v is None:
+            continue
+        cap = MAX_RSS_BYTES if key in _RSS_KEYS or key.startswith("memcg_") else MAX_BYTES
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v >= cap:
+            f[key] = None
+            what = _magnitude(v) if isinstance(v, int) else repr(v)[:40]
+            inc.notes.append(
+                f"{key}: {what} is not a possible size "
+                f"({'negative' if isinstance(v, int) and v < 0 else 'too large'}): left unknown"
+            )
+    vm = f.get("total_vm_bytes")
+    if vm is not None:
+        for key in _RSS_KEYS:
+            v = f.get(key)
+            if v is not None and v > vm:
+                inc.notes.append(
+                    f"{key} ({_magnitude(v)}) is larger than total_vm_bytes ({_magnitude(vm)}): "
+                    "impossible for one process — the log is inconsistent (both kept as printed)"
+                )
 
 
 def link(incidents: list[Incident], window_s: float = LINK_WINDOW_S) -> None:
     kernel = [i for i in incidents if i.kind in _KERNEL_KINDS and i.details.get("how") is None]
-    others = [i for i in incidents if i not in kernel]
+    kernel_ids = {id(i) for i in kernel}  # identity, not dataclass equality (linear, not N²)
+    others = [i for i in incidents if id(i) not in kernel_ids]
+    others_by_pid: dict[int, list[Incident]] = {}
+    for j in others:
+        for p in set(j.details.get("pids") or []) | ({j.pid} if j.pid is not None else set()):
+            others_by_pid.setdefault(p, []).append(j)
+    timed = [j for j in others if j.time is not None and j.time.dt is not None]
     for k in kernel:
         kpids = {p for p in (k.pid, (k.details.get("chosen") or {}).get("pid")) if p is not None}
-        for j in others:
-            jpids = set(j.details.get("pids") or []) | ({j.pid} if j.pid is not None else set())
-            common = kpids & jpids
-            if common:
-                _add_link(k, j, "pid", f"pid {min(common)}")
+        by_pid: dict[int, int] = {}  # id(j) -> the smallest common pid
+        for p in kpids:
+            for j in others_by_pid.get(p, ()):
+                q = by_pid.get(id(j))
+                by_pid[id(j)] = p if q is None else min(p, q)
+        if not by_pid and (k.time is None or k.time.dt is None):
+            continue
+        for j in others if by_pid else timed:
+            if id(j) in by_pid:
+                _add_link(k, j, "pid", f"pid {by_pid[id(j)]}")
+                continue
+            if k.time is None or k.time.dt is None or j.time is None or j.time.dt is None:
                 continue
             dt = seconds_apart(k.time, j.time)
-            if (
-                dt is not None
-                and dt <= window_s
-                and k.time is not None
-                and j.time is not None
-                and k.time.dt is not None
-                and j.time.dt is not None
-            ):
+            if dt is not None and dt <= window_s:
                 _add_link(k, j, "time", f"{dt:.0f} s apart", seconds=dt)
 
 
@@ -121,20 +200,37 @@ def build_report(
     since_text: str | None = None,
     now: datetime | None = None,
     window_s: float = LINK_WINDOW_S,
+    kernel_log_unread: str | None = None,
 ) -> OomReport:
+    """The report over ``sources``.
+
+    ``kernel_log_unread``: why this machine's kernel log could not be read, when it was meant to
+    be (not with --no-kernel-log). With no incident found the verdict is then ``inconclusive``,
+    not ``none``: a kernel oom-killer kill would not show in what was read.
+    """
     notes = list(notes or [])
     incidents: list[Incident] = []
     read: list[dict[str, Any]] = []
     for s in sources:
-        incs = parse_text(s.text, s.label, origin=s.origin, boot=s.boot)
+        incs = parse_source(s)
         read.append(
             {
                 "source": s.label,
                 "kind": s.origin,
-                "lines": len(s.text.splitlines()),
+                "lines": s.stats.lines,
                 "incidents": len(incs),
             }
         )
+        if s.stats.cut:
+            notes.append(
+                f"{s.label}: {s.stats.cut:,} line(s) longer than {MAX_LINE_BYTES // 1024} KiB "
+                "were cut to that length (the rest of each was skipped, not read)"
+            )
+        if s.stats.truncated_bytes:
+            notes.append(
+                f"{s.label}: input past the size cap was not read "
+                f"({s.stats.truncated_bytes:,} bytes or more left out)"
+            )
         incidents += incs
     if since_s is not None:
         incidents = _since(incidents, since_s, now or datetime.now().astimezone(), notes)
@@ -151,7 +247,15 @@ def build_report(
         since=since_text,
     )
     report.verdict = verdict_line(incidents, notes)
-    if not incidents and not sources:
+    report.verdict["verdict"] = "found" if incidents else "none"
+    if not incidents and kernel_log_unread is not None:
+        report.verdict["verdict"] = "inconclusive"
+        report.verdict["summary"] = (
+            "no out-of-memory incident found in what was read, but this machine's kernel log "
+            f"could not be read ({kernel_log_unread}): inconclusive — a kernel oom-killer kill "
+            "would not show here" + ("" if sources else "; no log file was given either")
+        )
+    elif not incidents and not sources:
         report.verdict["summary"] += (
             " — nothing was read: no log file given and the kernel log was not readable"
         )

@@ -36,6 +36,23 @@ _SIZE_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>bytes|byte|[KMGT]i
 
 # the largest limit a memory cgroup prints when it has none (PAGE_COUNTER_MAX pages, in kB)
 UNLIMITED_KB = 2**52
+# sanity bounds (the report turns a figure beyond them into unknown, with a note): nothing in a
+# 64-bit address space reaches 2**64 bytes; resident memory cannot pass the largest virtual
+# address space of x86-64 / arm64 (57-bit, 128 PiB)
+MAX_BYTES = 2**64
+MAX_RSS_BYTES = 2**57
+_MAX_DIGITS = 40  # a printed number longer than this is not a size (and int() of it is slow)
+
+
+_LONG_RUN = re.compile(r"\d{41,}")
+
+
+def clip_digits(line: str) -> str:
+    """A long line with its runs of more than 40 digits cut to 40 (no figure a log prints is
+    longer; ``int()`` refuses more than 4300 digits): numbers stay absurd, parsing stays safe."""
+    if len(line) <= 4000:
+        return line
+    return _LONG_RUN.sub(lambda m: m[0][:_MAX_DIGITS], line)
 
 
 def to_bytes(number: str, unit: str) -> int:
@@ -47,6 +64,8 @@ def to_bytes(number: str, unit: str) -> int:
         value = Decimal(number) * mult
     except InvalidOperation as exc:
         raise ValueError(f"not a number: {number!r}") from exc
+    if not value.is_finite():
+        raise ValueError(f"not a finite size: {number!r}")
     return int(value.to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
@@ -57,13 +76,22 @@ def parse_size(text: str | None) -> int | None:
     m = _SIZE_RE.match(text)
     if not m:
         return None
-    return to_bytes(m["num"], m["unit"])
+    try:
+        return to_bytes(m["num"], m["unit"])
+    except ValueError:
+        return None
 
 
 def kernel_kb(number: str | int | None) -> int | None:
     """The kernel's kB (1024 bytes) -> bytes."""
     if number is None:
         return None
+    if isinstance(number, str) and len(number.lstrip("-")) > _MAX_DIGITS:
+        # no size the kernel prints is this long (and int() refuses > 4300 digits): keep the
+        # magnitude, so the report can say it is impossible
+        digits = number.lstrip("-")
+        value = int(digits[:_MAX_DIGITS]) * 10 ** (len(digits) - _MAX_DIGITS)
+        return (-value if number.startswith("-") else value) * 1024
     return int(number) * 1024
 
 
@@ -73,6 +101,8 @@ def human(n: int | None) -> str:
         return "unknown"
     sign = "-" if n < 0 else ""
     a = abs(n)
+    if a >= 2**80:  # beyond any memory (and beyond a float for the largest): no digits
+        return f"{sign}about 2**{a.bit_length() - 1} B"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if a >= size:
             return f"{sign}{a / size:,.2f} {unit}"

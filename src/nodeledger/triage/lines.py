@@ -1,0 +1,149 @@
+"""Bounded line reading for `nodeledger oom`: logs are streamed, never held whole.
+
+- Only regular files are read (or ``-``: standard input, spooled to a temporary file up to
+  :data:`MAX_STDIN_BYTES`); a device, FIFO, socket or directory is bad input.
+- Lines are read with a maximum length (:data:`MAX_LINE_BYTES`): a longer line is cut to its
+  first :data:`MAX_LINE_BYTES` bytes and the rest is skipped in chunks (never held), and the cut
+  is counted (:class:`LineStats`) so the report can say so in a note.
+- Lines are split like ``str.splitlines`` (``\\n``, ``\\r\\n``, ``\\r`` and the other Unicode line
+  boundaries), so a file read here gives the same lines as its text read whole.
+
+Memory is bounded by the longest line, not by the file: the parsers keep only their incidents
+and a few lines of context.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+MAX_LINE_BYTES = 64 * 1024  # a log line longer than this is cut (a note says how many)
+MAX_STDIN_BYTES = 1 << 30  # standard input is spooled to a temporary file up to this size
+_CHUNK = 1 << 16
+_READ = 1 << 20  # bytes read at a time
+
+
+@dataclass
+class LineStats:
+    lines: int = 0
+    cut: int = 0  # lines longer than MAX_LINE_BYTES, cut to that length
+    truncated_bytes: int = 0  # input left unread past a size cap (stdin only)
+
+
+def file_problem(path: str) -> str | None:
+    """Why ``path`` cannot be read as a log (None when it is a readable regular file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a log file"
+    if stat.S_ISREG(mode):
+        return None
+    what = (
+        "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    return f"is {what}, not a log file (pass a regular file, or - for standard input)"
+
+
+def read_lines(f: BinaryIO, stats: LineStats, max_line: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of a binary stream, decoded as UTF-8 (errors replaced), each at most
+    ``max_line`` bytes; ``stats`` counts lines and cuts. Read in chunks of :data:`_READ` bytes
+    (split at newlines, so no character is split); a line longer than ``max_line`` is cut and
+    the rest of it skipped as it streams by, never held."""
+    carry = b""
+    skipping = False  # inside an over-long line already cut: drop bytes up to its newline
+    while True:
+        chunk = f.read(_READ)
+        if not chunk:
+            break
+        if skipping:
+            k = chunk.find(b"\n")
+            if k < 0:
+                continue
+            chunk = chunk[k + 1 :]
+            skipping = False
+        data = carry + chunk if carry else chunk
+        k = data.rfind(b"\n")
+        if k < 0:
+            carry = data
+        else:
+            carry = data[k + 1 :]
+            yield from _lines_of(data[: k + 1], stats, max_line)
+        if len(carry) > max_line:  # a line still going past the limit: cut it here
+            stats.cut += 1
+            yield from _lines_of(carry[:max_line], stats, max_line)
+            carry = b""
+            skipping = True
+    if carry:
+        yield from _lines_of(carry, stats, max_line)
+
+
+def _lines_of(data: bytes, stats: LineStats, max_line: int) -> list[str]:
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    stats.lines += len(lines)
+    if lines and max(map(len, lines)) > max_line:  # rare: a long line inside one chunk
+        for n, line in enumerate(lines):
+            if len(line.encode("utf-8", errors="replace")) > max_line:
+                stats.cut += 1
+                lines[n] = line.encode("utf-8", errors="replace")[:max_line].decode(
+                    "utf-8", errors="replace"
+                )
+    return lines
+
+
+def text_lines(text: str, stats: LineStats, max_line: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of text already in memory (the live kernel log), cut like a file's."""
+    for line in text.splitlines():
+        stats.lines += 1
+        if len(line) > max_line:
+            stats.cut += 1
+            line = line[:max_line]
+        yield line
+
+
+def spool_stdin(stats: LineStats, limit: int = MAX_STDIN_BYTES) -> str:
+    """Standard input copied to a temporary file (at most ``limit`` bytes); its path.
+
+    The caller removes the file. Input past the limit is left unread and counted in ``stats``.
+    """
+    src = sys.stdin.buffer
+    fd, path = tempfile.mkstemp(prefix="nodeledger-oom-", suffix=".log")
+    total = 0
+    with os.fdopen(fd, "wb") as out:
+        while True:
+            chunk = src.read(_CHUNK)
+            if not chunk:
+                break
+            room = limit - total
+            if len(chunk) > room:
+                out.write(chunk[:room])
+                total += room
+                stats.truncated_bytes += len(chunk) - room
+                break
+            out.write(chunk)
+            total += len(chunk)
+    return path
+
+
+def as_lines(text: str | Iterable[str]) -> Iterable[str]:
+    """A parser's input: text (split into lines) or lines already split."""
+    if isinstance(text, str):
+        return text.splitlines()
+    return text
