@@ -144,3 +144,14 @@ def test_rocm_smi_all_and_amd_smi_static():
     )
     assert static[0]["name"] == "AMD Instinct MI350X" and static[0]["pci_bus"] == "0000:05:00.0"
     assert static[0]["pcie"] == "Gen 5" and static[0]["slot"] == "OAM"
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("cell", ["0x10%", "nan%", "9" * 400 + "%"])
+def test_hy_smi_one_bad_vram_cell_keeps_the_other_cards(cell):
+    text = _real("dcu/wangjunjian-8dcu-hy-smi-manual.txt")
+    bad = text.replace("87%", cell, 1)
+    r = amd_smi.parse_concise(bad)
+    assert len(r.cards) == 8 and r.cards[0].vram_used_pct is None
+    assert r.cards[1].vram_used_pct == 85.0
+    assert any(n.startswith("hy-smi: card 0 VRAM%") for n in r.notes), r.notes

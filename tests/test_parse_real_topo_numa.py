@@ -290,3 +290,35 @@ def test_nvidia_smi_query_csvs():
         allf["rows"][0]["name"] == "NVIDIA H100 80GB HBM3"
         and allf["rows"][0]["pci.bus_id"] == "00000000:00:09.0"
     )
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", sorted(NUMACTL))
+def test_numactl_cpu_compress_reads_as_the_plain_listing(name):
+    """``numactl --hardware --cpu-compress`` prints "node 0 cpus: 0-15 (16)": the same nodes."""
+    import re
+
+    text = _real(f"numa/{name}")
+    plain = numa.parse_numactl(text)
+
+    def compress(m):
+        ids = [int(x) for x in m.group(2).split()]
+        return f"{m.group(1)}{numa.compress_cpus(ids)} ({len(ids)})" if ids else m.group(0)
+
+    squeezed = re.sub(r"^(node \d+ cpus: )(.*)$", compress, text, flags=re.M)
+    info = numa.parse_numactl(squeezed)
+    assert [(n.id, n.cpus, n.cpu_count) for n in info.nodes] == [
+        (n.id, n.cpus, n.cpu_count) for n in plain.nodes
+    ]
+
+
+@pytest.mark.shared
+def test_lscpu_with_an_absurd_numa_cpulist_is_refused_quickly():
+    import time
+
+    text = _real("numa/jdh4-stellar-epyc7h12-nps4-lscpu.txt")
+    bad = text.replace("NUMA node0 CPU(s):", "NUMA node0 CPU(s): 0-99999999999,", 1)
+    t0 = time.perf_counter()
+    with pytest.raises(numa.ParseError, match="not a cpulist"):
+        numa.parse_lscpu(bad)
+    assert time.perf_counter() - t0 < 0.5

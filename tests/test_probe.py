@@ -192,3 +192,45 @@ def test_fake_ascend_box_with_npu_smi(tmp_path):
     assert {a.memory_bytes for a in p.accelerators} == {65536 * 2**20}
     assert p.accelerators[2].pci_bus_id == "0000:81:00.0"
     assert any("HCCS" in n for n in p.notes)
+
+
+HY_SMI_BAD_CELL = """\
+============================ System Management Interface =============================
+DCU     Temp     AvgPwr     Perf     PwrCap     VRAM%      DCU%      Mode
+0       67.0C    8.0W       manual   600.0W     0x10%      74%       Normal
+1       68.0C    8.0W       manual   600.0W     85%        29%       Normal
+=================================== End of SMI Log ===================================
+"""
+
+
+def test_hy_smi_with_one_malformed_cell_keeps_the_inventory(tmp_path):
+    (tmp_path / "hy.txt").write_text(HY_SMI_BAD_CELL)
+    r = _runner(tmp_path, None)
+    _tool(Path(r.path), "hy-smi", f'case "$1" in --*) exit 1;; *) cat {tmp_path}/hy.txt;; esac\n')
+    p = probe_machine(r)
+    assert [(a.index, a.vendor.value) for a in p.accelerators] == [(0, "hygon"), (1, "hygon")]
+    assert any("hy-smi" in n and "VRAM%" in n and "0x10%" in n for n in p.notes), p.notes
+    assert p.host.ram_bytes == 131072000 * 1024
+
+
+def test_nvidia_smi_superscript_index_skips_that_row_only(tmp_path):
+    bad = H200_QUERY + "\n², NVIDIA H200, 143771, 00000000:09:00.0, Disabled\n"
+    (tmp_path / "q.txt").write_text(bad)
+    (tmp_path / "t.txt").write_text(TOPO)
+    script = f'case "$1" in topo) cat {tmp_path}/t.txt;; *) cat {tmp_path}/q.txt;; esac\n'
+    p = probe_machine(_runner(tmp_path, script))
+    assert [a.index for a in p.accelerators] == [0, 1]
+    assert any("'²'" in n and "index" in n for n in p.notes), p.notes
+
+
+def test_machine_probe_cli_with_a_malformed_cell_exits_0(tmp_path):
+    from conftest import run_cli
+
+    r = _runner(tmp_path, None)
+    (tmp_path / "hy.txt").write_text(HY_SMI_BAD_CELL.replace("600.0W", "9" * 400 + "W", 1))
+    _tool(Path(r.path), "hy-smi", f'case "$1" in --*) exit 1;; *) cat {tmp_path}/hy.txt;; esac\n')
+    env = {"PATH": f"{r.path}:{os.environ['PATH']}"}
+    proc = run_cli("machine", "probe", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert len(data["accelerators"]) == 2

@@ -50,7 +50,7 @@ def short(text: str | None, limit: int = 120) -> str:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")  # strict JSON
 
 
 def gib(n: int | None) -> str:

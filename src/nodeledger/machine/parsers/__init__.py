@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from nodeledger.errors import InputError
 from nodeledger.machine.parsers import amd_smi, npu_smi, numa, nvidia_smi, nvidia_topo
 from nodeledger.machine.parsers.common import ParseError
 
@@ -44,13 +46,14 @@ def _amd_smi_topo(text: str) -> dict[str, Any]:
 def _query_csv(text: str) -> dict[str, Any]:
     from nodeledger.machine.parsers.nvidia_query import parse_query_csv
 
-    cards = parse_query_csv(text)
+    notes: list[str] = []
+    cards = parse_query_csv(text, notes)
     if not cards:
         raise ParseError(
             "no card rows: expected nvidia-smi --query-gpu=... --format=csv output "
-            "(one line per card)"
+            "(one line per card)" + (f"; {notes[0]}" if notes else "")
         )
-    return {"cards": cards}
+    return {"cards": cards, "notes": notes} if notes else {"cards": cards}
 
 
 def _rocm_cards(cards: list[dict]) -> dict[str, Any]:
@@ -86,12 +89,23 @@ PARSERS: dict[str, Callable[[str], Any]] = {
 
 
 def parse_kind(kind: str, text: str) -> Any:
+    """``kind``'s parse of ``text``; only ParseError / InputError leave it (the parsers refuse bad
+    input themselves; a failure they did not foresee is reported as a refusal here, never as an
+    internal error: tests/test_fuzz_parsers.py and benchmarks/fuzz.py look for those)."""
     fn = PARSERS.get(kind)
     if fn is None:
         raise ParseError(
             f"unknown output kind {kind!r}; parsers available: {', '.join(sorted(PARSERS))}"
         )
-    return fn(text)
+    try:
+        return fn(text)
+    except InputError:
+        raise
+    except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError,
+            RecursionError, csv.Error) as exc:  # fmt: skip
+        raise ParseError(
+            f"{kind} output not understood ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 __all__ = ["PARSERS", "ParseError", "parse_kind"]

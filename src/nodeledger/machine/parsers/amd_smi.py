@@ -20,7 +20,15 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean
+from nodeledger.machine.parsers.common import (
+    MAX_CARD_BYTES,
+    ParseError,
+    clean,
+    finite,
+    shorten,
+    to_float,
+    to_int,
+)
 
 AMD_LINK_KIND = {"XGMI": "xgmi", "PCIE": "pcie"}
 
@@ -42,10 +50,12 @@ class AmdConcise:
 
 
 def _num(text: str | None) -> float | None:
-    if not text:
+    """The leading number of a cell ("87%", "600.0W" -> 87.0, 600.0); None if none, or not a
+    finite number in range."""
+    if not isinstance(text, str) or not text:
         return None
-    m = re.match(r"([\d.]+)", text)
-    return float(m.group(1)) if m else None
+    m = re.match(r"([0-9.]{1,40})", text.strip())
+    return to_float(m.group(1)) if m else None
 
 
 def parse_concise(text: str) -> AmdConcise:
@@ -56,28 +66,49 @@ def parse_concise(text: str) -> AmdConcise:
         raise ParseError("not a rocm-smi / hy-smi concise table: no Device/GPU/HCU/DCU header row")
     header = lines[hi].split()
     label = header[0]
+    tool = "hy-smi" if label == "DCU" else "rocm-smi"
     cards: list[AmdCard] = []
     pending_name: AmdCard | None = None
+    bad: list[str] = []
     for ln in lines[hi + 1 :]:
         if ln.startswith("====") or "End of" in ln:
             if cards:
                 break
             continue
-        m = re.match(r"^(\d+)\s+(.*)$", ln)
+        if len(ln) > 2000:
+            bad.append(f"{tool}: a {len(ln)}-character row skipped (not a card row)")
+            continue
+        m = re.match(r"^([0-9]+)\s+(.*)$", ln)
         if m:
+            index = to_int(m.group(1), hi=2**20)
+            if index is None:
+                bad.append(f"{tool}: card row with index {shorten(m.group(1))} skipped")
+                continue
             rest = m.group(2)
-            pct = re.findall(r"([\d.]+)%", rest)
-            watts = re.findall(r"([\d.]+)W", rest)
+            pct = re.findall(r"([0-9.]+)%", rest)
+            watts = re.findall(r"([0-9.]+)W", rest)
             tokens = ln.split()
             if len(tokens) == len(header) and "VRAM%" in header:
                 # simple tables align one token per column: read VRAM% by position ("N/A" stays None)
                 v = tokens[header.index("VRAM%")]
                 pct = [v.rstrip("%"), "0"] if v.endswith("%") else []
-            part = re.search(r"\b(NPS\d|N/A)\s*,\s*(\w+)", rest)
+            vram = None
+            if len(pct) >= 2:
+                vram = to_float(pct[-2], hi=100.0)
+                if vram is None:
+                    bad.append(
+                        f"{tool}: card {index} VRAM% {shorten(pct[-2] + '%')} not a percentage; unknown"
+                    )
+            cap = None
+            if watts:
+                cap = to_float(watts[-1], hi=1e6)
+                if cap is None:
+                    bad.append(
+                        f"{tool}: card {index} power cap {shorten(watts[-1] + 'W')} not a number of watts; unknown"
+                    )
+            part = re.search(r"\b(NPS[0-9]|N/A)\s*,\s*(\w+)", rest)
             card = AmdCard(
-                index=int(m.group(1)), name=None,
-                vram_used_pct=float(pct[-2]) if len(pct) >= 2 else None,
-                power_cap_w=float(watts[-1]) if watts else None,
+                index=index, name=None, vram_used_pct=vram, power_cap_w=cap,
                 partitions=f"{part.group(1)}, {part.group(2)}" if part else None,
             )  # fmt: skip
             cards.append(card)
@@ -90,7 +121,7 @@ def parse_concise(text: str) -> AmdConcise:
     notes = ["card memory size is not in the concise table (use --showmeminfo vram / --json)"]
     if label in ("HCU", "DCU"):
         notes.append(f"{label} labels: Hygon DCU (DTK tools)")
-    return AmdConcise(label, cards, notes)
+    return AmdConcise(label, cards, notes + bad)
 
 
 @dataclass
@@ -116,11 +147,11 @@ def _matrices(text: str) -> dict[str, dict[tuple[int, int], str]]:
             j += 1
         if j >= len(lines):
             break
-        cols = [int(x) for x in re.findall(r"(?:GPU|HCU|DCU)\[?(\d+)\]?", lines[j])]
+        cols = [int(x) for x in re.findall(r"(?:GPU|HCU|DCU)\[?([0-9]{1,7})\]?", lines[j])]
         mat: dict[tuple[int, int], str] = {}
         k = j + 1
         while k < len(lines):
-            rm = re.match(r"^\s*(?:GPU|HCU|DCU)\[?(\d+)\]?\s+(.*)$", lines[k])
+            rm = re.match(r"^\s*(?:GPU|HCU|DCU)\[?([0-9]{1,7})\]?\s+(.*)$", lines[k])
             if not rm:
                 break
             vals = rm.group(2).split()
@@ -138,7 +169,8 @@ def parse_showtopo(text: str) -> AmdTopology:
     numa = {
         int(g): int(n)
         for g, n in re.findall(
-            r"(?:GPU|HCU|DCU)\[(\d+)\]\s*:\s*(?:\(Topology\)\s*)?Numa Node:\s*(\d+)", text
+            r"(?:GPU|HCU|DCU)\[([0-9]{1,7})\]\s*:\s*(?:\(Topology\)\s*)?Numa Node:\s*([0-9]{1,7})\b",
+            text,
         )
     }
     if not mats and not numa:
@@ -157,8 +189,8 @@ def parse_showtopo(text: str) -> AmdTopology:
             hops = mats.get("Hops", {}).get((a, b))
             links.append({
                 "a": a, "b": b, "label": label, "kind": AMD_LINK_KIND.get((label or "").upper(), "unknown"),
-                "weight": int(weight) if weight and weight.isdigit() else None,
-                "hops": int(hops) if hops and hops.isdigit() else None,
+                "weight": to_int(weight),
+                "hops": to_int(hops),
             })  # fmt: skip
     notes = []
     if not types:
@@ -178,13 +210,17 @@ def parse_json(text: str) -> list[dict]:
     start = text.find("{")
     try:
         data = json.loads(text[start:]) if start >= 0 else None
+    except RecursionError:
+        raise ParseError("rocm-smi --json output nests too deeply") from None
     except json.JSONDecodeError as exc:
         raise ParseError(f"rocm-smi --json output is not valid JSON: {exc.msg}") from None
+    except ValueError as exc:  # a number too long for int() (sys.get_int_max_str_digits)
+        raise ParseError(f"rocm-smi --json output is not usable JSON: {str(exc)[:80]}") from None
     if not isinstance(data, dict):
         raise ParseError("rocm-smi --json output is not an object")
     cards = []
     for key, fields in data.items():
-        m = re.fullmatch(r"card(\d+)", key)
+        m = re.fullmatch(r"card([0-9]{1,7})", key)
         if not m or not isinstance(fields, dict):
             continue
         cards.append(_card_fields(int(m.group(1)), fields))
@@ -201,15 +237,12 @@ _USE = re.compile(r"^(GPU|DCU|HCU) use \(%\)$")
 def _count(v) -> int | None:
     """A byte count: rocm-smi's digit string (a plain non-negative number read too)."""
     if isinstance(v, int) and not isinstance(v, bool):
-        return v if v >= 0 else None
-    return int(v) if isinstance(v, str) and v.isdigit() else None
+        return v if 0 <= v <= MAX_CARD_BYTES else None
+    return to_int(v, hi=MAX_CARD_BYTES) if isinstance(v, str) else None
 
 
 def _float(v) -> float | None:
-    try:
-        return float(str(v).strip())
-    except ValueError:
-        return None  # "N/A"
+    return to_float(v if isinstance(v, str) else None, hi=100.0)  # "N/A" -> None
 
 
 def _card_fields(index: int, fields: dict) -> dict:
@@ -244,8 +277,10 @@ def parse_rocm_json(text: str) -> list[dict]:
             for c in sorted(parse_json(text), key=lambda c: c["index"])]  # fmt: skip
 
 
-_KFD = re.compile(r"^(\d+)\s+(.+?)\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s*$")
-_PIDGPU = re.compile(r"PID (\d+) is using (\d+) DRM device\(s\):?\s*\n?\s*([\d ,]*)")
+_KFD = re.compile(r"^([0-9]{1,10})\s+(.+?)\s+([0-9]{1,6})\s+([0-9]{1,16})\s+\S+\s+\S+\s*$")
+_PIDGPU = re.compile(
+    r"PID ([0-9]{1,10}) is using ([0-9]{1,6}) DRM device\(s\):?\s*\n?\s*([0-9 ,]*)"
+)
 
 
 def parse_rocm_pids(text: str) -> dict[int, list[dict]]:
@@ -262,7 +297,7 @@ def parse_rocm_pids(text: str) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
     for m in _PIDGPU.finditer(text):
         pid = int(m.group(1))
-        cards = [int(x) for x in re.findall(r"\d+", m.group(3))]
+        cards = [int(x) for x in re.findall(r"[0-9]{1,7}", m.group(3))]
         p = procs.get(pid, {"name": None, "vram": None})
         for c in cards:
             out.setdefault(c, []).append({"pid": pid, "name": p["name"],
@@ -276,14 +311,18 @@ def parse_csv(text: str) -> list[dict]:
     start = next((i for i, ln in enumerate(lines) if ln.startswith("device,")), None)
     if start is None:
         raise ParseError("not a rocm-smi --csv output: no 'device,' header")
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    try:
+        rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+    except csv.Error as exc:
+        raise ParseError(f"rocm-smi --csv output is not CSV: {exc}") from None
     cards = []
     for r in rows:
-        m = re.fullmatch(r"card(\d+)", (r.get("device") or "").strip())
+        m = re.fullmatch(r"card([0-9]{1,7})", (r.get("device") or "").strip())
         if m:
-            cards.append(
-                _card_fields(int(m.group(1)), {k: (v or "").strip() for k, v in r.items()})
-            )
+            fields = {
+                k: v.strip() for k, v in r.items() if isinstance(k, str) and isinstance(v, str)
+            }
+            cards.append(_card_fields(int(m.group(1)), fields))
     if not cards:
         raise ParseError("rocm-smi --csv lists no cardN rows")
     return cards
@@ -296,7 +335,7 @@ def parse_all(text: str) -> list[dict]:
     text = clean(text)
     cards: dict[int, dict[str, str]] = {}
     for g, key, value in re.findall(
-        r"^(?:GPU|HCU|DCU)\[(\d+)\]\s*:\s*([^:\n]+?):\s*(.*)$", text, flags=re.M
+        r"^(?:GPU|HCU|DCU)\[([0-9]{1,7})\]\s*:\s*([^:\n]+?):\s*(.*)$", text, flags=re.M
     ):
         cards.setdefault(int(g), {}).setdefault(key.strip(), value.strip())
     if not cards:
@@ -333,7 +372,7 @@ def parse_amd_smi_static(text: str) -> list[dict]:
             if fields is not None:
                 out.append(_static_card(index, fields))
                 fields = None
-            if top.group(1) == "GPU" and top.group(2).isdigit():
+            if top.group(1) == "GPU" and to_int(top.group(2), hi=2**20) is not None:
                 fields, index, stack = {}, int(top.group(2)), []
             continue
         if fields is None:
@@ -370,7 +409,7 @@ def _static_card(index: int, f: dict[str, str]) -> dict:
         "slot": _na(f.get("BUS/SLOT_TYPE")),
         "pcie": _na(f.get("BUS/PCIE_INTERFACE_VERSION")),
         "vram_total_bytes": _size_bytes(size),
-        "numa_node": int(numa) if isinstance(numa, str) and numa.isdigit() else None,
+        "numa_node": to_int(numa, hi=2**20) if isinstance(numa, str) else None,
         "partition": _partition(f.get("PARTITION/MEMORY_PARTITION"), f.get("PARTITION/ACCELERATOR_PARTITION")),
         "fields": len(f),
     }  # fmt: skip
@@ -386,14 +425,13 @@ def _size_bytes(size) -> int | None:
         value, unit = (m.group(1), m.group(2)) if m else (None, None)
     else:
         return None
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    v = finite(value) if isinstance(value, (int, float)) else to_float(value)
+    if v is None:
         return None
     mult = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}.get(
         str(unit).replace("i", "")
     )
-    if mult is None or v <= 0:
+    if mult is None or v <= 0 or v * mult > MAX_CARD_BYTES:
         return None
     return round(v * mult)
 
@@ -413,8 +451,12 @@ def _first_json(text: str, what: str):
         raise ParseError(f"{what} output holds no JSON")
     try:
         data, _ = json.JSONDecoder().raw_decode(text[min(starts) :])
+    except RecursionError:
+        raise ParseError(f"{what} output nests too deeply") from None
     except json.JSONDecodeError as exc:
         raise ParseError(f"{what} output is not valid JSON: {exc.msg}") from None
+    except ValueError as exc:  # a number too long for int() (sys.get_int_max_str_digits)
+        raise ParseError(f"{what} output is not usable JSON: {str(exc)[:80]}") from None
     return data
 
 
@@ -432,6 +474,7 @@ def parse_amd_smi_static_json(text: str) -> list[dict]:
             not isinstance(g, dict)
             or isinstance(g.get("gpu"), bool)
             or not isinstance(g.get("gpu"), int)
+            or not 0 <= g["gpu"] <= 2**20
         ):
             raise ParseError(f"amd-smi static --json entry {n} has no integer 'gpu' index")
         asic, bus, vram, numa, part = (g.get(k) if isinstance(g.get(k), dict) else {}
@@ -444,7 +487,7 @@ def parse_amd_smi_static_json(text: str) -> list[dict]:
             "slot": _na(bus.get("slot_type")),
             "pcie": _na(bus.get("pcie_interface_version")),
             "vram_total_bytes": _size_bytes(vram.get("size")),
-            "numa_node": node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else None,
+            "numa_node": node if isinstance(node, int) and not isinstance(node, bool) and 0 <= node <= 2**20 else None,
             "partition": _partition(part.get("memory_partition"), part.get("accelerator_partition")),
             "fields": len(g),
         })  # fmt: skip
@@ -516,8 +559,8 @@ def parse_amd_smi_topology(text: str) -> AmdSmiTopology:
             links.append({
                 "a": ai, "b": bi, "a_bdf": a, "b_bdf": b, "label": label,
                 "kind": AMD_LINK_KIND.get((label or "").upper(), "unknown"),
-                "weight": int(w) if w and w.isdigit() else None,
-                "hops": int(h) if h and h.isdigit() else None,
+                "weight": to_int(w),
+                "hops": to_int(h),
                 "access": access.get((a, b)),
             })  # fmt: skip
     notes = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from nodeledger.errors import InputError
@@ -18,29 +19,119 @@ def clean(text: str) -> str:
     return ANSI.sub("", text).replace("\r", "")
 
 
-def cpulist_ids(cpus: str | None) -> set[int] | None:
-    """CPU ids of a kernel cpulist ("0-23,96-119" -> {0..23, 96..119}); None if not a cpulist."""
-    if not cpus or not cpus.strip():
+# a cpulist is refused (not a CPU list) before any expansion when it names more CPUs than this
+# or an id above MAX_CPU_ID: no machine has them, and expanding one would exhaust memory
+MAX_CPUS = 65_536
+MAX_CPU_ID = 2**20
+_RANGE = re.compile(r"([0-9]{1,8})(?:-([0-9]{1,8}))?")
+
+
+def cpulist_ranges(cpus: str | None) -> list[tuple[int, int]] | None:
+    """A kernel cpulist ("0-23,96-119") as sorted, merged inclusive ranges [(0, 23), (96, 119)],
+    without expanding it; None if not a cpulist (empty, garbage, a range backwards, an id above
+    MAX_CPU_ID or more than MAX_CPUS CPUs)."""
+    if not cpus or not cpus.strip() or len(cpus) > 200_000:
         return None
-    out: set[int] = set()
+    spans: list[tuple[int, int]] = []
     for part in cpus.split(","):
         part = part.strip()
         if not part:
             continue
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        m = _RANGE.fullmatch(part)
         if not m:
             return None
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if hi < lo:
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if hi < lo or hi > MAX_CPU_ID:
             return None
+        spans.append((lo, hi))
+    if not spans:
+        return None
+    spans.sort()
+    merged = [spans[0]]
+    for lo, hi in spans[1:]:
+        plo, phi = merged[-1]
+        if lo <= phi + 1:
+            merged[-1] = (plo, max(phi, hi))
+        else:
+            merged.append((lo, hi))
+    if sum(hi - lo + 1 for lo, hi in merged) > MAX_CPUS:
+        return None
+    return merged
+
+
+def format_ranges(ranges: list[tuple[int, int]]) -> str:
+    """[(0, 2), (5, 5)] -> "0-2,5" (kernel cpulist syntax)."""
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def cpulist_ids(cpus: str | None) -> set[int] | None:
+    """CPU ids of a kernel cpulist ("0-23,96-119" -> {0..23, 96..119}); None if not a cpulist
+    (see :func:`cpulist_ranges`: never more than MAX_CPUS ids)."""
+    ranges = cpulist_ranges(cpus)
+    if ranges is None:
+        return None
+    out: set[int] = set()
+    for lo, hi in ranges:
         out.update(range(lo, hi + 1))
-    return out or None
+    return out
 
 
 def cpulist_count(cpus: str | None) -> int | None:
-    """Number of CPUs in a kernel cpulist ("0-31,64-95" -> 64); None if not a cpulist."""
-    ids = cpulist_ids(cpus)
-    return None if ids is None else len(ids)
+    """Number of CPUs in a kernel cpulist ("0-31,64-95" -> 64), counted from its ranges; None if
+    not a cpulist."""
+    ranges = cpulist_ranges(cpus)
+    return None if ranges is None else sum(hi - lo + 1 for lo, hi in ranges)
+
+
+def shorten(text: object, limit: int = 40) -> str:
+    """A bad value for a note: repr'd and cut to ``limit`` characters."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def ascii_uint(text: object) -> bool:
+    """A non-negative integer in ASCII digits ("12"; not "²", "١٢", "-1", "0x10")."""
+    return isinstance(text, str) and 0 < len(text) <= 30 and text.isascii() and text.isdecimal()
+
+
+# the largest memory a card can report: anything above (1 PB) is garbage, not a card
+MAX_CARD_BYTES = 2**50
+
+
+def finite(value: float | None, lo: float = 0.0, hi: float = 1e15) -> float | None:
+    """``value`` if it is a finite number within [lo, hi], else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if math.isfinite(v) and lo <= v <= hi else None
+
+
+def to_float(text: str | None, lo: float = 0.0, hi: float = 1e15) -> float | None:
+    """A finite number within [lo, hi] from text ("12.5"), else None ("N/A", "0x10", "1e400",
+    "NaN", "-1", "...")."""
+    if text is None or not isinstance(text, str) or len(text) > 64:
+        return None
+    t = text.strip()
+    if not t.isascii() or not re.fullmatch(
+        r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", t
+    ):
+        return None
+    return finite(float(t), lo, hi)
+
+
+def to_int(text: str | None, hi: int = 2**62) -> int | None:
+    """A non-negative integer in ASCII digits up to ``hi``, else None."""
+    if not isinstance(text, str):
+        return None
+    t = text.strip()
+    if not ascii_uint(t):
+        return None
+    v = int(t)
+    return v if v <= hi else None
 
 
 def size_to_bytes(value: float, unit: str) -> int:

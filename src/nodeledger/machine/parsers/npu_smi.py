@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean, cpulist_ids
+from nodeledger.machine.parsers.common import ParseError, clean, cpulist_ids, to_float
 
 
 @dataclass
@@ -36,12 +36,14 @@ class NpuInfo:
     notes: list[str] = field(default_factory=list)
 
 
-_ROW1 = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*(\S+)\s*\|")
+_ROW1 = re.compile(r"^\|\s*([0-9]{1,12})\s+(\S+)\s*\|\s*(\S+)\s*\|")
 _ROW2 = re.compile(
-    r"^\|\s*(\d+)\s*(\d+)?\s*\|\s*([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*\|(.*)\|"
+    r"^\|\s*([0-9]{1,12})\s*([0-9]{1,12})?\s*\|\s*([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*\|(.*)\|"
 )
-_PAIR = re.compile(r"(\d+)\s*/\s*(\d+)")
-_PROC = re.compile(r"^\|\s*(\d+)\s+(\d+)\s*\|\s*(\d+)\s*\|\s*(.*?)\s*\|\s*(\d+)\s*\|")
+_PAIR = re.compile(r"([0-9]{1,12})\s*/\s*([0-9]{1,12})")
+_PROC = re.compile(
+    r"^\|\s*([0-9]{1,12})\s+([0-9]{1,12})\s*\|\s*([0-9]{1,12})\s*\|\s*(.*?)\s*\|\s*([0-9]{1,12})\s*\|"
+)
 
 
 def parse(text: str) -> NpuInfo:
@@ -101,10 +103,7 @@ _AICORE = re.compile(
 
 
 def _float(v: str) -> float | None:
-    try:
-        return float(v.strip())
-    except ValueError:
-        return None  # "-"
+    return to_float(v, hi=100.0)  # "-" -> None
 
 
 def parse_npu(text: str) -> tuple[list[dict], list[dict]]:
@@ -127,7 +126,7 @@ def parse_npu(text: str) -> tuple[list[dict], list[dict]]:
 
 TOPO_LABEL_KIND = {"HCCS": "hccs", "HCCS_SW": "hccs", "SIO": "hccs", "PIX": "pix", "PXB": "pxb",
                    "PHB": "phb", "NODE": "node", "SYS": "sys", "NA": "unknown"}  # fmt: skip
-_DEV = re.compile(r"(NPU|Phy-ID)(\d+)$")
+_DEV = re.compile(r"(NPU|Phy-ID)([0-9]{1,12})$")
 _NIC = re.compile(r"NIC\d+$")
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean, cpulist_count, cpulist_ids
+from nodeledger.machine.parsers.common import (
+    ParseError,
+    clean,
+    cpulist_ranges,
+    format_ranges,
+    shorten,
+    to_int,
+)
 
 
 def compress_cpus(cpus: list[int]) -> str:
@@ -45,43 +52,57 @@ class NumaInfo:
 
 def parse_numactl(text: str) -> NumaInfo:
     text = clean(text)
-    m = re.search(r"available:\s*(\d+)\s+nodes?\s*\(([^)]*)\)", text, flags=re.I)
+    m = re.search(r"available:\s*([0-9]{1,7})\s+nodes?\s*\(([^)\n]*)\)", text, flags=re.I)
     if not m:
         raise ParseError("not a numactl -H output: no 'available: N nodes' line")
     nodes: dict[int, dict] = {}
-    for nid, cpus in re.findall(r"^node\s+(\d+)\s+cpus:[ \t]*(.*)$", text, flags=re.M):
-        ids = [int(x) for x in cpus.split()]
-        nodes.setdefault(int(nid), {})["cpus"] = ids
-    for nid, val, unit in re.findall(r"^node\s+(\d+)\s+size:\s*(\d+)\s*(\w+)", text, flags=re.M):
-        nodes.setdefault(int(nid), {})["size"] = _bytes(int(val), unit)
-    for nid, val, unit in re.findall(r"^node\s+(\d+)\s+free:\s*(\d+)\s*(\w+)", text, flags=re.M):
-        nodes.setdefault(int(nid), {})["free"] = _bytes(int(val), unit)
+    notes: list[str] = []
+    for nid, cpus in re.findall(r"^node\s+([0-9]{1,7})\s+cpus:[ \t]*(.*)$", text, flags=re.M):
+        ranges = _numactl_cpus(cpus)
+        if ranges is None:
+            notes.append(f"numactl: node {nid} cpus {shorten(cpus)} not a CPU list; unknown")
+        nodes.setdefault(int(nid), {})["cpus"] = ranges
+    for key in ("size", "free"):
+        for nid, val, unit in re.findall(
+            rf"^node\s+([0-9]{{1,7}})\s+{key}:\s*([0-9]{{1,15}})\s*([A-Za-z]+)", text, flags=re.M
+        ):
+            b = _bytes(int(val), unit)
+            nodes.setdefault(int(nid), {})[key] = b if b <= 2**60 else None
     if len(nodes) != int(m.group(1)):
         raise ParseError(f"numactl -H says {m.group(1)} nodes but lists {len(nodes)} (truncated?)")
     out = []
-    notes = []
     for nid in sorted(nodes):
         d = nodes[nid]
-        cpus = d.get("cpus", [])
+        ranges = d.get("cpus", [])
         size = d.get("size")
-        out.append(NumaNodeInfo(nid, compress_cpus(cpus), len(cpus), size, d.get("free")))
+        count = None if ranges is None else sum(hi - lo + 1 for lo, hi in ranges)
+        out.append(NumaNodeInfo(nid, format_ranges(ranges or []), count or 0, size, d.get("free")))
         if size == 0:
             notes.append(f"node {nid} is memoryless (0 MB): its CPUs allocate from remote nodes")
-        if not cpus:
+        if ranges == []:
             notes.append(f"node {nid} has no CPUs (memory-only node)")
     distances: dict[int, dict[int, int]] = {}
     lines = text.split("\n")
     start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("node distances")), None)
     if start is not None and start + 1 < len(lines):
-        cols = [int(x) for x in lines[start + 1].split()[1:] if x.isdigit()]
+        cols = [int(x) for x in lines[start + 1].split()[1:] if to_int(x) is not None]
         for row in lines[start + 2 :]:
-            m2 = re.match(r"\s*(\d+):((?:\s+\d+)+)\s*$", row)
+            m2 = re.match(r"\s*([0-9]{1,7}):((?:\s+[0-9]{1,7})+)\s*$", row)
             if not m2:
                 break
             distances[int(m2.group(1))] = dict(
                 zip(cols, (int(x) for x in m2.group(2).split()), strict=False)
             )
     return NumaInfo(out, distances, notes)
+
+
+def _numactl_cpus(cpus: str) -> list[tuple[int, int]] | None:
+    """numactl's cpus: "0 1 2 3" (space separated), or ranges with a count under
+    ``--cpu-compress`` ("0-15 (16)"); [] for none, None when not a CPU list."""
+    toks = [t for t in cpus.split() if not re.fullmatch(r"\([0-9]{1,7}\)", t)]
+    if not toks:
+        return []
+    return cpulist_ranges(",".join(toks))
 
 
 def _bytes(value: int, unit: str) -> int:
@@ -118,19 +139,20 @@ def parse_lscpu(text: str) -> CpuInfo:
         raise ParseError("not an lscpu output: no Architecture / CPU(s) fields")
 
     def num(key):
-        v = kv.get(key, "")
-        return int(v) if v.isdigit() else None
+        return to_int(kv.get(key, ""), hi=2**24)
 
     nodes = []
     for line in text.split("\n"):
-        m = re.match(r"\s*NUMA node(\d+) CPU\(s\):\s*(.*)$", line)
+        m = re.match(r"\s*NUMA node([0-9]{1,7}) CPU\(s\):\s*(.*)$", line)
         if m:
             cpus = m.group(2).strip()
-            count = cpulist_count(cpus) if cpus else 0
-            if cpus and count is None:
-                raise ParseError(f"lscpu NUMA node{m.group(1)} CPU list {cpus!r} is not a cpulist")
-            ids = _expand(cpus)
-            nodes.append(NumaNodeInfo(int(m.group(1)), compress_cpus(ids), count or 0, None))
+            ranges = cpulist_ranges(cpus) if cpus else []
+            if ranges is None:
+                raise ParseError(
+                    f"lscpu NUMA node{m.group(1)} CPU list {shorten(cpus, 60)} is not a cpulist"
+                )
+            count = sum(hi - lo + 1 for lo, hi in ranges)
+            nodes.append(NumaNodeInfo(int(m.group(1)), format_ranges(ranges), count, None))
     notes = []
     empty = [n.id for n in nodes if n.cpu_count == 0]
     if empty:
@@ -148,7 +170,3 @@ def parse_lscpu(text: str) -> CpuInfo:
         numa=NumaInfo(nodes),
         notes=notes,
     )
-
-
-def _expand(cpus: str) -> list[int]:
-    return sorted(cpulist_ids(cpus) or [])

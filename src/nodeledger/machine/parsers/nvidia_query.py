@@ -14,6 +14,7 @@ import io
 import re
 
 from nodeledger.errors import InputError
+from nodeledger.machine.parsers.common import MAX_CARD_BYTES, shorten, to_float, to_int
 from nodeledger.units import MiB
 
 QUERY_BASE = "index,name,memory.total,pci.bus_id,mig.mode.current"
@@ -44,16 +45,22 @@ def _na(v: str) -> bool:
     return not v or v.startswith("[") or v == "N/A"
 
 
-def _row(d: dict[str, str], n: int) -> dict:
+def _row(d: dict[str, str], n: int, notes: list[str]) -> dict | None:
     idx = d.get("index", "")
-    if not idx.isdigit():
-        raise InputError(
-            f"nvidia-smi query row {n} has no numeric index (first field {idx[:20]!r})"
+    if to_int(idx, hi=2**20) is None:
+        notes.append(
+            f"nvidia-smi --query-gpu: row {n} skipped, index {shorten(idx)} is not a card index"
         )
+        return None
 
     def mib(key: str) -> int | None:
-        m = re.match(r"(\d+)\s*(MiB)?$", d.get(key, ""))
-        return int(m.group(1)) if m else None
+        v = d.get(key, "")
+        m = re.fullmatch(r"([0-9]{1,12})\s*(MiB)?", v)
+        if m and int(m.group(1)) <= MAX_CARD_BYTES // 2**20:
+            return int(m.group(1))
+        if v:
+            notes.append(f"nvidia-smi --query-gpu: card {idx} {key} {shorten(v)} not MiB; unknown")
+        return None
 
     def word(key: str, allowed: tuple[str, ...]) -> str | None:
         v = d.get(key, "").strip().lower()
@@ -61,7 +68,12 @@ def _row(d: dict[str, str], n: int) -> dict:
 
     def count(key: str) -> int | None:
         v = d.get(key, "").strip()
-        return int(v) if v.isdigit() else None
+        c = to_int(v)
+        if c is None and v:
+            notes.append(
+                f"nvidia-smi --query-gpu: card {idx} {key} {shorten(v)} not a count; unknown"
+            )
+        return c
 
     return {
         "index": int(idx),
@@ -82,16 +94,21 @@ def _row(d: dict[str, str], n: int) -> dict:
     }
 
 
-def parse_query_csv(text: str) -> list[dict]:
+def parse_query_csv(text: str, notes: list[str] | None = None) -> list[dict]:
     """``nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`` (or QUERY_BASE, or any
     ``--format=csv`` output with a header naming these fields) -> rows: index, name,
     memory_mib, pci_bus_id, mig, memory_used_mib, persistence, ecc_mode, ecc_corrected,
     ecc_uncorrected, retired_sbe, retired_dbe, retired_pending, remapped_pending, remapped_failed
-    (memory in MiB); nvidia-smi's "[N/A]" / "[Not Supported]" are None."""
+    (memory in MiB); nvidia-smi's "[N/A]" / "[Not Supported]" are None.  A field that does not
+    parse is None, a row without a card index skipped, each with a line in ``notes``."""
+    notes = [] if notes is None else notes
     rows = []
-    reader = list(csv.reader(io.StringIO(text.strip())))
+    try:
+        reader = list(csv.reader(io.StringIO(text.strip())))
+    except csv.Error as exc:
+        raise InputError(f"nvidia-smi query output is not CSV ({exc})") from None
     cols = None
-    if reader and reader[0] and not reader[0][0].strip().isdigit():
+    if reader and reader[0] and not reader[0][0].strip().isdecimal():
         cols = [c.strip().split(" [")[0] for c in reader[0]]  # a header row (format=csv)
         reader = reader[1:]
     full, base = QUERY.split(","), QUERY_BASE.split(",")
@@ -110,15 +127,17 @@ def parse_query_csv(text: str) -> list[dict]:
                 f"nvidia-smi query row {n} has {len(vals)} fields, expected {len(base)} or {len(full)}"
             )
         d = {k: ("" if _na(v) else v) for k, v in zip(names, vals, strict=False)}
-        rows.append(_row(d, n))
+        skipped = len(notes)
+        row = _row(d, n, notes)
+        if row is not None:
+            rows.append(row)
+        elif not rows and n == len(reader):  # no row at all names a card: not this output
+            raise InputError(f"no nvidia-smi query row has a card index ({notes[skipped]})")
     return rows
 
 
 def _float(v: str) -> float | None:
-    try:
-        return float(v.strip())
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]"
+    return to_float(v, hi=float(MAX_CARD_BYTES))  # "[N/A]", "[Not Supported]" -> None
 
 
 def parse_gpu_query(text: str) -> list[dict]:
@@ -127,7 +146,7 @@ def parse_gpu_query(text: str) -> list[dict]:
     out = []
     for n, line in enumerate(text.strip().splitlines(), 1):
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4 or not parts[0].isdigit():
+        if len(parts) != 4 or to_int(parts[0], hi=2**20) is None:
             raise InputError(f"nvidia-smi --query-gpu row {n} not understood: {line[:80]!r}")
         used, total, util = (_float(p) for p in parts[1:])
         out.append({"index": int(parts[0]),
@@ -143,7 +162,7 @@ def parse_describe_query(text: str) -> list[dict]:
     cards = []
     for line in text.strip().splitlines():
         p = [x.strip() for x in line.split(",")]
-        if len(p) != 5 or not p[0].isdigit():
+        if len(p) != 5 or to_int(p[0], hi=2**20) is None:
             continue
         total = _float(p[4])
         cards.append({"index": int(p[0]), "name": p[1], "uuid": p[2] or None,

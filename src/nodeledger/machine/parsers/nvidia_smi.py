@@ -21,7 +21,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean
+from nodeledger.machine.parsers.common import ParseError, clean, shorten, to_float, to_int
 
 
 @dataclass
@@ -66,16 +66,17 @@ class SmiInfo:
 
 
 _ROW1 = re.compile(
-    r"^\|\s+(\d+)\s+(.+?)\s+(On|Off|WDDM|TCC)\s+\|\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
+    r"^\|\s+([0-9]{1,12})\s+(.+?)\s+(On|Off|WDDM|TCC)\s+\|\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)"
 )
-_MEM = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
-_PROC = re.compile(r"^\|\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(C\+G|C|G)\s+(.+?)\s+(\d+MiB|N/A)\s*\|")
+_MEM = re.compile(r"([0-9]{1,12})MiB\s*/\s*([0-9]{1,12})MiB")
+_PROC = re.compile(
+    r"^\|\s+([0-9]{1,12})\s+(\S+)\s+(\S+)\s+([0-9]{1,12})\s+(C\+G|C|G)\s+(.+?)\s+([0-9]{1,12}MiB|N/A)\s*\|"
+)
 _ECC_CELL = re.compile(r"\|\s*(\d+|On|Off|N/A)\s*\|\s*$")
 
 
 def _int(text: str | None) -> int | None:
-    t = (text or "").strip()
-    return int(t) if t.isdigit() else None
+    return to_int(text or "")
 
 
 def _mode(text: str | None) -> str | None:
@@ -185,7 +186,7 @@ def parse_table(text: str) -> SmiInfo:
 def _mib(text: str | None) -> int | None:
     if not text:
         return None
-    m = re.match(r"\s*(\d+)\s*MiB", text)
+    m = re.match(r"\s*([0-9]{1,12})\s*MiB", text)
     return int(m.group(1)) * 2**20 if m else None
 
 
@@ -236,7 +237,7 @@ def parse_xml(text: str) -> SmiInfo:
     mig_devices = 0
     for i, g in enumerate(root.findall("gpu")):
         minor = g.findtext("minor_number")
-        index = int(minor) if minor and minor.isdigit() else i
+        index = int(minor) if to_int(minor, hi=2**20) is not None else i
         cards.append(SmiCard(
             index=index, name=(g.findtext("product_name") or "").strip(),
             memory_total_bytes=_mib(g.findtext("fb_memory_usage/total")),
@@ -249,7 +250,7 @@ def parse_xml(text: str) -> SmiInfo:
         mig_devices += len(g.findall("mig_devices/mig_device"))
         for p in g.findall("processes/process_info"):
             pid = (p.findtext("pid") or "").strip()
-            if pid.isdigit():
+            if to_int(pid) is not None:
                 procs.append(SmiProcess(index, int(pid), (p.findtext("type") or "").strip(),
                                         (p.findtext("process_name") or "").strip(), _mib(p.findtext("used_memory"))))  # fmt: skip
     if not cards:
@@ -331,7 +332,7 @@ def parse_q_text(text: str) -> SmiInfo:
     if not cards:
         raise ParseError("nvidia-smi -q lists no 'GPU <bus id>' section (truncated?)")
     notes = []
-    attached = re.search(r"^Attached GPUs\s*:\s*(\d+)", text, flags=re.M)
+    attached = re.search(r"^Attached GPUs\s*:\s*([0-9]{1,12})", text, flags=re.M)
     if attached and int(attached.group(1)) != len(cards):
         notes.append(
             f"'Attached GPUs: {attached.group(1)}' but {len(cards)} GPU sections (truncated?)"
@@ -367,7 +368,7 @@ def _q_processes(tree: list[tuple[int, str, str | None]], gpu: int) -> list[SmiP
             gpu, int(p["pid"]), p.get("Type", ""), p.get("Name", ""), _mib(p.get("Used GPU Memory"))
         )
         for p in found
-        if p["pid"].isdigit()
+        if to_int(p["pid"]) is not None
     ]
 
 
@@ -390,7 +391,10 @@ def parse_compute_apps(text: str) -> list[dict]:
     if "pid" in head:  # --format=csv with its header row: columns by name
         cols = [re.sub(r"\s*\[.*\]$", "", c) for c in head]
         cols = ["used_memory" if c == "used_gpu_memory" else c for c in cols]
-        rows = list(_csv.reader(_io.StringIO("\n".join(lines[1:])), skipinitialspace=True))
+        try:
+            rows = list(_csv.reader(_io.StringIO("\n".join(lines[1:])), skipinitialspace=True))
+        except _csv.Error as exc:
+            raise ParseError(f"compute-apps CSV not understood ({exc})") from None
         for n, rec in enumerate(rows, 2):
             if len(rec) != len(cols):
                 raise ParseError(
@@ -407,9 +411,9 @@ def parse_compute_apps(text: str) -> list[dict]:
                             "process_name": name.strip(), "used_memory": used.strip()})  # fmt: skip
     out = []
     for n, d in enumerate(records, 1):
-        if not d["pid"].isdigit():
+        if to_int(d["pid"]) is None:
             raise ParseError(f"compute-apps row {n} has no numeric pid ({d['pid'][:20]!r})")
-        m = re.fullmatch(r"(\d+)\s*(MiB)?", d.get("used_memory", ""))
+        m = re.fullmatch(r"([0-9]{1,12})\s*(MiB)?", d.get("used_memory", ""))
         name = d.get("process_name", "")
         out.append({"gpu_bus_id": d.get("gpu_bus_id") or None, "pid": int(d["pid"]),
                     "process_name": name if name and not name.startswith("[") else None,
@@ -425,7 +429,10 @@ def parse_query_any(text: str) -> dict:
     import io as _io
 
     text = clean(text).strip()
-    rows = list(_csv.reader(_io.StringIO(text), skipinitialspace=True))
+    try:
+        rows = list(_csv.reader(_io.StringIO(text), skipinitialspace=True))
+    except _csv.Error as exc:
+        raise ParseError(f"nvidia-smi CSV not understood ({exc})") from None
     if not rows or len(rows) < 2:
         raise ParseError("nvidia-smi CSV needs a header row and at least one data row")
     cols = []
@@ -435,6 +442,7 @@ def parse_query_any(text: str) -> dict:
             raise ParseError(f"nvidia-smi CSV header cell {h!r} is not a field name")
         cols.append((m.group(1), m.group(2)))
     out = []
+    notes: list[str] = []
     for n, rec in enumerate(rows[1:], 2):
         if not rec:
             continue
@@ -448,9 +456,17 @@ def parse_query_any(text: str) -> dict:
             if v.startswith("[") or v in ("N/A", ""):
                 row[name] = None
                 continue
-            m = re.fullmatch(r"(-?[\d.]+)\s*(MiB|W|MHz|%)?", v)
-            row[name] = float(m.group(1)) if m and (unit or m.group(2)) else v
+            m = re.fullmatch(r"(-?[0-9.]{1,40})\s*(MiB|W|MHz|%)?", v)
+            num = to_float(m.group(1), lo=-1e15) if m and (unit or m.group(2)) else None
+            if num is None and m and (unit or m.group(2)):
+                row[name] = None  # a number column whose cell is not a finite number ("1e400")
+                notes.append(f"nvidia-smi CSV row {n} {name} {shorten(v)} not a number; unknown")
+                continue
+            row[name] = v if num is None else num
             if isinstance(row[name], float) and row[name].is_integer():
                 row[name] = int(row[name])
         out.append(row)
-    return {"columns": [{"name": c, "unit": u} for c, u in cols], "rows": out}
+    result: dict = {"columns": [{"name": c, "unit": u} for c, u in cols], "rows": out}
+    if notes:
+        result["notes"] = notes
+    return result

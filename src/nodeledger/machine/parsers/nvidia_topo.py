@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeledger.machine.parsers.common import ParseError, clean
+from nodeledger.machine.parsers.common import ParseError, clean, to_int
 
 LABEL_KIND = {"SYS": "sys", "SOC": "sys", "NODE": "node", "PHB": "phb", "PXB": "pxb", "PIX": "pix"}
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
@@ -23,7 +23,7 @@ AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 def normalise_label(label: str) -> tuple[str, int | None]:
     """(kind, lanes) of one matrix cell: "NV18" -> ("nvlink", 18), "SYS" -> ("sys", None)."""
     lab = label.strip().upper()
-    m = re.fullmatch(r"NV(\d+)", lab)
+    m = re.fullmatch(r"NV([0-9]{1,12})", lab)
     if m:
         return "nvlink", int(m.group(1))
     if lab == "X":
@@ -109,7 +109,7 @@ def parse(text: str) -> Topology:
     cols = _header_columns(header, tabbed)
     device_cols = [c for c in cols if c and c not in AFFINITY_COLUMNS]
     extra_cols = [c for c in cols if c in AFFINITY_COLUMNS]
-    gpus = [c for c in device_cols if re.fullmatch(r"GPU\d+", c)]
+    gpus = [c for c in device_cols if re.fullmatch(r"GPU[0-9]{1,7}", c)]
     if not gpus:
         raise ParseError("topo header lists no GPU columns")
     rows: dict[str, list[str]] = {}
@@ -136,7 +136,7 @@ def parse(text: str) -> Topology:
         extras = dict(zip(extra_cols, cells[n_dev:], strict=False))
         cpu = extras.get("CPU Affinity") or None
         numa_txt = extras.get("NUMA Affinity") or None
-        numa = int(numa_txt) if numa_txt and numa_txt.isdigit() else None
+        numa = to_int(numa_txt, hi=2**20) if numa_txt else None
         gnid = extras.get("GPU NUMA ID") or None
         index = int(g[3:])
         cards.append(TopoCard(index, g, cpu, numa, numa_txt, gnid))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nodeledger.machine.parsers.common import cpulist_count
+from nodeledger.machine.parsers.common import cpulist_count, to_int
 from nodeledger.machine.parsers.proc import meminfo as parse_meminfo
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Host, Mount, Network, Nic, NumaNode, Storage
@@ -64,7 +64,7 @@ def host(r: Runner, notes: list[str]) -> Host:
     for key, path, hi in (("numa_balancing", "/proc/sys/kernel/numa_balancing", 10),
                           ("swappiness", "/proc/sys/vm/swappiness", 200)):  # fmt: skip
         v = (r.read(path) or "").strip()
-        if v.isdigit() and int(v) <= hi:
+        if to_int(v) is not None and int(v) <= hi:
             knobs[key] = int(v)
             src[key] = path
     threads = cores = sockets = None
@@ -96,7 +96,7 @@ def _pci_of(r: Runner, dev_dir: str) -> tuple[int | None, str | None]:
     """(NUMA node, PCI bus id) of the PCI device behind a sysfs class entry (``<dir>/device``);
     None where the kernel does not say (numa_node -1, no PCI_SLOT_NAME: virtual devices)."""
     v = (r.read(f"{dev_dir}/device/numa_node") or "").strip()
-    numa = int(v) if v.isdigit() else None
+    numa = to_int(v, hi=2**20)
     m = re.search(r"^PCI_SLOT_NAME=(\S+)", r.read(f"{dev_dir}/device/uevent") or "", flags=re.M)
     return numa, (m.group(1) if m else None)
 
@@ -138,11 +138,7 @@ def network(r: Runner, notes: list[str], rdma: dict[str, dict] | None = None) ->
             continue  # loopback and virtual interfaces (bridges, veth, docker) have no device
         typ = (r.read(f"{d}/type") or "").strip()
         speed_txt = (r.read(f"{d}/speed") or "").strip()
-        speed = (
-            int(speed_txt) / 1000
-            if speed_txt.lstrip("-").isdigit() and int(speed_txt) > 0
-            else None
-        )
+        speed = int(speed_txt) / 1000 if (to_int(speed_txt, hi=10**9) or 0) > 0 else None
         kind = (
             "roce"
             if name in roce_nets

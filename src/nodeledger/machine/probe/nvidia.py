@@ -150,7 +150,7 @@ def probe(
         q = r.run(["nvidia-smi", f"--query-gpu={QUERY_BASE}", "--format=csv,noheader,nounits"])
     if q.ok:
         try:
-            rows = parse_query_csv(q.stdout) or None
+            rows = parse_query_csv(q.stdout, notes) or None  # bad fields: notes
         except InputError as exc:
             notes.append(f"NVIDIA backend: nvidia-smi output not understood ({exc}); cards unknown")
             return [], None, []

@@ -30,6 +30,9 @@ def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
     except InputError as exc:
         notes.append(f"{tool} output not understood ({exc}); its cards are unknown")
         return None
+    # cells the parser could not read (unknown now) and rows it skipped, named by field
+    notes.extend(f"{tool}: {n.split(': ', 1)[1]}" for n in concise.notes
+                 if n.startswith(("hy-smi: ", "rocm-smi: ")))  # fmt: skip
     if concise.device_label in ("HCU", "DCU"):
         vendor = "hygon"  # DTK's rocm-smi and hy-smi label Hygon DCUs HCU / DCU
     mem: dict[int, int] = {}

@@ -138,7 +138,7 @@ def _profile(r: Runner) -> MachineProfile:
         if c.numa_node is None and c.pci_bus_id:
             bus = pci_address(c.pci_bus_id)  # 00000000:18:00.0 -> 0000:18:00.0
             v = (r.read(f"/sys/bus/pci/devices/{bus}/numa_node") or "").strip()
-            if v.isdigit():
+            if v.isascii() and v.isdecimal() and len(v) < 8:
                 c.numa_node = int(v)
                 c.sources["numa_node"] = f"/sys/bus/pci/devices/{bus}/numa_node"
     # NUMA ids the cards report must exist in the host map; else keep them unknown
