@@ -243,7 +243,7 @@ def test_scrapes_succeed_quickly_while_many_connections_idle():
         threads0 = threading.active_count()
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(n_idle)]
         try:
-            assert threading.active_count() == threads0  # no thread per connection
+            assert threading.active_count() <= threads0  # no thread per connection (others may end)
             for _ in range(5):
                 t0 = time.monotonic()
                 status, _h, body = _request(port)
