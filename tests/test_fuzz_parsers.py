@@ -196,7 +196,7 @@ def test_huge_or_bad_cpulists_are_refused_before_expansion(cpus):
     info = parse_kind("numactl", numactl)
     assert info["nodes"][0]["cpu_count"] == 0
     assert any("not a CPU list" in n for n in info["notes"])
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 2.0
 
 
 def test_cpulist_count_is_counted_from_ranges():

@@ -189,7 +189,7 @@ def test_regex_linear_on_100kb_lines(name, rx):
             for _ in zip(range(10_000), rx.finditer(s), strict=False):
                 pass
         dt = time.perf_counter() - t
-        assert dt < 0.1, f"{name} on {s[:30]!r}…: {dt:.2f} s"
+        assert dt < 2.0, f"{name} on {s[:30]!r}…: {dt:.2f} s"  # quadratic: tens of s
 
 
 @pytest.mark.parametrize("base", _BASE + _SPECIFIC)
@@ -201,7 +201,7 @@ def test_parsers_linear_on_100kb_lines(base):
         build_report([Source("x", text)])
         kernel.kernel_message(text)
         dt = time.perf_counter() - t
-        assert dt < 0.5, f"{base!r}: {dt:.2f} s"
+        assert dt < 2.0, f"{base!r}: {dt:.2f} s"
 
 
 def test_old_quadratic_cases_are_fast():
@@ -215,7 +215,7 @@ def test_old_quadratic_cases_are_fast():
     for text in cases:
         t = time.perf_counter()
         parse_text(text, "x")
-        assert time.perf_counter() - t < 0.2, text[:40]
+        assert time.perf_counter() - t < 2.0, text[:40]
 
 
 # --- 3. linking linear in incidents -----------------------------------------------------
@@ -234,7 +234,7 @@ def test_link_is_not_quadratic():
     others[0].pid = 5  # one pid link
     t = time.perf_counter()
     link(kern + others)  # old: list membership over whole dataclasses, 10+ s
-    assert time.perf_counter() - t < 1.0
+    assert time.perf_counter() - t < 3.0  # the old list membership: 5-6 s
     assert [x["to"] for x in kern[4].links] == [others[0].id]
     assert kern[4].links[0]["by"] == "pid" and len(others[0].links) == 1
 
