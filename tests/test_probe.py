@@ -234,3 +234,20 @@ def test_machine_probe_cli_with_a_malformed_cell_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert len(data["accelerators"]) == 2
+
+
+def test_used_memory_above_the_card_is_unknown_with_a_note(tmp_path):
+    """Seen in the field: 104 TB used on an 80 GiB card.  A card cannot hold more than it has:
+    the figure is a tool fault, kept as unknown with a note; the rest of the card is kept."""
+    rows = "\n".join(
+        f"{i}, NVIDIA H100 80GB HBM3, 81559, 00000000:{i:02X}:00.0, Disabled, "
+        f"{109051904 if i == 1 else 1024}, Enabled, Enabled, 0, 0, [N/A], [N/A], [N/A], No, No"
+        for i in range(2)
+    )
+    (tmp_path / "q.txt").write_text(rows + "\n")
+    (tmp_path / "t.txt").write_text(TOPO)
+    script = f'case "$1" in topo) cat {tmp_path}/t.txt;; *) cat {tmp_path}/q.txt;; esac\n'
+    p = probe_machine(_runner(tmp_path, script))
+    assert [a.memory_used_bytes for a in p.accelerators] == [1024 * 2**20, None]
+    assert p.accelerators[1].memory_bytes == 81559 * 2**20
+    assert any("card 1" in n and "used set unknown" in n for n in p.notes), p.notes

@@ -9,7 +9,7 @@ from typing import Any
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers import amd_smi, npu_smi, numa, nvidia_smi, nvidia_topo
-from nodeledger.machine.parsers.common import ParseError
+from nodeledger.machine.parsers.common import ParseError, strip_launcher_prefix
 
 
 def _topo(text: str) -> dict[str, Any]:
@@ -97,8 +97,12 @@ def parse_kind(kind: str, text: str) -> Any:
         raise ParseError(
             f"unknown output kind {kind!r}; parsers available: {', '.join(sorted(PARSERS))}"
         )
+    text, launcher = strip_launcher_prefix(text)
     try:
-        return fn(text)
+        data = fn(text)
+        if launcher and isinstance(data, dict):
+            data.setdefault("notes", []).append(launcher)
+        return data
     except InputError:
         raise
     except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError,

@@ -169,3 +169,35 @@ def pci_address(bus: str | None) -> str | None:
         return None
     domain, bus_no, device, function = m.groups()
     return f"{int(domain or '0', 16):04x}:{bus_no}:{device}.{function or '0'}"
+
+
+# what job launchers put before every line of a tool's output: `srun -l` ("0: "), Cray / ALPS
+# and pdsh style ("nid005113 out: ", "node12: ")
+_LAUNCHER = (
+    re.compile(r"\d{1,6}: "),
+    re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62} (?:out|err): "),
+    re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}: "),
+)
+
+
+def strip_launcher_prefix(text: str) -> tuple[str, str | None]:
+    """(text, note): when every non-empty line starts with the same job-launcher prefix — srun
+    -l's task number "0: ", "nid005113 out: ", pdsh's "node12: " — the text without it and a note
+    that names it; otherwise the text unchanged and None.  Only one prefix shared by all lines
+    counts: a tool's own "GPU 0: ..." lines differ from line to line and are left alone."""
+    lines = text.splitlines()
+    body = [line for line in lines if line.strip()]
+    if len(body) < 2:
+        return text, None
+    for pattern in _LAUNCHER:
+        m = pattern.match(body[0])
+        if m is None:
+            continue
+        prefix = m.group(0)
+        if all(line.startswith(prefix) for line in body):
+            kept = [line[len(prefix) :] if line.startswith(prefix) else line for line in lines]
+            return "\n".join(kept) + ("\n" if text.endswith("\n") else ""), (
+                f"every line carried the launcher prefix {prefix!r} (srun -l, pdsh, ...): read "
+                "without it"
+            )
+    return text, None

@@ -141,6 +141,23 @@ def _profile(r: Runner) -> MachineProfile:
             if v.isascii() and v.isdecimal() and len(v) < 8:
                 c.numa_node = int(v)
                 c.sources["numa_node"] = f"/sys/bus/pci/devices/{bus}/numa_node"
+    # a card cannot hold more than it has: a used figure above the card's memory is a tool
+    # fault (seen: 104 TB used on an 80 GiB card) and becomes unknown, with a note
+    for c in cards:
+        total = c.memory_bytes
+        if total and c.memory_used_bytes is not None and c.memory_used_bytes > total:
+            notes.append(
+                f"card {c.index}: {c.memory_used_bytes:,} B used reported of {total:,} B on the "
+                f"card ({c.sources.get('memory_used_bytes', 'vendor tool')}); used set unknown"
+            )
+            c.memory_used_bytes = None
+        for proc in c.processes if total else ():
+            if proc.used_bytes is not None and proc.used_bytes > total:
+                notes.append(
+                    f"card {c.index}: process {proc.pid} reported holding {proc.used_bytes:,} B "
+                    f"of {total:,} B; its used bytes set unknown"
+                )
+                proc.used_bytes = None
     # NUMA ids the cards report must exist in the host map; else keep them unknown
     numa_ids = {n.id for n in host.numa_nodes}
     for c in cards:
