@@ -6,6 +6,9 @@ exits 1 when a target is missed.
   TP1, TP2, TP4, TP8 and mixed plans of a small model filling the cards.  Target: <= 2 s each.
   Each case runs as its own process with a time bound (``--bound``, default 20 s): a case past
   it is printed as "> bound" and counts as missed.
+- ``place`` against brute force on 8 cards: every assignment of the plan's replicas to disjoint
+  card groups, for every lifeboat card, scored by (replicas placed, sum of the groups' weakest
+  links); the planner must reach the brute-force best on both.
 - ``watch`` analysis: the dead-owner scenario's samples widened to 8 / 16 / 32 / 64 cards (each
   card repeated under new indices) fed to the Analyzer; CPU ms per sample must grow no faster
   than the cards (target: ms per card at 64 cards <= 1.5 x that at 8).
@@ -144,6 +147,18 @@ def main(argv=None) -> int:
                         f"| {cards} | {'full' if full else 'sparse'} | {name} | {secs} | {placed} | {res} |"
                     )
         print()
+        print("place vs brute force on 8 cards (replicas placed, sum of weakest links)")
+        print()
+        print("| link matrix | plan | planner | brute force | result |")
+        print("|---|---|---|---|---|")
+        for full in (False, True):
+            for name, shape in TP_PLANS.items():
+                mine, best = brute_force_check(8, full, shape)
+                good = mine == best
+                ok &= good
+                print(f"| {'full' if full else 'sparse'} | {name} | {mine} | {best} | "
+                      f"{'PASS' if good else 'MISSED'} |")  # fmt: skip
+        print()
         print("report (one process per catalogue, --machine k100-ai-8x64g --format json)")
         print()
         print("| workloads | seconds | ms per workload |")
@@ -188,6 +203,40 @@ def main(argv=None) -> int:
         print(f"ms per card, 64 cards / 8 cards: {growth:.2f} (target <= "
               f"{REPORT_GROWTH_TARGET}): {'PASS' if good else 'MISSED'}")  # fmt: skip
     return 0 if ok else 1
+
+
+def brute_force_check(cards: int, full: bool, shape) -> tuple[tuple, tuple]:
+    """(planner's, brute force's best) (replicas placed, sum of weakest links) on one box."""
+    from nodeledger.machine import parse_profile
+    from nodeledger.placement import planner as P
+    from nodeledger.verdict.catalogue import load_specs, parse_catalogue
+
+    m = parse_profile(machine_toml(cards, full), "toml", "bench")
+    ws = parse_catalogue(plan_toml(cards, shape), "bench")
+    specs = load_specs(ws)
+    res = P.plan(m, ws, specs, lifeboat=1)
+    score = P.LinkScores(m)
+    numa = {a.index: a.numa_node for a in m.accelerators}
+    weakest = {tuple(r["cards"]): P.group_score(score, tuple(r["cards"]), numa)[0]
+               for r in res["replicas"]}  # fmt: skip
+    mine = (len(res["replicas"]), sum(weakest.values()))
+    units, _ = P.units_of(ws, specs, m)
+    best = (0, 0)
+
+    def rec(i, left, placed, links):
+        nonlocal best
+        best = max(best, (placed, links))
+        if i == len(units):
+            return
+        rec(i + 1, left, placed, links)  # this replica not placed
+        for g in itertools.combinations(sorted(left), units[i].cards):
+            rec(i + 1, left - set(g), placed + 1, links + P.group_score(score, g, numa)[0])
+
+    import itertools
+
+    for boat in range(cards):
+        rec(0, set(range(cards)) - {boat}, 0, 0)
+    return mine, best
 
 
 def watch_curve(d: Path, repeat: int = 3):

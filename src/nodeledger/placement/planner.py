@@ -67,6 +67,7 @@ MAX_NODES = 50_000  # search budget (nodes of the depth-first search), for one l
 TOTAL_NODES = 60_000  # and for all lifeboat choices together (each gets at least MIN_NODES)
 MIN_NODES = 2_000
 EXACT_GROUPS = 5_000  # every k-card group is compared while there are at most this many
+SYMMETRY_FROM = 8  # above this many free cards, lifeboat cards alike are tried once
 
 
 @dataclass
@@ -165,21 +166,31 @@ def candidate_groups(score: LinkScores, left: list[int], k: int, numa) -> tuple[
     """(groups of k cards to try, exact).  Every k-subset while there are at most EXACT_GROUPS
     of them (every 8-card box: C(8, 4) = 70); beyond that, the group grown from each card by
     adding, one at a time, the card whose weakest link to the group is best (then the sum of
-    its links, then the same NUMA node, then the lowest index) — N groups instead of C(N, k),
+    its links, then the same NUMA node, then the lowest index), a card of a group already
+    grown not seeding another — at most N groups instead of C(N, k),
     and ``exact`` False so the plan can say the search was bounded."""
     left = sorted(left)
     if math.comb(len(left), k) <= EXACT_GROUPS:
         return list(itertools.combinations(left, k)), True
-    seen, out = set(), []
+    seen, out, covered = set(), [], set()
     for seed in left:
+        if seed in covered:  # grown from a card of a group found already: that group again
+            continue
         group = [seed]
+        # each outside card's weakest and summed link to the group, updated as the group grows
+        weakest = {c: score(c, seed) for c in left if c != seed}
+        total = dict(weakest)
         while len(group) < k:
-            rest = [c for c in left if c not in group]
-            nxt = max(rest, key=lambda c: (min(score(c, g) for g in group),
-                                           sum(score(c, g) for g in group),
-                                           numa.get(c) == numa.get(seed), -c))  # fmt: skip
+            nxt = max(weakest, key=lambda c: (weakest[c], total[c],
+                                              numa.get(c) == numa.get(seed), -c))  # fmt: skip
             group.append(nxt)
+            del weakest[nxt], total[nxt]
+            for c in weakest:
+                s = score(c, nxt)
+                weakest[c] = min(weakest[c], s)
+                total[c] += s
         g = tuple(sorted(group))
+        covered.update(g)
         if g not in seen:
             seen.add(g)
             out.append(g)
@@ -311,6 +322,19 @@ def _search(score, units, free, numa, share, cap_card, ram, nodes=MAX_NODES, bou
     return best["key"], best["state"]
 
 
+def _one_per_kind(free: list[int], cards: list[int], numa, score: LinkScores) -> list[tuple]:
+    """One lifeboat choice per kind of card: cards on the same NUMA node whose link scores to
+    all other cards are the same multiset are taken as interchangeable — exact for identical
+    cards in a symmetric fabric (NVLink islands, all-pairs links), an approximation otherwise,
+    which the plan's note names — so only the highest index of each kind is searched (the one
+    ties would choose).  Used above SYMMETRY_FROM free cards only."""
+    kinds: dict[tuple, int] = {}
+    for c in free:
+        sig = (numa.get(c), tuple(sorted(score(c, o) for o in cards if o != c)))
+        kinds[sig] = max(kinds.get(sig, c), c)
+    return sorted((c,) for c in kinds.values())
+
+
 def plan(
     machine: MachineProfile,
     workloads: list[Workload],
@@ -340,9 +364,18 @@ def plan(
     best = None
     score = LinkScores(machine)
     n_alt = math.comb(len(free), min(lifeboat, len(free)))
-    nodes = min(MAX_NODES, max(MIN_NODES, TOTAL_NODES // max(1, n_alt)))
+    choices = list(itertools.combinations(free, min(lifeboat, len(free))))
+    if lifeboat == 1 and len(free) > SYMMETRY_FROM:
+        choices = _one_per_kind(free, cards, numa, score)
+        if len(choices) < n_alt:
+            notes.append(
+                f"lifeboat: cards with the same NUMA node and the same links to every other card "
+                f"were tried once each ({len(choices)} kinds among {n_alt} free cards; the "
+                "highest index of a kind stands for it, as ties go to the highest index)"
+            )
+    nodes = min(MAX_NODES, max(MIN_NODES, TOTAL_NODES // max(1, len(choices))))
     bounds: dict = {"groups": set(), "budget": False}
-    for boats in itertools.combinations(free, min(lifeboat, len(free))):
+    for boats in choices:
         usable = [c for c in free if c not in boats]
         (placed_w, links, frag, _), st = _search(score, units, usable, numa, share, cap_card,
                                                  ram, nodes, bounds)  # fmt: skip
