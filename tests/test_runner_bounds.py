@@ -382,3 +382,27 @@ def test_fast_sampling_past_the_count_bound_still_judges_the_window(monkeypatch)
         an.feed(_sample(k * 0.05))
     assert len(an.hist) == 50
     assert [f["kind"] for f in an.idle(active_only=True)] == ["held, low activity"]
+
+
+def test_reading_a_fifo_or_a_device_never_blocks(tmp_path):
+    """A FIFO in a (fake or hostile) tree blocked Path.read_text forever; a device never ends.
+    Only regular files are read; the rest is unknown with the reason."""
+    (tmp_path / "proc").mkdir()
+    os.mkfifo(tmp_path / "proc" / "meminfo")
+    (tmp_path / "dev").mkdir()
+    os.symlink("/dev/zero", tmp_path / "dev" / "zero")
+    r = Runner(root=tmp_path)
+    t0 = time.perf_counter()
+    assert r.read("/proc/meminfo") is None and r.problems["/proc/meminfo"] == "not a regular file"
+    assert r.read("/dev/zero") is None
+    assert time.perf_counter() - t0 < 5
+
+
+def test_a_huge_file_is_cut_at_the_cap(tmp_path):
+    from nodeledger.machine.probe.runner import FILE_CAP
+
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "big").write_text("x" * (FILE_CAP + 10))
+    r = Runner(root=tmp_path)
+    text = r.read("/sys/big")
+    assert len(text) == FILE_CAP and "truncated" in r.problems["/sys/big"]

@@ -19,6 +19,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from pathlib import Path
 MiB = 2**20
 STDOUT_CAP = 16 * MiB  # bytes of a tool's stdout kept; past it the tool is killed
 STDERR_CAP = 1 * MiB  # stderr is for the first line of a failure (and the bundle manifest)
+FILE_CAP = 16 * MiB  # characters of one /proc or /sys file kept (the largest real ones are KiB)
 EXIT_GRACE = 0.5  # s a tool's leftover children may keep its pipes open after it exits
 REAP_WAIT = 2.0  # s to wait for a killed tool (one stuck in the kernel cannot be waited for)
 _CHUNK = 65536
@@ -196,14 +198,34 @@ class Runner:
         return res
 
     def read(self, path: str) -> str | None:
-        """Text of ``root``/path, or None (the reason is kept in ``problems``)."""
+        """Text of ``root``/path, or None (the reason is kept in ``problems``).  Regular files
+        only — a FIFO or device in a (fake or hostile) tree would block or never end — and at
+        most FILE_CAP characters, the cut kept in ``problems`` beside the text."""
         p = self.root / path.lstrip("/")
         try:
-            text = p.read_text(errors="replace")
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             self.files[path] = None
             self.problems[path] = exc.strerror or type(exc).__name__
             return None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                os.close(fd)
+                self.files[path] = None
+                self.problems[path] = (
+                    os.strerror(errno.EISDIR) if stat.S_ISDIR(mode) else "not a regular file"
+                )
+                return None
+            with os.fdopen(fd, errors="replace") as fh:  # text mode, as Path.read_text
+                text = fh.read(FILE_CAP + 1)
+        except OSError as exc:
+            self.files[path] = None
+            self.problems[path] = exc.strerror or type(exc).__name__
+            return None
+        if len(text) > FILE_CAP:
+            text = text[:FILE_CAP]
+            self.problems[path] = f"truncated at {FILE_CAP / MiB:g} MiB"
         self.files[path] = text
         return text
 
