@@ -22,6 +22,7 @@ UNITS: dict[str, int] = {
     "nodeledger.errors": 0,
     "nodeledger.units": 0,
     "nodeledger.atomic": 0,
+    "nodeledger.files": 0,
     "nodeledger.machine.parsers": 1,
     "nodeledger.machine": 2,
     "nodeledger.model": 3,

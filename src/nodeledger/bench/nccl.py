@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.files import check_user_file
 from nodeledger.machine.parsers.nccl_tests import nearest_row, parse_nccl_tests
 
 __all__ = ["compare", "nearest_row", "parse_nccl_tests", "read_nccl_tests"]
@@ -16,6 +17,7 @@ __all__ = ["compare", "nearest_row", "parse_nccl_tests", "read_nccl_tests"]
 def read_nccl_tests(path: str | Path, op: str | None = None) -> dict:
     p = Path(path)
     try:
+        check_user_file(p, "nccl-tests output")
         text = p.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         raise InputError(f"nccl-tests output {str(p)!r} not found") from None

@@ -20,6 +20,7 @@ from nodeledger.cli.common import (
 )
 from nodeledger.cli.options import json_option, tool_timeout_option
 from nodeledger.errors import NodeledgerError
+from nodeledger.files import check_user_file, read_stdin
 
 
 @click.group(
@@ -257,8 +258,9 @@ def parse_cmd(kind, file, as_json=False) -> None:
 
     try:
         if file == "-":
-            text = sys.stdin.read()
+            text = read_stdin("recorded tool output")
         else:
+            check_user_file(file, "recorded tool output")
             with open(file, encoding="utf-8", errors="replace") as fh:
                 text = fh.read()
     except OSError as exc:

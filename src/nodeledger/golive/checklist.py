@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeledger.errors import InputError, NodeledgerError
+from nodeledger.files import check_user_file
 from nodeledger.machine.parsers.proc import pid_stat, pid_status
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.units import GiB, MiB
@@ -256,6 +257,7 @@ def _val(f: dict) -> str:
 
 def load_bench_json(path: str) -> dict:
     try:
+        check_user_file(path, "bench JSON")
         rep = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"--bench-json {path!r} not found") from None

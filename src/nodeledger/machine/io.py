@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from nodeledger import atomic
 from nodeledger.errors import ProfileError
+from nodeledger.files import check_user_file
 from nodeledger.machine.profile import UNKNOWN, MachineProfile, construct_trusted
 
 if sys.version_info >= (3, 11):
@@ -66,6 +67,7 @@ def load_profile(path: str | Path) -> MachineProfile:
     """Load a profile file; the format follows the suffix (.json, else TOML)."""
     p = Path(path)
     try:
+        check_user_file(p, "machine profile")
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ProfileError(f"{p}: cannot read machine profile: {exc.strerror or exc}") from None

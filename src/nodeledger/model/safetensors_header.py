@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.files import check_user_file
 
 # Element widths in bits; sub-byte formats are packed.
 DTYPE_BITS = {
@@ -91,6 +92,7 @@ def index_total_size(folder: Path) -> CheckpointBytes | None:
     if not index.is_file():
         return None
     try:
+        check_user_file(index, "safetensors index")
         data = json.loads(index.read_text(encoding="utf-8"))
         total = data["metadata"]["total_size"]
         weight_map = data.get("weight_map") or {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeledger.errors import ConfigError, ModelNotFoundError
+from nodeledger.files import check_user_file
 
 
 @dataclass
@@ -44,6 +45,7 @@ def parse_config_text(text: str, where: str) -> dict[str, Any]:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
+        check_user_file(path, "config.json")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.files import check_user_file
 from nodeledger.ledger.jobs import build_job
 
 if sys.version_info >= (3, 11):
@@ -182,6 +183,7 @@ def load_catalogue(ref: str | None) -> tuple[list[Workload], str]:
     append = ref.startswith("+")
     path = Path(ref[1:] if append else ref)
     try:
+        check_user_file(path, "workload catalogue")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"workload catalogue {str(path)!r} not found") from None

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.files import check_user_file
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
 from nodeledger.verdict.fit import fit, job_options
 
@@ -100,6 +101,7 @@ def from_plan(path: str, machine) -> dict:
         raise InputError(f"--plan {path!r} not found")
     if p.suffix == ".json":
         try:
+            check_user_file(p, "placement JSON")
             data = json.loads(p.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"--plan {path}: not valid JSON ({exc})") from None

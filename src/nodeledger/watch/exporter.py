@@ -50,6 +50,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nodeledger.errors import InputError
+from nodeledger.files import check_user_file
 from nodeledger.units import MiB
 from nodeledger.verdict.fit import TIGHT
 from nodeledger.watch.analyze import Analyzer
@@ -260,6 +261,7 @@ def load_basic_auth(path: str | None) -> dict[str, str] | None:
     if not path:
         return None
     try:
+        check_user_file(path, "basic-auth file")
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as exc:

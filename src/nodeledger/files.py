@@ -1,0 +1,42 @@
+"""Files a user names (a config.json, a profile, a plan, a recorded output): regular files only
+and of bounded size, checked before they are read, so that a device (/dev/zero), a FIFO or a
+folder given by mistake is one line and exit 2 instead of a hang or unbounded memory."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+from nodeledger.errors import InputError
+
+MiB = 2**20
+USER_FILE_LIMIT = 64 * MiB  # far above any real config, profile, plan or tool output
+
+
+def check_user_file(path: str | Path, what: str, limit: int = USER_FILE_LIMIT) -> None:
+    """Raise InputError when ``path`` exists but is not a regular file, or is larger than
+    ``limit`` bytes; a missing path is left to the caller (its own "not found" line)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a folder, not a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(
+            f"{path}: not a regular file (a device, FIFO or socket): a {what} is read from a file"
+        )
+    if st.st_size > limit:
+        raise InputError(
+            f"{path}: {st.st_size:,} B is larger than any {what} ({limit // MiB} MiB at most)"
+        )
+
+
+def read_stdin(what: str, limit: int = USER_FILE_LIMIT) -> str:
+    """Standard input as text, at most ``limit`` characters (more is one line, exit 2)."""
+    text = sys.stdin.read(limit + 1)
+    if len(text) > limit:
+        raise InputError(f"standard input: more than {limit // MiB} MiB, larger than any {what}")
+    return text
