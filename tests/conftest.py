@@ -40,3 +40,30 @@ def cli_json(*args: str, env: dict | None = None):
     proc = run_cli(*args, "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+_PEAK = """
+import json, os, subprocess, sys, time
+argv, env = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+t = time.monotonic()
+p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+out = p.stdout.read()
+_, status, usage = os.wait4(p.pid, 0)
+sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(status), "wall": time.monotonic() - t,
+                             "peak_kib": usage.ru_maxrss, "stdout": out.decode(errors="replace")}))
+"""
+
+
+def run_measured(argv: list[str], env: dict | None = None, timeout: float = 120) -> dict:
+    """Run ``argv`` as a child of a fresh, small Python and return its exit code, wall seconds,
+    peak RSS in MiB (the kernel's own accounting of that child: measured from a small parent,
+    so a fork of this large test process does not count) and stdout."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, json.dumps(argv), json.dumps(full_env)],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    data = json.loads(proc.stdout)
+    data["peak_mib"] = data.pop("peak_kib") / 1024
+    return data
