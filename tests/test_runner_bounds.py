@@ -426,3 +426,32 @@ def test_machine_probe_cli_with_an_endless_tool_is_bounded_in_time_and_memory(tm
     assert data["host"]["ram_bytes"] and any("truncated at 16 MiB" in n for n in data["notes"])
     assert run["wall"] < 20
     assert run["peak_mib"] < 300, run["peak_mib"]
+
+
+def test_bundle_with_a_big_pax_header_is_refused_at_once(tmp_path):
+    """A 200 KB pax record (Python's own pax parser is quadratic in it before 3.11.10) and
+    thousands of chained GNU long-name headers (tarfile recurses per header): one line each."""
+    import tarfile as T
+
+    def member(name: str, data: bytes, kind=T.REGTYPE) -> bytes:
+        info = T.TarInfo(name)
+        info.size, info.type = len(data), kind
+        pad = b"\0" * (-len(data) % 512)
+        return info.tobuf(format=T.USTAR_FORMAT) + data + pad
+
+    pax = member("././@PaxHeader", b"1" * 200_000, T.XHDTYPE) + member("manifest.json", b"{}")
+    chain = b"".join(member("././@LongLink", b"x" * 10, T.GNUTYPE_LONGNAME) for _ in range(5000))
+    for n, body in (("pax", pax), ("chain", chain + member("manifest.json", b"{}"))):
+        b = tmp_path / f"{n}.tar.gz"
+        b.write_bytes(gzip.compress(body + b"\0" * 1024))
+        t0 = time.perf_counter()
+        with pytest.raises(InputError):
+            load_bundle(b)
+        assert time.perf_counter() - t0 < 5
+
+
+def test_bundle_path_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    f = tmp_path / "b.tar.gz"
+    os.mkfifo(f)
+    with pytest.raises(InputError, match="not a regular file"):
+        load_bundle(f)

@@ -395,3 +395,12 @@ def test_a_128_fd_exporter_still_scrapes_with_200_idle_sockets():
             s.close()
         proc.terminate()
         proc.wait(10)
+
+
+def test_client_timeout_beyond_an_hour_is_refused():
+    """`inf` or 1e10 passed the positive check, then made every scrape an empty reply."""
+    from conftest import run_cli
+
+    for v in ("inf", "1e10", "3601"):
+        proc = run_cli("exporter", "--client-timeout", v, "--duration", "1")
+        assert proc.returncode == 2 and "at most 3600" in proc.stderr, proc.stderr

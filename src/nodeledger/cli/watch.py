@@ -597,6 +597,8 @@ def exporter(
                     ("--client-timeout", client_timeout), ("--handler-threads", handler_threads),
                     ("--max-connections", max_connections)):  # fmt: skip
         _positive(name, v)
+    if client_timeout > 3600:
+        raise InputError(f"--client-timeout must be at most 3600 s, got {client_timeout:g}")
     _check_tolerance(tolerance, tolerance_gib)
     host_addr, port, loopback = parse_listen(listen)
     nets = parse_allow(allow)

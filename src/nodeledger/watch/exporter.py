@@ -208,6 +208,11 @@ class _Quiet(WSGIRequestHandler):
     def log_message(self, format, *args):
         pass
 
+    def get_stderr(self):
+        # wsgiref prints a traceback for every client gone mid-answer: a client could flood
+        # our stderr with them; such a client is simply dropped
+        return io.StringIO()
+
 
 # --- access control ----------------------------------------------------------------------------
 
@@ -575,8 +580,14 @@ class MetricsServer:
             if c is None:
                 return
             try:
+                # the answer is due within one more client_timeout of the request's own deadline:
+                # a slow reader cannot hold a worker past it, and one that waited in the queue
+                # longer is dropped unanswered
+                left = c.deadline + self.client_timeout - time.monotonic()
+                if left <= 0:
+                    continue
                 c.sock.setblocking(True)
-                c.sock.settimeout(self.client_timeout)
+                c.sock.settimeout(min(self.client_timeout, left))
                 self.server_buf[id(c.sock)] = c.buf
                 _Quiet(c.sock, c.addr, self)
             except Exception:  # a client gone mid-answer, a timeout: drop it, keep serving

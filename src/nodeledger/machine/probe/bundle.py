@@ -26,6 +26,7 @@ import zlib
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.files import check_user_file
 from nodeledger.machine.probe.runner import MiB, RawResult, Runner
 
 MANIFEST = "manifest.json"
@@ -142,6 +143,7 @@ class ReplayRunner(Runner):
 
 def load_bundle(path: str | Path) -> ReplayRunner:
     p = Path(path)
+    check_user_file(p, "support bundle", limit=MAX_ARCHIVE_BYTES)  # a FIFO would block open()
     try:
         with (
             open(p, "rb") as raw,
@@ -171,6 +173,8 @@ def load_bundle(path: str | Path) -> ReplayRunner:
                     blobs[name] = fh.read().decode(errors="replace") if fh else ""
     except _TooBig as exc:
         raise _too_big(exc.args[0], p) from None
+    except RecursionError:  # thousands of chained extension headers: tarfile recurses per header
+        raise InputError(f"{p}: bundle headers nest too deeply; refusing it") from None
     except (OSError, tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{p}: not a readable bundle archive ({first.rstrip(':')})") from None
@@ -256,7 +260,16 @@ class _CappedInfo(tarfile.TarInfo):
     def _proc_member(self, tarfile):
         if self.size > MAX_MEMBER_BYTES:
             raise _TooBig(self)
+        if self.type in _EXTENSION_HEADERS and self.size > MAX_EXTENSION_BYTES:
+            # write_bundle never writes these; a big one is a hostile archive (and Python's own
+            # pax parser is quadratic in it before 3.11.10: CVE-2024-6232)
+            raise _TooBig(self)
         return super()._proc_member(tarfile)
+
+
+MAX_EXTENSION_BYTES = 8 * 1024  # a pax record or GNU long name: a path, a few attributes
+_EXTENSION_HEADERS = {tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
+                      tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK}  # fmt: skip
 
 
 def _is_str_list(v) -> bool:

@@ -209,7 +209,11 @@ class Runner:
             self.problems[path] = exc.strerror or type(exc).__name__
             return None
         try:
-            mode = os.fstat(fd).st_mode
+            try:
+                mode = os.fstat(fd).st_mode
+            except OSError:
+                os.close(fd)
+                raise
             if not stat.S_ISREG(mode):
                 os.close(fd)
                 self.files[path] = None
