@@ -353,3 +353,25 @@ def test_numbers_with_thousands_of_digits(tmp_path):
     proc = run_cli("oom", "--no-kernel-log", str(p))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_progress_bar_lines_before_a_kill_are_read_like_the_text(tmp_path):
+    """A tqdm bar redrawn with \\r for megabytes, no newline before bash's "Killed" line (the
+    process died mid-bar): the streamed read must find the same incidents as the text."""
+    from nodeledger.triage.report import parse_text
+
+    text = (
+        "starting\n"
+        + "\rEpoch 1:  45%|####      | 450/1000 [01:02<01:16,  7.21it/s]" * 40_000
+        + "\r/var/spool/slurmd/job123/slurm_script: line 5:  4242 Killed"
+        "                  python train.py\n"
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=123.batch. Some of the step "
+        "tasks have been OOM Killed.\n"
+    )
+    p = tmp_path / "job.log"
+    p.write_text(text)
+    d = cli_json("oom", "--no-kernel-log", str(p))
+    from_text = parse_text(text, str(p))
+    pids = sorted(i.get("pid") or 0 for i in d["incidents"])
+    assert 4242 in pids, d["incidents"]
+    assert len(d["incidents"]) == len(from_text)

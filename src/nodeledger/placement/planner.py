@@ -373,7 +373,11 @@ def plan(
                 f"were tried once each ({len(choices)} kinds among {n_alt} free cards; the "
                 "highest index of a kind stands for it, as ties go to the highest index)"
             )
-    nodes = min(MAX_NODES, max(MIN_NODES, TOTAL_NODES // max(1, len(choices))))
+    nodes = (  # every 8-card box keeps the whole budget per lifeboat choice, as before
+        MAX_NODES
+        if len(free) <= SYMMETRY_FROM
+        else min(MAX_NODES, max(MIN_NODES, TOTAL_NODES // max(1, len(choices))))
+    )
     bounds: dict = {"groups": set(), "budget": False}
     for boats in choices:
         usable = [c for c in free if c not in boats]

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from nodeledger.errors import InputError
+
 MAX_LINE_BYTES = 64 * 1024  # a log line longer than this is cut (a note says how many)
 MAX_STDIN_BYTES = 1 << 30  # standard input is spooled to a temporary file up to this size
 _CHUNK = 1 << 16
@@ -74,13 +76,13 @@ def read_lines(f: BinaryIO, stats: LineStats, max_line: int = MAX_LINE_BYTES) ->
         if not chunk:
             break
         if skipping:
-            k = chunk.find(b"\n")
+            k = _first_break(chunk)
             if k < 0:
                 continue
             chunk = chunk[k + 1 :]
             skipping = False
         data = carry + chunk if carry else chunk
-        k = data.rfind(b"\n")
+        k = _last_break(data)
         if k < 0:
             carry = data
         else:
@@ -93,6 +95,18 @@ def read_lines(f: BinaryIO, stats: LineStats, max_line: int = MAX_LINE_BYTES) ->
             skipping = True
     if carry:
         yield from _lines_of(carry, stats, max_line)
+
+
+def _first_break(data: bytes) -> int:
+    """The first line break (\\n or a lone \\r: a progress bar's) in ``data``, or -1."""
+    found = [k for k in (data.find(b"\n"), data.find(b"\r")) if k >= 0]
+    return min(found) if found else -1
+
+
+def _last_break(data: bytes) -> int:
+    """The last line break in ``data``, or -1; a \\r at the very end may be half of a \\r\\n
+    split between two reads, so it does not count."""
+    return max(data.rfind(b"\n"), data.rfind(b"\r", 0, len(data) - 1))
 
 
 def _lines_of(data: bytes, stats: LineStats, max_line: int) -> list[str]:
@@ -124,6 +138,16 @@ def spool_stdin(stats: LineStats, limit: int = MAX_STDIN_BYTES) -> str:
     The caller removes the file. Input past the limit is left unread and counted in ``stats``.
     """
     src = sys.stdin.buffer
+    try:
+        return _spool(src, stats, limit)
+    except OSError as exc:  # a full or read-only temporary folder
+        raise InputError(
+            f"standard input: cannot keep it in {tempfile.gettempdir()} "
+            f"({exc.strerror or exc}); pass the log as a file"
+        ) from None
+
+
+def _spool(src, stats: LineStats, limit: int) -> str:
     fd, path = tempfile.mkstemp(prefix="nodeledger-oom-", suffix=".log")
     total = 0
     with os.fdopen(fd, "wb") as out:
