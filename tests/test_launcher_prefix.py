@@ -44,3 +44,8 @@ def test_lines_that_differ_keep_their_labels():
     assert strip_launcher_prefix(text) == (text, None)
     mixed = "0: a\n1: b\n"  # two srun tasks interleaved: not one prefix, left alone
     assert strip_launcher_prefix(mixed) == (mixed, None)
+
+
+def test_right_aligned_task_numbers_and_trimmed_empty_lines():
+    assert strip_launcher_prefix(" 3: a\n 3:\n 3: b\n")[0] == "a\n\nb\n"
+    assert strip_launcher_prefix("0: a\n0:\n0: b\n")[0] == "a\n\nb\n"

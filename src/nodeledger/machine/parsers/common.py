@@ -174,7 +174,7 @@ def pci_address(bus: str | None) -> str | None:
 # what job launchers put before every line of a tool's output: `srun -l` ("0: "), Cray / ALPS
 # and pdsh style ("nid005113 out: ", "node12: ")
 _LAUNCHER = (
-    re.compile(r"\d{1,6}: "),
+    re.compile(r" {0,5}\d{1,6}: "),  # srun -l right-aligns the task number past 9 tasks
     re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62} (?:out|err): "),
     re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}: "),
 )
@@ -194,8 +194,14 @@ def strip_launcher_prefix(text: str) -> tuple[str, str | None]:
         if m is None:
             continue
         prefix = m.group(0)
-        if all(line.startswith(prefix) for line in body):
-            kept = [line[len(prefix) :] if line.startswith(prefix) else line for line in lines]
+        bare = prefix.rstrip()  # an empty line of the tool: "0:" once an editor trims it
+
+        def carries(line: str, prefix=prefix, bare=bare) -> bool:
+            return line.startswith(prefix) or line.rstrip() == bare
+
+        if all(carries(line) for line in body):
+            kept = [line[len(prefix) :] if line.startswith(prefix) else ("" if line.rstrip() == bare else line)
+                    for line in lines]  # fmt: skip
             return "\n".join(kept) + ("\n" if text.endswith("\n") else ""), (
                 f"every line carried the launcher prefix {prefix!r} (srun -l, pdsh, ...): read "
                 "without it"
