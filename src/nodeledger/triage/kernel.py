@@ -69,8 +69,9 @@ _STACK_OOM = re.compile(
     r"(?:\+0x[0-9a-f]{1,16}/0x[0-9a-f]{1,16}| from )"
 )
 _MEMINFO = re.compile(r"^Mem-Info:")
-# possessive: a run of digits is never re-split between a value and the next key
-_PAGES_KV = re.compile(r"^(?:[^\W\d]\w*:\d+\s*)+$")  # keys never start with a digit: linear on 3.10 too
+# linear: a key never starts with a digit, so a run of digits is never re-split between a value
+# and the next key (no possessive quantifiers: those need Python 3.11)
+_PAGES_KV = re.compile(r"^(?:[^\W\d]\w*:\d+\s*)+$")
 # a key starts a run of word characters (lookbehind): one try per run, linear in the line
 _KV = re.compile(r"(?<!\w)(\w+):(\d+)")
 _SWAP = re.compile(r"^(?P<which>Free|Total) swap\s*=\s*(?P<kb>\d+)kB")
