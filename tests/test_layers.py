@@ -23,6 +23,7 @@ UNITS: dict[str, int] = {
     "nodeledger.units": 0,
     "nodeledger.atomic": 0.5,  # file helpers: may import errors and units
     "nodeledger.files": 0.5,
+    "nodeledger.field_notes": 0.5,
     "nodeledger.machine.parsers": 1,
     "nodeledger.machine": 2,
     "nodeledger.model": 3,

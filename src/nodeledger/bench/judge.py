@@ -22,7 +22,7 @@ reads; latency = one 4 KiB read in flight (QD1), mean; parallel = 16 reads of 4 
 | nvme    | >= 1000 / < 300 MB/s | <= 0.3 / > 1 ms      | PCIe 3.0 x4 = 3.94 GB/s, 4.0 x4 = 7.88 GB/s line rate; NAND page read (tR) 50-100 us |
 | ssd     | >= 400 / < 150 MB/s  | <= 0.5 / > 2 ms      | SATA III: 6 Gb/s with 8b/10b = 600 MB/s line rate; SATA SSDs read 500-550 MB/s |
 | hdd     | >= 100 / < 40 MB/s   | <= 15 / > 30 ms      | 7200 rpm: 60/7200/2 = 4.17 ms average rotational latency + ~8.5 ms average seek |
-| network | >= 300 / < 100 MB/s  | <= 2 / > 10 ms       | 1 GbE = 125 MB/s line rate; MISSION.md: "network filesystems with tens of ms random reads" starved every card |
+| network | >= 300 / < 100 MB/s  | <= 2 / > 10 ms       | 1 GbE = 125 MB/s line rate; field claim "network_fs": tens of ms random reads starved every card |
 | unknown | as network           | as network           | kind unknown: judged as a dataset feed must be |
 
 Parallel random reads must do at least what one read in flight does on a healthy device of
@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from nodeledger import field_notes
 from nodeledger.machine.parsers.nccl_tests import BUS_FACTOR
 
 VERDICTS = ("ok", "low", "bad", "unknown", "unavailable")
@@ -154,9 +155,9 @@ _LAT = {
     "hdd": (15.0, 30.0, "8-15 ms",
             "7200 rpm: 60 s / 7200 / 2 = 4.17 ms average rotational latency + ~8.5 ms average seek"),
     "network": (2.0, 10.0, "0.2-2 ms",
-                "MISSION.md: network filesystems with tens of ms random reads (shared storage contention, IO wait 200 ms) dropped all cards to 45 %; NFS on a quiet 10 GbE link answers in 0.2-1 ms"),
+                f"{field_notes.cited('network_fs')}; NFS on a quiet 10 GbE link answers in 0.2-1 ms"),
     "unknown": (2.0, 10.0, "",
-                "mount kind unknown: judged as a dataset on a network filesystem (MISSION.md: tens of ms random reads are bad)"),
+                f"mount kind unknown: judged as a dataset on a network filesystem ({field_notes.cited('network_fs')})"),
 }  # fmt: skip
 
 

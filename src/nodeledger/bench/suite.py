@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from nodeledger import field_notes
 from nodeledger.bench import cards as C
 from nodeledger.bench import disk as D
 from nodeledger.bench import judge as J
@@ -132,7 +133,7 @@ def disk_part(dataset: Path | None, cache: Path | None, sizes: D.DiskSizes, prof
 
 
 def cache_beside_workdir(cache: Path | None) -> dict:
-    """MISSION.md host-RAM rule 3: the model cache on the working directory's disk."""
+    """Field claim "cache_same_disk": the model cache on the working directory's disk."""
     mc = cache if cache is not None else D.model_cache_dir()[0]
     wd = Path.cwd()
     same = D.same_filesystem(mc, wd)
@@ -146,7 +147,7 @@ def cache_beside_workdir(cache: Path | None) -> dict:
         v, ev = "low", "different filesystems: loading from the cache copies across disks"
     return {"part": "disk", "subject": subject, "metric": "model cache beside the working directory",
             "value": None, "unit": "", "verdict": v, "expected": expected,
-            "source": "MISSION.md host RAM rule 3: keep the model cache on the working directory's disk (cross-disk copies are slow and leave extra copies)",
+            "source": field_notes.cited("cache_same_disk"),
             "evidence": ev}  # fmt: skip
 
 

@@ -86,6 +86,7 @@ def ranges(indices) -> str:
 def report_machine(machine: str | None) -> tuple[Any, list[str]]:
     """--machine as given; none: probe this host, or the reference machine without cards
     (``machine.resolve_or_reference``); with the intro line that says which."""
+    from nodeledger import field_notes
     from nodeledger.machine import DEFAULT_PRESET, resolve_or_reference
 
     r = resolve_or_reference(machine)
@@ -97,7 +98,8 @@ def report_machine(machine: str | None) -> tuple[Any, list[str]]:
         ]
     return r.profile, [
         f"No accelerator found on this host (live probe): reporting on the bundled reference "
-        f"machine {DEFAULT_PRESET} (MISSION.md). Use --machine PRESET|FILE|BUNDLE for another."
+        f"machine {DEFAULT_PRESET} ({field_notes.origin()}). Use --machine PRESET|FILE|BUNDLE for "
+        "another."
     ]
 
 

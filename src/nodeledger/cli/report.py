@@ -152,7 +152,7 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
             "tier",
             "binds",
             "reason (numbers; `nodeledger fit` shows every item)",
-            "MISSION.md",
+            "field notes",
         ):
             t.add_column(col)
         for r in rep["workloads"]:

@@ -4,7 +4,7 @@
   ``cannot`` (more than the card / the whole RAM), or it needs more cards than the machine has.
 - wait: it would fit the machine, but not now — free RAM (MemAvailable) is below the job's
   host peak (other processes hold it), or too few cards are free, or starting it now would take
-  the lifeboat card (MISSION.md: always keep one card for triage).
+  the lifeboat card (field_notes.toml "lifeboat": always keep one card for triage).
 - go: otherwise; warnings ride along (host RAM above half — no second such job beside it —,
   CPU offload on a small host, dataloader memory, swap in use, card memory above 90 %).
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
+from nodeledger import field_notes
 from nodeledger.doctor.checks import SWAP_WARN_BYTES, big_processes
 from nodeledger.doctor.machine_state import MachineState
 from nodeledger.ledger.build import check_parallel
@@ -28,7 +29,7 @@ from nodeledger.units import GiB
 
 VERDICT_EXIT = {"go": 0, "wait": 1, "no-go": 3}
 LEVELS = ("ok", "info", "warning", "wait", "no-go")
-SMALL_HOST = 512 * 10**9  # MISSION.md: offload tutorials assume 512 GB - 1 TB hosts
+SMALL_HOST = field_notes.value("offload_small_host", "small_host_bytes")  # tutorials' hosts
 CARD_BUSY_FRACTION = 0.05  # a card with more memory used than this (and no listed process) is busy
 DATALOADER_WARN = 0.25  # dataloader memory above this share of the free RAM
 VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES",

@@ -31,6 +31,7 @@ import math
 import shlex
 from dataclasses import dataclass, field
 
+from nodeledger import field_notes
 from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.parsers.common import cpulist_ids
@@ -359,8 +360,7 @@ def plan(
     ram = machine.host.ram_bytes
     notes: list[str] = []
     if lifeboat == 0:
-        notes.append("--lifeboat 0: no card kept free; a misbehaving service leaves nothing to "
-                     "debug on without stopping another (MISSION.md)")  # fmt: skip
+        notes.append(f"--lifeboat 0: no card kept free ({field_notes.cited('lifeboat')})")
     best = None
     score = LinkScores(machine)
     n_alt = math.comb(len(free), min(lifeboat, len(free)))

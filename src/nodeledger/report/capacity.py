@@ -4,7 +4,8 @@ For each workload: the ledger (verdict/fit.py) for card memory and host RAM, the
 (verdict/links.py) for card links and network, and the card count; the tier is the worst of them
 ("can" / "tight" / "cannot", or "unknown" when the card memory is unknown).  Then, per machine:
 the bottleneck ranking, the serving capacity with the lifeboat rule, how many big loads host RAM
-takes at once, and the scale-out verdict (MISSION.md's three criteria, each with its evidence).
+takes at once, and the scale-out verdict (the three criteria of field claim "scale_out", each with
+its evidence).
 
 The result is plain data (dicts and lists) so that JSON, Markdown, HTML and the terminal render
 the same figures.
@@ -351,7 +352,7 @@ def host_load_concurrency(rows, specs, machine: MachineProfile) -> list[dict]:
 
 
 def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -> dict:
-    """MISSION.md: buy a second machine only when all three hold at once."""
+    """Field claim "scale_out": buy a second machine only when all three hold at once."""
     total = machine.total_accelerator_memory_bytes()
     # 1. a model that does not fit the total card memory of one machine (really, not a bad split)
     too_big, bad_split = [], []

@@ -58,7 +58,7 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
     L += [f"> {line}" for line in intro or []]
     L += ["", headline(rep), "", f"_{m['description']}_", ""]
     L += ["## Workloads", "",
-          "| workload | tier | binds | reason (numbers) | MISSION.md |", "|---|---|---|---|---|"]  # fmt: skip
+          "| workload | tier | binds | reason (numbers) | field notes |", "|---|---|---|---|---|"]  # fmt: skip
     for r in rep["workloads"]:
         reason = r["reason"].replace("|", "/")
         L.append(f"| {r['id']} — {r['title']} | **{r['tier_name']}** | {r['binding'] or ''} | "
@@ -223,7 +223,7 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
     P += [f"<p class='small'>{escape(line)}</p>" for line in intro or []]
     P.append(f"<p>{escape(headline(rep))}</p><p class='small'>{escape(m['description'])}</p>")
     P.append("<h2>Workloads</h2><table><tr><th>workload</th><th>tier</th><th>binds</th>"
-             "<th>reason (numbers)</th><th>MISSION.md</th></tr>")  # fmt: skip
+             "<th>reason (numbers)</th><th>field notes</th></tr>")  # fmt: skip
     for r in rep["workloads"]:
         c = TIER_COLOUR[r["tier_name"]]
         P.append(

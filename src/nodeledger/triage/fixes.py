@@ -1,6 +1,6 @@
 """The fix list for an incident's side, each line naming the figure that motivates it.
 
-Host (MISSION.md's host-RAM rules): stagger big loads; fewer DataLoader workers / smaller
+Host (the host-RAM rules of field_notes.toml): stagger big loads; fewer DataLoader workers / smaller
 prefetch; no CPU offload on a small host; no swap — cut workers instead; a memory cgroup's own
 limit when that is what bound. Card: the request larger than the card; a per-process cap; other
 processes on the card; fragmentation (reserved ≫ allocated → expandable_segments); smaller

@@ -5,7 +5,7 @@ Margins for "tight" (documented in the README):
   card memory: used > 90 % of the card's memory (the allocator, fragmentation and run-to-run
                variance eat the last 10 %);
   host RAM:    used > 50 % of RAM: another job of the same size would not fit beside it
-               (MISSION.md: host RAM is the machine's shortest plank; "a 62 GB checkpoint can
+               (field notes: host RAM is the machine's shortest plank; "a 62 GB checkpoint can
                take half the host RAM in one copy" is its example of tight, and rule 1 is never
                to run two such loads at once).  "used" is what the job's processes hold; the
                page cache a load fills is evictable and shown beside it, never counted.

@@ -53,6 +53,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from nodeledger import field_notes
 from nodeledger.machine.parsers.common import cpulist_ids
 from nodeledger.units import GiB
 
@@ -491,8 +492,7 @@ class Analyzer:
             if rate >= SWAP_PAGES_S:
                 used = (h1.get("swap_total") or 0) - (h1.get("swap_free") or 0)
                 causes.append(f"host swapping: {rate:,.0f} pages/s in + out over {dt:.0f} s, "
-                              f"{g(used)} of swap in use (MISSION.md: paging during training is "
-                              "catastrophic; cut DataLoader workers)")  # fmt: skip
+                              f"{g(used)} of swap in use ({field_notes.cited('swap_paging')})")  # fmt: skip
         if c0 and c1 and c1["total"] > c0["total"]:
             iow = (c1["iowait"] - c0["iowait"]) / (c1["total"] - c0["total"])
             if iow >= IOWAIT_SHARE:

@@ -2,7 +2,7 @@
 benchmarks and the recorded fixture streams (tests/fixtures/watch/).  Deterministic: step k of a
 scenario is always the same (its noise comes from a generator seeded with the step).
 
-The machine is the reference box of MISSION.md: 8 x 64 GiB cards (K100_AI), card i on NUMA
+The machine is the bundled reference box (field_notes.toml "reference_machine"): 8 x 64 GiB cards (K100_AI), card i on NUMA
 node i, node i = CPUs 12i..12i+11, 125 GiB of host RAM.  Scenarios (``--backend fake:NAME``):
 
 - ``fsdp-sharded``: Qwen3-32B full fine-tune, FSDP over 8 cards, each card near the ledger's
