@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.units import MiB
 
-MiB = 2**20
 USER_FILE_LIMIT = 64 * MiB  # far above any real config, profile, plan or tool output
 
 

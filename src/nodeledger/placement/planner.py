@@ -123,10 +123,6 @@ class LinkScores:
         return self._score[(a, b)]
 
 
-def pair_score(machine: MachineProfile, a: int, b: int) -> int:
-    return _link_score(machine.link(a, b))
-
-
 def group_score(score: LinkScores, cards: tuple[int, ...], numa: dict[int, int | None]):
     """(weakest pair, mean pair, one NUMA node): the key groups are ranked by.  Remembered per
     group for the plan: the search meets the same groups under many sets of free cards."""
@@ -402,7 +398,7 @@ def plan(
             + f" cards there are more than {EXACT_GROUPS:,} ways to pick them, so the groups "
             "compared were the best-linked ones grown from each card, not every group"
         )
-    boat_reason = _lifeboat_reason(machine, boats, free, numa, st, n_alt) if boats else None
+    boat_reason = _lifeboat_reason(machine, score, boats, free, numa, st, n_alt) if boats else None
     cmds = {w.id: " ".join(shlex.quote(c) for c in w.command) for w in workloads if w.command}
     replicas = _bindings(machine, st.placed, numa, ram, cmds)
     not_placed = [
@@ -424,14 +420,14 @@ def plan(
     }
 
 
-def _lifeboat_reason(machine, boats, free, numa, st, alternatives) -> str:
+def _lifeboat_reason(machine, score: LinkScores, boats, free, numa, st, alternatives) -> str:
     """Why this card: what the plan keeps without it, and which links its absence costs."""
     parts = []
     groups = {c: p for p in st.placed for c in p.cards}
     for b in boats:
         others = [o for o in free if o != b]
-        best = max((pair_score(machine, b, o) for o in others), default=0)
-        partners = [o for o in others if pair_score(machine, b, o) == best]
+        best = max((score(b, o) for o in others), default=0)
+        partners = [o for o in others if score(b, o) == best]
         kind = (
             machine.link(b, partners[0]).label or machine.link(b, partners[0]).kind.value
             if partners

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MiB = 2**20
+from nodeledger.units import MiB
+
 STDOUT_CAP = 16 * MiB  # bytes of a tool's stdout kept; past it the tool is killed
 STDERR_CAP = 1 * MiB  # stderr is for the first line of a failure (and the bundle manifest)
 FILE_CAP = 16 * MiB  # characters of one /proc or /sys file kept (the largest real ones are KiB)
