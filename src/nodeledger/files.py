@@ -15,6 +15,19 @@ from nodeledger.units import MiB
 USER_FILE_LIMIT = 64 * MiB  # far above any real config, profile, plan or tool output
 
 
+def special_kind(mode: int) -> str | None:
+    """What a non-regular file is, in words ("a directory", "a FIFO (named pipe)", ...); None
+    for a regular file (``mode`` is ``os.stat(...).st_mode``)."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, words in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
 def check_user_file(path: str | Path, what: str, limit: int = USER_FILE_LIMIT) -> None:
     """Raise InputError when ``path`` exists but is not a regular file, or is larger than
     ``limit`` bytes; a missing path is left to the caller (its own "not found" line)."""
@@ -22,12 +35,11 @@ def check_user_file(path: str | Path, what: str, limit: int = USER_FILE_LIMIT) -
         st = os.stat(path)
     except OSError:
         return
-    if stat.S_ISDIR(st.st_mode):
+    kind = special_kind(st.st_mode)
+    if kind == "a directory":
         raise InputError(f"{path}: is a folder, not a {what}")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(
-            f"{path}: not a regular file (a device, FIFO or socket): a {what} is read from a file"
-        )
+    if kind is not None:
+        raise InputError(f"{path}: not a regular file ({kind}): a {what} is read from a file")
     if st.st_size > limit:
         raise InputError(
             f"{path}: {st.st_size:,} B is larger than any {what} ({limit // MiB} MiB at most)"

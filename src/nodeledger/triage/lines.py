@@ -15,7 +15,6 @@ and a few lines of context.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from nodeledger.errors import InputError
+from nodeledger.files import special_kind
 
 MAX_LINE_BYTES = 64 * 1024  # a log line longer than this is cut (a note says how many)
 MAX_STDIN_BYTES = 1 << 30  # standard input is spooled to a temporary file up to this size
@@ -45,22 +45,11 @@ def file_problem(path: str) -> str | None:
         return "no such file"
     except OSError as exc:
         return f"cannot read: {exc.strerror or exc}"
-    mode = st.st_mode
-    if stat.S_ISDIR(mode):
-        return "is a directory, not a log file"
-    if stat.S_ISREG(mode):
+    what = special_kind(st.st_mode)
+    if what is None:
         return None
-    what = (
-        "a character device"
-        if stat.S_ISCHR(mode)
-        else "a block device"
-        if stat.S_ISBLK(mode)
-        else "a FIFO (named pipe)"
-        if stat.S_ISFIFO(mode)
-        else "a socket"
-        if stat.S_ISSOCK(mode)
-        else "not a regular file"
-    )
+    if what == "a directory":
+        return "is a directory, not a log file"
     return f"is {what}, not a log file (pass a regular file, or - for standard input)"
 
 
