@@ -43,8 +43,11 @@ def test_link_check_ratio_is_traffic_over_compute():
     m = resolve_machine("dgx-h100")
     job = build_job("serve", {"tp": 2})
     lk = link_check(spec, job, m)
-    comp = comm.compute_seconds(2 * spec.params_active() / 2, 989.5)
-    traffic = 1_310_720 / 450e9
+    # prefill compute at the card peak x [efficiency.mfu_prefill] 0.6; traffic at NV18's
+    # 450 GB/s x [efficiency.busbw_nvswitch] 0.8 (two cards: no NVLS)
+    comp = comm.compute_seconds(2 * spec.params_active() / 2, 989.5, 0.6)
+    traffic = 1_310_720 / (450e9 * 0.8)
     assert lk["ratio"] == round(traffic / comp, 3)
+    assert lk["busbw_gbps"] == pytest.approx(360.0)
     assert lk["tier"] == "fits" and lk["resource"] == "card links"
     assert link_check(spec, build_job("serve", {}), m) is None  # TP1: nothing between cards

@@ -3,7 +3,7 @@ function) goes down the layer order, never up, never sideways between consumers 
 command modules, and never round in a cycle.
 
 Layers, lowest first (README "Layout"):
-    errors, units -> atomic, files -> machine.parsers (pure) -> machine -> model -> ledger -> verdict
+    errors, units -> atomic, files -> machine.parsers (pure) -> machine -> model -> ledger -> speed -> verdict
     -> placement -> consumers (report, doctor, watch, bench, triage) -> golive -> cli
 """
 
@@ -28,6 +28,7 @@ UNITS: dict[str, int] = {
     "nodeledger.machine": 2,
     "nodeledger.model": 3,
     "nodeledger.ledger": 4,
+    "nodeledger.speed": 4.5,  # time terms beside the ledger: may import ledger, not verdict
     "nodeledger.verdict": 5,
     "nodeledger.placement": 6,
     "nodeledger.report": 7,

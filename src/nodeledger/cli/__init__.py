@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("nodeledger.cli.report", "report", "Capacity report: can / tight / cannot per workload, what binds, the scale-out verdict."),
     "compare": ("nodeledger.cli.report", "compare_cmd", "Which machine runs which workloads in which tier, serving capacity, cost per workload."),
     "fit": ("nodeledger.cli.fit", "fit_cmd", "Account every byte of one job on each card and in host RAM; say whether it fits."),
+    "collective": ("nodeledger.cli.collective", "collective_cmd", "Time of one collective (all-reduce, all-gather, reduce-scatter): algbw, busbw, seconds."),
     "doctor": ("nodeledger.cli.doctor", "doctor", "Read-only checks of this machine, or pre-flight of one job (go / wait / no-go)."),
     "oom": ("nodeledger.cli.oom", "oom", "Why a job died: host (kernel OOM killer) or card out-of-memory, with the figures."),
     "place": ("nodeledger.cli.place", "place", "Which replica goes on which cards, with a lifeboat card kept free."),

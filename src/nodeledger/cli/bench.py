@@ -101,6 +101,16 @@ def _pci_card_order() -> None:
     help="The collective of --compare-nccl when its file name does not say (all_reduce, all_gather, ...).",
 )
 @click.option("--no-cards", "no_cards", is_flag=True, help="Disk only: skip the card parts.")
+@click.option(
+    "--save-profile",
+    "save_to",
+    metavar="FILE",
+    help="Also write this host's probed machine profile with the measured figures put in "
+    "(host<->card copy GB/s per card, peer GB/s per card pair, collective algbw / busbw, "
+    "mount sequential read GB/s and QD1 4 KiB latency, NIC link rate), each with source "
+    '"measured by bench, YYYY-MM-DD"; TOML, or JSON for a .json name. `--machine FILE` then '
+    "uses them.",
+)
 @json_option
 def bench(
     cards=None,
@@ -110,6 +120,7 @@ def bench(
     compare_nccl=None,
     nccl_op=None,
     no_cards=False,
+    save_to=None,
     as_json=False,
 ) -> None:
     """Measure the disks (no torch needed) and, with torch, the cards: host<->card copies (pinned /
@@ -118,13 +129,38 @@ def bench(
     _pci_card_order()
     from nodeledger.bench.suite import run_bench
 
-    rep = run_bench(cards=_cards_arg(cards), quick=quick, dataset=dataset, cache=cache,
+    card_list = _cards_arg(cards)
+    progress = _progress()
+    profile = target = None
+    if save_to is not None:
+        from datetime import datetime, timezone
+
+        from nodeledger.bench import save_profile as S
+        from nodeledger.machine.probe import Runner, probe_machine
+
+        target = S.check_target(save_to)  # before measuring: a bad path loses nothing
+        date = datetime.now(timezone.utc).date().isoformat()  # the run's UTC date
+        if progress:
+            progress("probing the machine")
+        profile = probe_machine(Runner(timeout=5.0, live=True))
+    rep = run_bench(cards=card_list, quick=quick, dataset=dataset, cache=cache,
                     compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,
-                    progress=_progress())  # fmt: skip
+                    profile=profile, progress=progress)  # fmt: skip
+    if target is not None:
+        rep["nic_speeds"] = S.read_nic_speeds(profile)
     if as_json:
         print_json(rep)
-        return
-    render_bench(rep)
+    else:
+        render_bench(rep)
+    if target is not None:  # the report is out first: a failed write loses no measurement
+        saved = S.measured_profile(profile, rep, date)
+        S.write_profile(saved, target)
+        n = S.count_measured(saved, date)
+        line = f"machine profile {saved.name} with {n} measured figure(s) written to {target}"
+        if as_json:
+            sys.stderr.write(f"nodeledger: {line}\n")
+        else:
+            console().print(line, markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------------------

@@ -68,6 +68,9 @@ def fit_cmd(
     spec, src = load_model(model, online=online)
     result = fit(spec, job_obj, profile)
     data = _fit_json(result, src, profile, job)
+    from nodeledger.speed.job import job_speed
+
+    data["speed"] = job_speed(spec, job_obj, profile, result.ledger.extras)
     if search:
         data["search"] = _search(spec, job_obj, profile, lifeboat)
     if as_json:
@@ -206,6 +209,7 @@ def _render_fit(d: dict[str, Any]) -> None:
             con.print(f"  {k}: {val}")
     for s in v["suggestions"]:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
+    _render_speed(con, d.get("speed"))
     for n in d["notes"]:
         con.print(f"  note: {n}", markup=False)
     if "search" in d:
@@ -233,3 +237,67 @@ def _render_fit(d: dict[str, Any]) -> None:
                     else ""
                 )
             )
+
+
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    if x < 1e-3:
+        return f"{x * 1e6:,.0f} us"
+    if x < 1:
+        return f"{x * 1e3:,.1f} ms"
+    return f"{x:,.2f} s" if x < 120 else f"{x / 60:,.1f} min"
+
+
+def _rate(x: float | None, unit: str) -> str:
+    return "unknown" if x is None else f"{x:,.1f} {unit}"
+
+
+def _render_speed(con, sp: dict | None) -> None:
+    """The speed section: every figure with its unit; the inputs with their sources."""
+    if not sp:
+        return
+    con.print("[bold]Speed[/bold] (estimate; formulas in nodeledger/speed/terms.py)")
+    if sp["kind"] == "serve":
+        con.print(
+            f"  per replica ({sp['cards_per_replica']} card(s)), prompts of {sp['input_len']:,} "
+            f"tokens, answers of {sp['output_len']:,}, {num(sp['concurrency'])} sequence(s) at once:"
+        )
+        con.print(f"  ttft_s (one prompt alone): {_secs(sp['ttft_s'])}")
+        con.print(f"  tpot_s (time per output token): {_secs(sp['tpot_s'])}"
+                  + (f"; at batch 1 {_secs(sp['tpot_batch1_s'])}" if sp["concurrency"] != 1 else ""))  # fmt: skip
+        con.print(f"  output_tokens_per_s: {_rate(sp['output_tokens_per_s'], 'tokens/s')}; "
+                  f"requests_per_s: {_rate(sp['requests_per_s'], 'requests/s')}")  # fmt: skip
+        top = sp.get("at_most_that_fit")
+        if top:
+            con.print(f"  at the most that fit ({top['concurrency']:,} sequences): "
+                      f"{_rate(top['output_tokens_per_s'], 'output tokens/s')}, "
+                      f"{_rate(top['requests_per_s'], 'requests/s')}, tpot {_secs(top['tpot_s'])}")  # fmt: skip
+        st = sp.get("step") or {}
+        if st.get("seconds") is not None:
+            con.print(f"  binding: {sp['binding']} (a step: memory {_secs(st['memory_s'])}, "
+                      f"compute {_secs(st['compute_s'])}, card links {_secs(st['card_links_s'])})")  # fmt: skip
+    elif sp["kind"] == "train":
+        con.print(f"  step_s: {_secs(sp['step_s'])} for {sp['tokens_per_step']:,} tokens on "
+                  f"{sp['cards']} card(s); tokens_per_s_per_card: "
+                  f"{_rate(sp['tokens_per_s_per_card'], 'tokens/s')}")  # fmt: skip
+        if sp.get("step_s") is not None:
+            con.print(f"  binding: {sp['binding']} (compute {_secs(sp['compute_s'])} incl. "
+                      f"bubble {sp['bubble_fraction']:.0%}, tensor parallel {_secs(sp['tp_s'])}, "
+                      f"data-parallel sync {_secs(sp['dp_sync_s'])} of which exposed "
+                      f"{_secs(sp['dp_exposed_s'])}); MFU {sp['mfu']:.0%}")  # fmt: skip
+    elif sp["kind"] == "load":
+        con.print(f"  checkpoint {gib(sp['checkpoint_bytes'])} to the cards "
+                  f"(host -> card {_rate(sp['host_to_card_gbps'], 'GB/s')} per card):")  # fmt: skip
+        for m in sp["mounts"]:
+            con.print(f"    from {m['mount']}: {_secs(m['to_cards_s'])} "
+                      f"(read {_rate(m['read_gbps'], 'GB/s')}; {m['read_source']})", markup=False)  # fmt: skip
+        t = sp["to_second_machine"]
+        con.print(f"    to a second machine over the NIC: {_secs(t['seconds'])} ({t['source']}); at "
+                  + ", ".join(f"{k} {_secs(v)}" for k, v in t["at_common_ethernet_s"].items()),
+                  markup=False)  # fmt: skip
+    for k, v in (sp.get("inputs") or {}).items():
+        if isinstance(v, dict) and v.get("value") is not None:
+            con.print(f"    {k}: {v['value']:,.3g} {v['unit']} — {v['source']}", markup=False)
+    for u in sp.get("unknown") or []:
+        con.print(f"    unknown: {u}", markup=False)

@@ -172,7 +172,9 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
                     markup=False,
                 )
         b = Table(title="Bottleneck ranking (workloads each resource binds)")
-        for col in ("resource", "cannot", "tight", "worst used/capacity", "unknown"):
+        for col in ("resource", "cannot", "tight",
+                    "worst demand / capacity (memory: used / size; links, network: traffic / compute time)",
+                    "unknown"):  # fmt: skip
             b.add_column(col)
         for x in rep["bottlenecks"]:
             ratio = "" if x["worst_ratio"] is None else f"{x['worst_ratio']:.0%}"
@@ -301,8 +303,41 @@ def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
             f" ({m['price_per_sequence'][wid]:,.0f}/seq)" if m["price_per_sequence"].get(wid) else "")
             for m in res["machines"]])  # fmt: skip
     con.print(sv)
+    tp = Table(
+        title="Serving throughput on the business cards (output tokens/s at the most that fit)"
+    )
+    tp.add_column("workload")
+    for m in machines:
+        tp.add_column(m)
+    tp.add_column("faster")
+    for wid in ids:
+        f = res["faster"].get(wid, {})
+        tp.add_row(wid, *[_tput_cell(m, wid) for m in res["machines"]],
+                   _faster_cell(f))  # fmt: skip
+    con.print(tp)
+    con.print(f"  basis: {res['throughput_basis']}", markup=False)
     for m in res["machines"]:
         con.print(f"{m['machine']}: {m['scale_out']}", markup=False)
+
+
+def _tput_cell(m: dict, wid: str) -> str:
+    v = m["output_tokens_per_s"].get(wid)
+    if not v:
+        return "unknown" if m["serving_sequences"].get(wid) else "-"
+    cell = f"{v:,.0f} tok/s"
+    pm = m["price_per_million_output_tokens"].get(wid)
+    if pm is not None:
+        cell += f" ({pm:,.3f} per M tokens)"
+    return cell
+
+
+def _faster_cell(f: dict) -> str:
+    if not f.get("fastest"):
+        return ""
+    cell = f"{f['fastest']}" + (f" x{f['ratio']:.2f}" if f.get("ratio") else "")
+    if f.get("most_per_price"):
+        cell += f"; per price: {f['most_per_price']}"
+    return cell
 
 
 def _compare_md(res: dict, src: str) -> list[str]:
@@ -323,5 +358,12 @@ def _compare_md(res: dict, src: str) -> list[str]:
             f"- {m['machine']}: "
             + ", ".join(f"{k} {num(v)}" for k, v in m["serving_sequences"].items())
         )
-    L.append("")
+    L += ["", "Serving throughput (output tokens/s on the business cards, at the most that fit):", "",
+          "| workload | " + " | ".join(names) + " | faster |", "|---|" + "---|" * (len(names) + 1)]  # fmt: skip
+    for wid in res["machines"][0]["output_tokens_per_s"] if res["machines"] else []:
+        cells = [_tput_cell(m, wid) for m in res["machines"]]
+        L.append(
+            f"| {wid} | " + " | ".join(cells) + f" | {_faster_cell(res['faster'].get(wid, {}))} |"
+        )
+    L += ["", f"Basis: {res['throughput_basis']}", ""]
     return L

@@ -23,6 +23,7 @@ OFFLOAD = ("none", "optimizer", "params")
 LOAD_FORMATS = ("safetensors", "bin")
 LOAD_STRATEGIES = ("every_rank", "rank0", "meta")
 KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")
+DEFAULT_OUTPUT_LEN = 256  # speed: generated tokens per request when neither length is given
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -90,6 +91,8 @@ class ServeJob:
     max_num_batched_tokens: int = 8192  # vLLM V1 default budget per step (chunked prefill)
     max_num_seqs: int = 256  # vLLM default
     cuda_graphs: bool = True  # vLLM captures CUDA graphs unless enforce_eager
+    input_len: int | None = None  # prompt tokens per request (speed); None: context - output_len
+    output_len: int | None = None  # generated tokens per request (speed); None: see lengths()
 
     def __post_init__(self) -> None:
         _choice("engine", self.engine, ENGINES)
@@ -99,6 +102,14 @@ class ServeJob:
                      "max_num_seqs"):  # fmt: skip
             _positive(name, getattr(self, name))
         _positive("new_tokens", self.new_tokens, allow_zero=True)
+        _positive("input_len", self.input_len)
+        _positive("output_len", self.output_len)
+        i, o = self.lengths()
+        if (self.input_len or self.output_len) and i + o > self.context:
+            raise JobError(
+                f"--input-len {i:,} + --output-len {o:,} exceed --context {self.context:,} "
+                "(leave --context out to take their sum)"
+            )
         if self.new_tokens >= self.context:
             raise JobError(
                 f"--new-tokens {self.new_tokens} must be smaller than --context {self.context}"
@@ -109,6 +120,16 @@ class ServeJob:
             )
         if self.parallel.dp != 1:
             raise JobError("--dp does not apply to serving; use --replicas")
+
+    def lengths(self) -> tuple[int, int]:
+        """(input, output) tokens per request for the speed model: as given; output defaults to
+        --new-tokens (hf) when set, else DEFAULT_OUTPUT_LEN capped at half the context; input
+        defaults to the rest of the context."""
+        out = self.output_len
+        if out is None:
+            out = self.new_tokens or max(1, min(DEFAULT_OUTPUT_LEN, self.context // 2))
+        inp = self.input_len if self.input_len is not None else max(1, self.context - out)
+        return inp, out
 
 
 @dataclass(frozen=True)
@@ -214,6 +235,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("kv_dtype", str, "serve", f"KV cache dtype: {' '.join(KV_DTYPES)}."),
     JobOption("context", int, "serve", "Tokens per sequence (prompt + generated)."),
     JobOption("concurrency", str, "serve", "Concurrent sequences, or 'max'."),
+    JobOption("input_len", int, "serve", "Prompt tokens per request (speed; context = input + output when --context is absent)."),
+    JobOption("output_len", int, "serve", f"Generated tokens per request (speed; default {DEFAULT_OUTPUT_LEN}, at most half the context)."),
     JobOption("new_tokens", int, "serve", "hf engine: tokens generated after the prompt.", engine="hf"),
     JobOption("engine", str, "serve", " | ".join(ENGINES)),
     JobOption("gpu_memory_utilization", float, "serve", "vLLM budget fraction (default 0.9).", engine="vllm"),
@@ -287,9 +310,13 @@ def build_job(kind: str, o: dict):
                 concurrency = int(conc)
             except ValueError:
                 raise JobError(f"--concurrency must be an integer or 'max', got {conc!r}") from None
+        inp, outl = pick.get("input_len"), pick.get("output_len")
+        context = pick.get("context")
+        if context is None:
+            context = inp + outl if inp is not None and outl is not None else 4096
         return ServeJob(
             engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
-            context=pick.get("context", 4096), concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
+            context=context, input_len=inp, output_len=outl, concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
             parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
             gpu_memory_utilization=pick.get("gpu_memory_utilization", 0.9),
             max_num_batched_tokens=pick.get("max_num_batched_tokens", 8192),

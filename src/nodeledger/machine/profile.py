@@ -101,6 +101,10 @@ class Accelerator(_Strict):
     remapped_rows_failed: _opt(Literal["yes", "no"]) = None  # Ampere+: a remap failed
     memory_used_bytes: _opt(NonNegInt) = None  # at probe time
     processes: list[CardProcess] = Field(default_factory=list)  # at probe time
+    # copy rates (GB/s, one direction), e.g. measured by ``bench --save-profile``
+    host_to_card_gbps: _opt(PositiveFloat) = None  # pinned host buffer
+    card_to_host_gbps: _opt(PositiveFloat) = None  # pinned host buffer
+    host_to_card_pageable_gbps: _opt(PositiveFloat) = None
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -123,11 +127,27 @@ class LinkPair(Link):
         return self
 
 
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
+
+
+class CollectiveFigure(_Strict):
+    """One collective over a card set at one buffer size (nccl-tests' algbw / busbw, GB/s)."""
+
+    op: CollectiveOp
+    cards: list[NonNegInt] = Field(min_length=1)  # the card indices measured
+    size_bytes: PositiveInt
+    algbw_gbps: _opt(PositiveFloat) = None
+    busbw_gbps: _opt(PositiveFloat) = None
+    source: _opt(str) = None
+
+
 class Interconnect(_Strict):
-    """Card-to-card link matrix: ``default`` applies to every pair not listed in ``pairs``."""
+    """Card-to-card link matrix: ``default`` applies to every pair not listed in ``pairs``;
+    ``collectives``: measured collective bandwidths (``bench --save-profile``)."""
 
     default: Link = Field(default_factory=Link)
     pairs: list[LinkPair] = Field(default_factory=list)
+    collectives: list[CollectiveFigure] = Field(default_factory=list)
 
     def link(self, a: int, b: int) -> Link:
         for p in self.pairs:
@@ -167,6 +187,7 @@ class Nic(_Strict):
     pci_bus_id: _opt(str) = None
     near_cards: list[NonNegInt] = Field(default_factory=list)  # cards at PIX/PXB from this NIC
     source: _opt(str) = None
+    sources: dict[str, str] = Field(default_factory=dict)  # field -> source, where not ``source``
 
 
 class Network(_Strict):
@@ -179,6 +200,9 @@ class Mount(_Strict):
     filesystem: _opt(str) = None
     size_bytes: _opt(PositiveInt) = None
     source: _opt(str) = None
+    sequential_read_gbps: _opt(PositiveFloat) = None  # one stream of large reads, cache bypassed
+    random_read_latency_ms: _opt(PositiveFloat) = None  # one 4 KiB read in flight (QD1), mean
+    sources: dict[str, str] = Field(default_factory=dict)  # field -> source, where not ``source``
 
 
 class Storage(_Strict):
@@ -221,6 +245,15 @@ class MachineProfile(_Strict):
                     raise ValueError(
                         f"interconnect.pairs.{i}: card {end} is not among accelerators {sorted(known)}"
                     )
+        for i, c in enumerate(self.interconnect.collectives):
+            if len(set(c.cards)) != len(c.cards):
+                raise ValueError(f"interconnect.collectives.{i}: cards repeat: {c.cards}")
+            missing = sorted(set(c.cards) - known)
+            if missing:
+                raise ValueError(
+                    f"interconnect.collectives.{i}: card(s) {missing} not among accelerators "
+                    f"{sorted(known)}"
+                )
         numa_ids = {n.id for n in self.host.numa_nodes}
         for a in self.accelerators:
             if numa_ids and a.numa_node is not None and a.numa_node not in numa_ids:

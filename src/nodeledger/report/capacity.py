@@ -21,6 +21,7 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
+from nodeledger.speed.job import job_speed
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving
@@ -29,6 +30,12 @@ from nodeledger.verdict.links import link_check
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
 ORDER = {"fits": 0, "unknown": 1, "tight": 2, "cannot": 3}
 RESOURCES = ("card memory", "host RAM", "card links", "network", "cards")
+UNDECIDED = {  # what would decide a resource left unknown
+    "card links": "link bandwidth unknown: `nodeledger bench --save-profile FILE` measures it",
+    "network": "NIC speed unknown: `nodeledger machine probe` reads it",
+    "card memory": "card memory unknown: `nodeledger machine probe` reads it",
+    "host RAM": "host RAM unknown: `nodeledger machine probe` reads it",
+}
 
 
 def span(machine: MachineProfile, machines: int) -> MachineProfile:
@@ -113,9 +120,9 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
             one = fit(spec, one_job, machine, suggest=False)
             card = next(r for r in one.verdict.resources if r.resource == "card memory")
             res["per_replica_card_tier"] = card.tier
-            row.update(
-                stack=_card_stack(one.ledger), largest=largest_serving(spec, one_job, machine)
-            )
+            big = largest_serving(spec, one_job, machine)
+            row.update(stack=_card_stack(one.ledger), largest=big,
+                       speed=_speed(spec, one_job, machine, {"largest": big}, 1))  # fmt: skip
         return row
     pool = span(machine, w.machines)
     result = fit(spec, job, pool, suggest=True)
@@ -168,11 +175,21 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         stack=_card_stack(lg),
         links=links,
         largest=lg.extras.get("largest"),
+        speed=_speed(spec, job, pool, lg.extras, w.machines),
         suggestions=[s.get("options") or s for s in v.suggestions][:3],
         notes=lg.notes,
     )
     _decide(row, machine)
     return row
+
+
+def _speed(
+    spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines: int
+) -> dict | None:
+    """The speed estimate of a workload (serving and training; loads are in host_loads)."""
+    if isinstance(job, LoadJob):
+        return None
+    return job_speed(spec, job, machine, extras, machines)
 
 
 STATE_ITEMS = ("parameters", "gradients", "optimizer states")
@@ -220,10 +237,12 @@ def _decide(row: dict, machine: MachineProfile) -> None:
     loads = row["job"] == "load" or row["beside"]
     if loads and host and host["tier"] == "unknown" and tier != "cannot":
         worst, tier = host, "unknown"  # a load is a host-RAM question
-    unknown = [r["resource"] for r in res if r["tier"] == "unknown" and r is not worst]
+    unknown = [r for r in res if r["tier"] == "unknown" and r is not worst]
     reason = f"{worst['resource']}: {worst['reason']}" if not worst["reason"].startswith(worst["resource"]) else worst["reason"]  # fmt: skip
     if unknown:
-        reason += f"; not judged: {', '.join(unknown)} unknown"
+        reason += "; not judged: " + "; ".join(
+            f"{r['resource']} ({UNDECIDED.get(r['resource'], 'unknown')})" for r in unknown
+        )
     row.update(tier=tier, binding=worst["resource"], reason=reason)
 
 
@@ -275,7 +294,16 @@ def bottlenecks(rows: list[dict]) -> list[dict]:
             "worst_ratio": max(ratios) if ratios else None,
             "unknown": unknown,
         })  # fmt: skip
-    out.sort(key=lambda b: (b["cannot"], b["tight"], b["worst_ratio"] or 0), reverse=True)
+    for b in out:
+        bound = [res["ratio"] for r in rows if r.get("binding") == b["resource"]
+                 and r["tier"] in ("tight", "cannot")
+                 for res in r.get("resources", []) if res["resource"] == b["resource"]
+                 and res["ratio"] is not None]  # fmt: skip
+        b["severity"] = max(bound) if bound else 0.0
+    # the resource that most exceeds what it gives ranks first (used / capacity for memory,
+    # traffic time / compute time for links and network), then by how many workloads it binds
+    out.sort(key=lambda b: (b["severity"], b["cannot"], b["tight"], b["worst_ratio"] or 0),
+             reverse=True)  # fmt: skip
     return out
 
 
@@ -295,7 +323,19 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
             r["resources"][0].get("per_replica_card_tier", "unknown"),
         )
         replicas = business // per if card_tier in ("fits", "tight") else 0
+        sp = r.get("speed") or {}
+        top = sp.get("at_most_that_fit") or {}
+        tps = top.get("output_tokens_per_s")
+        rps = top.get("requests_per_s")
         out.append({
+            "output_tokens_per_s_per_replica": tps,
+            "requests_per_s_per_replica": rps,
+            "output_tokens_per_s": None if tps is None else tps * replicas,
+            "requests_per_s": None if rps is None else rps * replicas,
+            "input_len": sp.get("input_len"),
+            "output_len": sp.get("output_len"),
+            "speed_binding": top.get("binding"),
+            "speed_unknown": sp.get("unknown") or [],
             "id": r["id"],
             "cards_per_replica": per,
             "replicas_on_business_cards": replicas,
@@ -351,6 +391,56 @@ def host_load_concurrency(rows, specs, machine: MachineProfile) -> list[dict]:
     return out
 
 
+def throughput_criterion(rows: list[dict], serving: dict) -> dict:
+    """Criterion 2: a serving workload's declared peak (peak_requests_per_s at its input/output
+    lengths, peak_output_tokens_per_s, or peak_sequences at once) against what the machine's
+    business cards serve (lifeboat rule) with concurrency tuned to the most that fit."""
+    cap_by_id = {s["id"]: s for s in serving["workloads"]}
+    short, ok, open_ = [], [], []
+    declared = [r for r in rows if r.get("peak_sequences") or r.get("peak_requests_per_s")
+                or r.get("peak_output_tokens_per_s")]  # fmt: skip
+    for r in declared:
+        if r["tier"] == "cannot" and r["binding"] in ("card memory", "cards"):
+            ok.append(
+                f"{r['id']}: does not fit one machine at all (criterion 1), not a throughput limit"
+            )
+            continue
+        s = cap_by_id.get(r["id"]) or {}
+        reps = s.get("replicas_on_business_cards")
+        for key, have_key, unit in (
+            ("peak_requests_per_s", "requests_per_s", "requests/s"),
+            ("peak_output_tokens_per_s", "output_tokens_per_s", "output tokens/s"),
+            ("peak_sequences", "total_sequences", "sequences at once"),
+        ):
+            need = r.get(key)
+            if not need:
+                continue
+            have = s.get(have_key)
+            lengths = (f" (prompts {s['input_len']:,}, answers {s['output_len']:,} tokens)"
+                       if unit != "sequences at once" and s.get("input_len") else "")  # fmt: skip
+            if have is None:
+                why = "; ".join(s.get("speed_unknown") or []) or "no replica fits"
+                open_.append(
+                    f"{r['id']}: peak {need:,.4g} {unit}{lengths}; one machine: unknown ({why})"
+                )
+                continue
+            line = (f"{r['id']}: peak {need:,.4g} {unit}{lengths}; one machine serves {have:,.4g} "
+                    f"on {reps} replica(s) of the business cards"
+                    + (f", bound by {s['speed_binding']}" if s.get("speed_binding") and unit != "sequences at once" else ""))  # fmt: skip
+            (short if have < need else ok).append(line)
+    if not declared:
+        evidence = ["no serving workload declares a peak (peak_requests_per_s, "
+                    "peak_output_tokens_per_s or peak_sequences): not established"]  # fmt: skip
+    else:
+        evidence = short + open_ + ok
+    return {
+        "criterion": "one machine's throughput cannot carry the peak",
+        "holds": bool(short),
+        "unknown": bool(open_) and not short,
+        "evidence": evidence,
+    }
+
+
 def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -> dict:
     """Field claim "scale_out": buy a second machine only when all three hold at once."""
     total = machine.total_accelerator_memory_bytes()
@@ -396,26 +486,7 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
             + ", ".join(bad_split)
         )
     # 2. one machine's throughput cannot carry the peak
-    declared = [r for r in rows if r.get("peak_sequences")]
-    cap_by_id = {s["id"]: s for s in serving["workloads"]}
-    short, ok = [], []
-    for r in declared:
-        if r["tier"] == "cannot" and r["binding"] in ("card memory", "cards"):
-            ok.append(
-                f"{r['id']}: does not fit one machine at all (criterion 1), not a throughput limit"
-            )
-            continue
-        s = cap_by_id.get(r["id"])
-        have = None if s is None else s["total_sequences"]
-        line = f"{r['id']}: peak {r['peak_sequences']:,} sequences, one machine serves {have if have is not None else 'unknown'}"
-        (short if have is not None and have < r["peak_sequences"] else ok).append(line)
-    c2 = {
-        "criterion": "one machine's throughput cannot carry the peak",
-        "holds": bool(short),
-        "evidence": short + ok
-        if declared
-        else ["no serving workload declares peak_sequences: not established"],
-    }
+    c2 = throughput_criterion(rows, serving)
     # 3. training needs pipeline parallel across machines
     from nodeledger.verdict.search import search_train
 
@@ -477,6 +548,8 @@ def capacity_report(
             ) from None
     for w in workloads:
         rows[w.id]["peak_sequences"] = w.peak_sequences
+        rows[w.id]["peak_requests_per_s"] = w.peak_requests_per_s
+        rows[w.id]["peak_output_tokens_per_s"] = w.peak_output_tokens_per_s
         rows[w.id]["claim"] = w.claim
     _add_beside(rows, machine)
     ordered = [rows[w.id] for w in workloads]

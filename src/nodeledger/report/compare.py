@@ -30,12 +30,27 @@ def parse_prices(items: list[str], names: list[str]) -> dict[str, float]:
     return out
 
 
+AMORTIZE_YEARS = 3.0  # price per million tokens: the price spread over this many years at full load
+SECONDS_PER_YEAR = 365.25 * 86400
+
+
+def price_per_million_tokens(price: float | None, tokens_per_s: float | None,
+                             years: float = AMORTIZE_YEARS) -> float | None:  # fmt: skip
+    """price / (tokens/s x seconds in ``years`` / 1e6): the machine's price spread over the
+    output tokens it serves at that rate, around the clock, for ``years`` (power and staff left
+    out; an assumption the compare output names)."""
+    if price is None or not tokens_per_s:
+        return None
+    return price / (tokens_per_s * years * SECONDS_PER_YEAR / 1e6)
+
+
 def compare(
     machines: list[tuple[str, MachineProfile]],
     workloads: list[Workload],
     specs: dict[str, ModelSpec],
     prices: dict[str, float] | None = None,
     lifeboat: int = 1,
+    years: float = AMORTIZE_YEARS,
 ) -> dict:
     """machines: (the name the user gave, profile) pairs."""
     prices = prices or {}
@@ -53,6 +68,8 @@ def compare(
         runnable = rep["counts"]["can"] + rep["counts"]["tight"]
         price = prices.get(ref)
         serving = {s["id"]: s["total_sequences"] for s in rep["serving"]["workloads"]}
+        tokens = {s["id"]: s["output_tokens_per_s"] for s in rep["serving"]["workloads"]}
+        binds = {s["id"]: s["speed_binding"] for s in rep["serving"]["workloads"]}
         summary.append({
             "machine": ref,
             "name": m.name,
@@ -66,9 +83,41 @@ def compare(
             "price_per_sequence": {
                 k: (None if price is None or not v else price / v) for k, v in serving.items()
             },
+            "output_tokens_per_s": tokens,
+            "speed_binding": binds,
+            "output_tokens_per_s_per_price": {
+                k: (None if price is None or not v else v / price) for k, v in tokens.items()
+            },
+            "price_per_million_output_tokens": {
+                k: price_per_million_tokens(price, v, years) for k, v in tokens.items()
+            },
             "bottleneck": next(
                 (b["resource"] for b in rep["bottlenecks"] if b["cannot"] or b["tight"]), None
             ),
             "scale_out": rep["scale_out"]["verdict"],
         })  # fmt: skip
-    return {"workloads": table, "machines": summary, "reports": reports}
+    return {"workloads": table, "machines": summary, "reports": reports,
+            "throughput_basis": (
+                "output tokens/s of the serving workloads on the business cards (lifeboat "
+                f"{lifeboat}), concurrency at the most that fit, prompts/answers as each workload "
+                "states (speed/serve.py); price per million output tokens spreads the price over "
+                f"{years:g} years of serving around the clock at that rate (power, staff left out)"
+            ),
+            "faster": _faster(summary)}  # fmt: skip
+
+
+def _faster(summary: list[dict]) -> dict:
+    """Per serving workload: which machine serves more output tokens/s, and per price."""
+    out = {}
+    ids = list(summary[0]["output_tokens_per_s"]) if summary else []
+    for wid in ids:
+        rates = {m["machine"]: m["output_tokens_per_s"].get(wid) for m in summary}
+        known = {k: v for k, v in rates.items() if v}
+        per_price = {m["machine"]: m["output_tokens_per_s_per_price"].get(wid) for m in summary}
+        kp = {k: v for k, v in per_price.items() if v}
+        out[wid] = {
+            "fastest": max(known, key=known.get) if known else None,
+            "most_per_price": max(kp, key=kp.get) if len(kp) == len(summary) else None,
+            "ratio": (max(known.values()) / min(known.values())) if len(known) == len(summary) and len(known) > 1 else None,
+        }  # fmt: skip
+    return out

@@ -47,9 +47,22 @@ def serving_lines(rep: dict) -> list[str]:
             f"{w['id']}: {w['replicas_on_business_cards']} replica(s) x {w['cards_per_replica']} "
             f"card(s) on the {s['business_cards']} business cards; up to "
             f"{'unknown' if per is None else f'{per:,}'} sequences of {w['context']:,} tokens "
-            f"each = {'unknown' if tot is None else f'{tot:,}'} sequences"
+            f"each = {'unknown' if tot is None else f'{tot:,}'} sequences" + _tput(w)
         )
     return out
+
+
+def _tput(w: dict) -> str:
+    """Throughput at the most that fit, or why it is unknown."""
+    if w.get("output_tokens_per_s") is None:
+        why = w.get("speed_unknown") or []
+        return ("; output tokens/s unknown (" + why[0] + ")") if why else ""
+    return (
+        f"; {w['output_tokens_per_s']:,.0f} output tokens/s = {w['requests_per_s']:,.2f} "
+        f"requests/s of {w['input_len']:,} + {w['output_len']:,} tokens "
+        f"({w['output_tokens_per_s_per_replica']:,.0f} per replica, bound by {w['speed_binding']}; "
+        "speed/serve.py)"
+    )
 
 
 def markdown(rep: dict, intro: list[str] | None = None) -> str:
@@ -70,7 +83,7 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
         if r.get("claim") and r.get("model_state"):
             L.append(f"- {r['id']}: claim: {r['claim']}. Ledger: {state_line(r['model_state'])}")
     L += ["", "## Bottleneck ranking", "",
-          "| resource | cannot | tight | worst used/capacity | unknown | workloads |",
+          "| resource | cannot | tight | worst demand / capacity (memory: used / size; links, network: traffic / compute time) | unknown | workloads |",
           "|---|---|---|---|---|---|"]  # fmt: skip
     for b in rep["bottlenecks"]:
         ratio = "" if b["worst_ratio"] is None else f"{b['worst_ratio']:.0%}"
@@ -239,7 +252,7 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
     P.append("<h2>Busiest card per workload (stacked memory)</h2>" + _bars_svg(rep["workloads"]))
     P.append("<h2>Card-to-card links</h2>" + _matrix_svg(machine))
     P.append("<h2>Bottleneck ranking</h2><table><tr><th>resource</th><th>cannot</th><th>tight</th>"
-             "<th>worst used / capacity</th><th>unknown</th><th>workloads</th></tr>")  # fmt: skip
+             "<th>worst demand / capacity (memory: used / size; links, network: traffic / compute time)</th><th>unknown</th><th>workloads</th></tr>")  # fmt: skip
     for b in rep["bottlenecks"]:
         ratio = "" if b["worst_ratio"] is None else f"{b['worst_ratio']:.0%}"
         P.append(f"<tr><td>{b['resource']}</td><td>{b['cannot']}</td><td>{b['tight']}</td>"

@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 OWN_KEYS = {"id", "title", "model", "job", "expect", "machines", "beside", "peak_sequences", "claim",
-            "priority", "command"}  # fmt: skip
+            "priority", "command", "peak_requests_per_s", "peak_output_tokens_per_s"}  # fmt: skip
 EXPECT = ("can", "tight", "cannot")
 JOB_KINDS = ("serve", "train", "lora", "qlora", "load")
 # a workload id becomes file names (``<id>.sbatch``), Slurm job names, Pod names and labels and
@@ -61,6 +61,8 @@ class Workload:
     machines: int = 1
     beside: tuple[str, ...] = ()
     peak_sequences: int | None = None
+    peak_requests_per_s: float | None = None  # serving: requests/s at peak (input/output lengths)
+    peak_output_tokens_per_s: float | None = None  # serving: output tokens/s at peak
     claim: str | None = None  # a field claim to check against the ledger (printed beside it)
     priority: int = 0  # placement: higher is placed first
     command: tuple[str, ...] | None = None  # placement: the argv `nodeledger run` starts
@@ -131,6 +133,16 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             raise InputError(f"{where}: workload {wid!r}: peak_sequences must be an integer >= 1")
         if peak is not None and raw["job"] != "serve":
             raise InputError(f"{where}: workload {wid!r}: peak_sequences applies to serve jobs")
+        rates = {}
+        for key in ("peak_requests_per_s", "peak_output_tokens_per_s"):
+            v = raw.get(key)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12:
+                raise InputError(f"{where}: workload {wid!r}: {key} must be a positive number")
+            if raw["job"] != "serve":
+                raise InputError(f"{where}: workload {wid!r}: {key} applies to serve jobs")
+            rates[key] = float(v)
         prio = raw.get("priority", 0)
         if not isinstance(prio, int) or isinstance(prio, bool):
             raise InputError(f"{where}: workload {wid!r}: priority must be an integer")
@@ -160,6 +172,7 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             beside=tuple(beside),
             peak_sequences=peak,
             claim=claim,
+            **rates,
             priority=prio,
             command=tuple(cmd) if cmd else None,
         )

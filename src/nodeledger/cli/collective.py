@@ -1,0 +1,129 @@
+"""`nodeledger collective`: how long one collective takes on a machine (nccl-tests terms)."""
+
+from __future__ import annotations
+
+import click
+
+from nodeledger.cli.common import console, print_json
+from nodeledger.cli.options import json_option
+from nodeledger.errors import NodeledgerError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 10**3, "KIB": 2**10, "M": 2**20, "MB": 10**6,
+              "MIB": 2**20, "G": 2**30, "GB": 10**9, "GIB": 2**30}  # fmt: skip
+MAX_SIZE = 2**50  # 1 PiB: a bound, not a realistic buffer
+
+
+def parse_size(text: str) -> int:
+    """BYTES with an optional unit: 268435456, 256M (MiB, as nccl-tests' -b/-e), 1GB, 8GiB."""
+    t = text.strip().upper().replace(" ", "")
+    num_part = t.rstrip("BKMGI")
+    unit = t[len(num_part) :]
+    if unit not in SIZE_UNITS or not num_part:
+        raise NodeledgerError(f"--size {text!r}: write bytes, optionally with K/M/G (binary, as "
+                              "nccl-tests), KB/MB/GB (decimal) or KiB/MiB/GiB")  # fmt: skip
+    try:
+        value = float(num_part)
+    except ValueError:
+        raise NodeledgerError(f"--size {text!r}: {num_part!r} is not a number") from None
+    size = int(value * SIZE_UNITS[unit])
+    if not 1 <= size <= MAX_SIZE or value != value:
+        raise NodeledgerError(f"--size {text!r}: must be between 1 byte and 1 PiB")
+    return size
+
+
+def parse_cards(text: str | None, have: list[int]) -> list[int] | None:
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        a, dash, b = part.partition("-")
+        if dash and a.isdigit() and b.isdigit() and int(a) <= int(b) and int(b) - int(a) < 4096:
+            out += range(int(a), int(b) + 1)
+        elif part.isdigit() and len(part) < 6:
+            out.append(int(part))
+        else:
+            raise NodeledgerError(
+                f"--cards {text!r}: {part!r} is not a card index or a range like 0-3"
+            )
+    missing = sorted(set(out) - set(have))
+    if missing:
+        raise NodeledgerError(
+            f"--cards {text!r}: card(s) {missing} not in the machine (cards {have})"
+        )
+    if len(set(out)) != len(out):
+        raise NodeledgerError(f"--cards {text!r}: a card is named twice")
+    return out
+
+
+@click.command("collective")
+@click.argument(
+    "machine", required=False, help="Preset or profile file; default: reference machine."
+)
+@click.option(
+    "--op",
+    "op",
+    type=click.Choice(OPS),
+    default="all_reduce",
+    show_default=True,
+    help="The collective, as nccl-tests names it (all_reduce_perf, ...).",
+)
+@click.option(
+    "--size",
+    "size",
+    default="256M",
+    show_default=True,
+    help="Bytes (the buffer for all_reduce, the whole output for all_gather); K/M/G are binary as in nccl-tests.",
+)
+@click.option("--cards", "cards", help="Card indices, e.g. 0-3 or 0,2,4,6; default: all.")
+@click.option(
+    "--machines",
+    "machines",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Identical machines the collective spans (through their NICs).",
+)
+@json_option
+def collective_cmd(machine=None, op="all_reduce", size="256M", cards=None, machines=1,
+                   as_json=False) -> None:  # fmt: skip
+    """Time of one collective: algbw_gbps, busbw_gbps (nccl-tests definitions) and seconds, from
+    measured figures (bench --save-profile) or the links and the hardware data."""
+    from nodeledger.machine import resolve_machine
+    from nodeledger.speed.collective import estimate
+
+    profile = resolve_machine(machine)
+    have = [a.index for a in profile.accelerators]
+    if not have:
+        raise NodeledgerError(f"{profile.name}: no accelerator in the profile: nothing to time")
+    chosen = parse_cards(cards, have)
+    d = estimate(profile, op, parse_size(size), chosen, machines)
+    d["machine"] = profile.name
+    if as_json:
+        print_json(d)
+        return
+    con = console()
+    where = f"{len(d['cards'])} card(s) {d['cards']}" + (
+        f" x {machines} machines" if machines > 1 else "")  # fmt: skip
+    con.print(f"[bold]{op}[/bold] of {d['size_bytes']:,} B over {where} on {profile.name} "
+              f"({d['ranks']} ranks):")  # fmt: skip
+    if d.get("seconds") is None:
+        con.print(f"  unknown — {d['reason']}", markup=False)
+        c = d.get("busbw_ceiling_gbps")
+        if c and c.get("value") is not None:
+            con.print(
+                f"  bound: busbw at most {c['value']:,.1f} GB/s ({c['source']})", markup=False
+            )
+        return
+    if d["ranks"] <= 1:
+        con.print("  one rank: nothing moves")
+        return
+    con.print(f"  seconds: {d['seconds'] * 1e3:,.3f} ms ({d['algorithm']}; ring "
+              f"{d['ring_seconds'] * 1e3:,.3f} ms, tree {d['tree_seconds'] * 1e3:,.3f} ms)")  # fmt: skip
+    con.print(f"  algbw_gbps: {d['algbw_gbps']:,.2f} GB/s; busbw_gbps: {d['busbw_gbps']:,.2f} GB/s "
+              f"(algbw x {d['bus_factor']:.3f}, nccl-tests doc/PERFORMANCE.md)")  # fmt: skip
+    con.print(f"  binding: {d['reason']}", markup=False)
+    if d.get("latency_source"):
+        con.print(f"  latency per step: {d['latency_per_step_s'] * 1e6:,.1f} us ({d['latency_source']})",
+                  markup=False)  # fmt: skip

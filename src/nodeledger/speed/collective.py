@@ -1,0 +1,97 @@
+"""How long one collective takes on this machine (or across identical machines), in nccl-tests'
+terms: ``algbw_gbps``, ``busbw_gbps``, ``seconds`` (speed/terms.py (5)).
+
+The large-message bus bandwidth is, in order of trust: a bench-measured figure for the same op
+and card count; the weakest link of the card set x the achieved fraction of its kind
+([efficiency.busbw_*] in speed/hardware.toml); unknown.  Across machines the ring crosses each
+machine boundary, so its bus bandwidth is also bounded by the NICs (figures.network_busbw).
+Ring and tree differ in their latency term only (the bandwidth term is the same for large
+messages); the faster of the two is reported, as NCCL's tuner picks.
+"""
+
+from __future__ import annotations
+
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.speed import figures as F
+from nodeledger.speed import terms as T
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+TWO_NODE_TREE = (
+    "two machines: NCCL's tree all-reduce crosses the boundary once per direction, so bus "
+    "bandwidth reaches up to 2(n-1)/n x the NIC rate (sjeaugey, github.com/NVIDIA/nccl/issues/209: "
+    "'in the special case of two nodes, the bus BW can get up to 2x the network bandwidth with trees')"
+)
+
+
+def estimate(machine: MachineProfile, op: str, size_bytes: int, cards: list[int] | None = None,
+             machines: int = 1, nvls: bool = True) -> dict:  # fmt: skip
+    """One collective of ``size_bytes`` (the buffer for all-reduce, the whole output for
+    all-gather / input for reduce-scatter, as nccl-tests counts it) over ``cards`` of each of
+    ``machines`` machines."""
+    if op not in OPS:
+        raise ValueError(f"op {op!r} is not one of {OPS}")
+    idx = [a.index for a in machine.accelerators] if cards is None else list(cards)
+    ranks = len(idx) * machines
+    out: dict = {
+        "op": op,
+        "size_bytes": size_bytes,
+        "cards": idx,
+        "machines": machines,
+        "ranks": ranks,
+        "bus_factor": T.bus_factor(op, ranks),
+    }
+    if ranks <= 1:
+        out.update(algbw_gbps=None, busbw_gbps=None, seconds=0.0, binding=None,
+                   reason="one rank: nothing moves")  # fmt: skip
+        return out
+    inbox, alpha, kind = F.busbw(machine, op, idx, nvls) if len(idx) > 1 else (None, None, "none")
+    limits = []
+    if inbox is not None:
+        limits.append(("card links", inbox))
+    if machines > 1:
+        net, nic = F.network_busbw(machine)
+        if machines == 2 and op == "all_reduce" and net.value is not None:
+            f = T.bus_factor(op, ranks)
+            net = F.Figure(net.value * f, "GB/s", f"{net.source} x {f:.3f}: {TWO_NODE_TREE}")
+        limits.append(("network", net))
+        out["nic"] = {"gbps": nic.value, "source": nic.source}
+    out["limits"] = {name: {"busbw_gbps": f.value, "source": f.source} for name, f in limits}
+    unknown = [(n, f) for n, f in limits if f.value is None]
+    if unknown:
+        name, f = unknown[0]
+        out.update(algbw_gbps=None, busbw_gbps=None, seconds=None, binding=name,
+                   reason=f"{name}: {f.source}")  # fmt: skip
+        if machines > 1 and name == "network":
+            ceil = F.network_busbw_ceiling(machine)
+            out["busbw_ceiling_gbps"] = {"value": ceil.value, "source": ceil.source}
+        return out
+    name, bw = min(limits, key=lambda x: x[1].value)
+    a = alpha.value if alpha is not None and alpha.value is not None else 0.0
+    if machines > 1:
+        a = max(a, 20e-6)  # a hop through a NIC stack: at least tens of microseconds
+    ring = T.collective_seconds(op, size_bytes, ranks, bw.value, a, "ring")
+    tree = (
+        T.collective_seconds(op, size_bytes, ranks, bw.value, a, "tree")
+        if op == "all_reduce"
+        else ring
+    )
+    secs = min(ring, tree)
+    alg = T.algbw_gbps(size_bytes, secs)
+    out.update(
+        algbw_gbps=alg,
+        busbw_gbps=alg * T.bus_factor(op, ranks),
+        busbw_large_message_gbps=bw.value,
+        seconds=secs,
+        ring_seconds=ring,
+        tree_seconds=tree,
+        algorithm="tree" if tree < ring else "ring",
+        latency_per_step_s=a,
+        latency_source=None if alpha is None else alpha.source,
+        link_kind=kind,
+        binding=name,
+        source=bw.source,
+        reason=f"{name}: {bw.value:,.1f} GB/s bus bandwidth ({bw.source})",
+    )
+    return out

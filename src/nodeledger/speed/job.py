@@ -1,0 +1,36 @@
+"""The speed section of one job (what ``fit`` prints and puts under ``speed`` in its JSON)."""
+
+from __future__ import annotations
+
+from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.model.spec import ModelSpec
+from nodeledger.speed import work as W
+from nodeledger.speed.load import load_speed
+from nodeledger.speed.serve import serve_speed
+from nodeledger.speed.train import train_speed
+
+
+def job_speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict | None = None,
+              machines: int = 1) -> dict:  # fmt: skip
+    """``extras``: the ledger's extras (its ``largest`` entry caps serving concurrency)."""
+    extras = extras or {}
+    if isinstance(job, ServeJob):
+        inp, out = job.lengths()
+        largest = extras.get("largest") or {}
+        most = largest.get("max_concurrency_at_context")
+        if job.engine == "vllm" and most is not None:
+            most = min(most, job.max_num_seqs)
+        d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None)
+        d["kind"] = "serve"
+        return d
+    if isinstance(job, TrainJob):
+        d = train_speed(spec, job, machine, machines)
+        d["kind"] = "train"
+        return d
+    if isinstance(job, LoadJob):
+        ck = W.decode_weight_bytes(spec, job.dtype, 1)["checkpoint_bytes"]
+        d = load_speed(ck, machine, job.ranks)
+        d["kind"] = "load"
+        return d
+    raise TypeError(type(job))

@@ -1,0 +1,151 @@
+"""Training step time and tokens/s per card (speed/terms.py numbers the formulas).
+
+1. Compute per card per step: tokens of one replica's step (micro_batch x seq x grad_accum)
+   x hardware FLOPs per token (3 x forward; 4 x with full recomputation: terms (2)) / (tp x
+   pp) / (peak x training efficiency).  LoRA / QLoRA: frozen weights need no weight gradient,
+   so the backward costs one forward instead of two (2 x forward + adapter terms; Hu et al.
+   2021, "LoRA", 4.2: no gradients or optimizer states for the frozen weights).
+2. The pipeline bubble (pp - 1) / grad_accum of the compute (terms (6)).
+3. Tensor parallel: 4 all-reduces per layer and micro-batch of micro_batch x seq x hidden bf16
+   (2 forward, 2 backward; Megatron-LM), on the critical path: exposed in full (terms (7)).
+4. Data parallel: the sync of one optimizer step (ledger/comm.py (4): DDP / ZeRO-1/2
+   all-reduce the gradients; ZeRO-3 / FSDP all-gather the parameters twice and
+   reduce-scatter the gradients) at the ring's bus bandwidth; it hides behind the backward
+   (DDP, ZeRO-1/2: 2/3 of the compute) or the whole step (FSDP / ZeRO-3 prefetch); the rest
+   is exposed (terms (7)).  Across machines the ring's bus bandwidth is the network's.
+5. step = compute x (1 + bubble) + TP + exposed DP; tokens/s per card = global tokens /
+   step / cards.
+"""
+
+from __future__ import annotations
+
+from nodeledger.ledger import comm
+from nodeledger.ledger.jobs import TrainJob
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.model.spec import ModelSpec
+from nodeledger.speed import figures as F
+from nodeledger.speed import hardware as H
+from nodeledger.speed import terms as T
+from nodeledger.speed import work as W
+
+SHARDED = ("zero3", "fsdp", "fsdp_hybrid")
+
+
+def _fig(f) -> dict | None:
+    return None if f is None else {"value": f.value, "unit": f.unit, "source": f.source}
+
+
+def _trainable(spec: ModelSpec, job: TrainJob) -> int:
+    if not job.is_lora:
+        return spec.params_total()
+    from nodeledger.ledger import model_state
+
+    return model_state.trainable_params(spec, job)
+
+
+def _matmul_params(spec: ModelSpec) -> int:
+    """Training computes every token's logits: body + output projection (speed/work.py)."""
+    return W.body_params(spec) + W.lm_head_params(spec)
+
+
+def flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
+    """1.: hardware FLOPs per trained token."""
+    attn = W.attention_flops_prompt(spec, job.seq) / job.seq
+    n = _matmul_params(spec)
+    if job.is_lora:
+        fwd = T.dense_flops_per_token(n) + attn
+        extra = fwd if job.checkpointing == "full" else 0.0
+        return 2.0 * fwd + 6.0 * _trainable(spec, job) + extra
+    return T.train_flops_per_token(n, attn, job.checkpointing)
+
+
+def model_flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
+    """MFU numerator (PaLM appendix B, with causal attention): 3 x forward, no recomputation."""
+    attn = W.attention_flops_prompt(spec, job.seq) / job.seq
+    return T.train_flops_per_token(_matmul_params(spec), attn, "none")
+
+
+def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machines: int = 1) -> dict:
+    p = job.parallel
+    tp, pp, dp = p.tp, p.pp, p.dp
+    n_cards = tp * pp * dp
+    per_machine = max(1, len(machine.accelerators))
+    idx = [a.index for a in machine.accelerators]
+    cards = idx[: min(n_cards, per_machine)]
+    peak = F.card_peak(machine, cards)
+    eff = H.efficiency("mfu_train")
+    tokens_replica = job.micro_batch * job.seq * job.grad_accum
+    tokens_step = tokens_replica * dp
+    fl = flops_per_token(spec, job)
+    out: dict = {
+        "tokens_per_step": tokens_step,
+        "cards": n_cards,
+        "machines": machines,
+        "flops_per_token": fl,
+        "model_flops_per_token": model_flops_per_token(spec, job),
+        "inputs": {"card_bf16_tflops": _fig(peak), "train_efficiency": _fig(eff)},
+        "source": "nodeledger.speed.train: compute at the training efficiency + pipeline bubble "
+        "+ tensor-parallel all-reduces + exposed data-parallel sync; speed/terms.py",
+    }
+    # 3. TP traffic per micro-batch
+    tp_cards = cards[:tp]
+    crosses_tp = machines > 1 and tp > per_machine
+    tp_bw = tp_alpha = None
+    if tp > 1:
+        if crosses_tp:
+            tp_bw, _ = F.network_busbw(machine)
+            tp_alpha = None
+        else:
+            tp_bw, tp_alpha, _ = F.busbw(machine, "all_reduce", tp_cards)
+        out["inputs"]["tp_busbw_gbps"] = _fig(tp_bw)
+    # 4. DP sync per step
+    dp_bw = None
+    dp_bytes = 0.0
+    if dp > 1:
+        grad_elem = 4 if job.precision == "mixed" else 2
+        grads = _trainable(spec, job) * grad_elem / (tp * pp)
+        params = spec.params_total() * 2 / (tp * pp)
+        dp_bytes = comm.dp_bytes_per_step(
+            grads, params, dp, job.shard if not job.is_lora else "none"
+        )
+        if machines > 1 and not crosses_tp:
+            dp_bw, _ = F.network_busbw(machine)
+        else:
+            dp_bw, _, _ = F.busbw(machine, "all_reduce", cards)
+        out["inputs"]["dp_busbw_gbps"] = _fig(dp_bw)
+        out["dp_bytes_per_step_per_card"] = dp_bytes
+    unknown = [x for x in (peak, eff, tp_bw, dp_bw) if x is not None and x.value is None]
+    out["unknown"] = [u.source for u in unknown]
+    if unknown:
+        out.update(step_s=None, tokens_per_s_per_card=None, binding=None)
+        return out
+    compute_s = T.compute_seconds(tokens_replica * fl / (tp * pp), peak.value, eff.value)
+    bubble = T.pipeline_bubble_fraction(pp, job.grad_accum)
+    tp_s = 0.0
+    if tp > 1:
+        a = tp_alpha.value if tp_alpha is not None and tp_alpha.value is not None else 0.0
+        buf = W.tp_allreduce_bytes(spec, job.micro_batch * job.seq)
+        one = T.collective_seconds("all_reduce", buf, tp, tp_bw.value, a)
+        layers_here = -(-spec.num_layers // pp)
+        tp_s = 4 * layers_here * one * job.grad_accum
+    dp_s = 0.0 if dp <= 1 else dp_bytes / (dp_bw.value * T.GBPS)
+    hide = compute_s if job.shard in SHARDED else compute_s * 2 / 3
+    dp_exposed = T.exposed_seconds(dp_s, hide)
+    step_s = compute_s * (1 + bubble) + tp_s + dp_exposed
+    terms = {"compute": compute_s * (1 + bubble), "card links" if not machines > 1 else "network":
+             tp_s + dp_exposed}  # fmt: skip
+    tps_card = tokens_step / step_s / n_cards
+    out.update(
+        compute_s=compute_s,
+        bubble_fraction=bubble,
+        tp_s=tp_s,
+        dp_sync_s=dp_s,
+        dp_exposed_s=dp_exposed,
+        step_s=step_s,
+        tokens_per_s_per_card=tps_card,
+        tokens_per_s=tps_card * n_cards,
+        mfu=out["model_flops_per_token"] * tps_card / (peak.value * T.TFLOPS),
+        binding=max(terms, key=terms.get),
+        comm_to_compute=(tp_s + dp_s) / compute_s,
+    )
+    return out
