@@ -188,6 +188,8 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
         for h in rep["host_loads"]:
             con.print(f"  {h['model']}: {h['max_concurrent']} at once (hard limit), "
                       f"{h['max_without_tight']} without entering tight; {h['reason']}", markup=False)  # fmt: skip
+            if h.get("load_times"):
+                con.print(f"    {render.load_line(h['load_times'])}", markup=False)
         con.print("Links and network:")
         for lk in rep["links"]:
             con.print(f"  {lk['id']} ({lk['basis']}): {lk['reason']}", markup=False)

@@ -380,8 +380,13 @@ def host_load_concurrency(rows, specs, machine: MachineProfile) -> list[dict]:
                 hard_max = k
             if j.tier == "fits":
                 fits_max = k
+        from nodeledger.speed.load import load_speed
+        from nodeledger.speed.work import decode_weight_bytes
+
+        times = load_speed(decode_weight_bytes(spec, None, 1)["checkpoint_bytes"], machine)
         out.append({
             "model": r["model"],
+            "load_times": times,
             "one_load_host_bytes": per_load,
             "max_concurrent": hard_max,
             "max_without_tight": fits_max,

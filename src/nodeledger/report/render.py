@@ -52,6 +52,26 @@ def serving_lines(rep: dict) -> list[str]:
     return out
 
 
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    return f"{x:,.0f} s" if x < 120 else f"{x / 60:,.1f} min"
+
+
+def load_line(t: dict) -> str:
+    """Time to get one checkpoint onto the cards, per mount kind, and to a second machine."""
+    mounts = ", ".join(f"{m['mount']} {_secs(m['to_cards_s'])}" for m in t["mounts"])
+    eth = ", ".join(
+        f"{k} {_secs(v)}" for k, v in t["to_second_machine"]["at_common_ethernet_s"].items()
+    )
+    nic = t["to_second_machine"]
+    own = f"over this machine's port {_secs(nic['seconds'])}" if nic["seconds"] is not None else (
+        "this machine's port speed unknown")  # fmt: skip
+    return (f"time to load {t['checkpoint_bytes'] / 1e9:,.1f} GB onto the cards, from {mounts} "
+            f"(typical read rates per mount kind, speed/hardware.toml; `nodeledger bench` measures "
+            f"yours); to a second machine: {own}; at {eth}")  # fmt: skip
+
+
 def _tput(w: dict) -> str:
     """Throughput at the most that fit, or why it is unknown."""
     if w.get("output_tokens_per_s") is None:
@@ -100,6 +120,8 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
     for h in rep["host_loads"]:
         L.append(f"- {h['model']}: {h['max_concurrent']} at once (hard limit), "
                  f"{h['max_without_tight']} without entering tight; {h['reason']}")  # fmt: skip
+        if h.get("load_times"):
+            L.append(f"  - {load_line(h['load_times'])}")
     L += ["", "## Links and network", ""]
     for lk in rep["links"]:
         L.append(f"- {lk['id']} ({lk['basis']}): {lk['reason']}")
@@ -266,7 +288,9 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
     P.append("</ul><h2>Host RAM: big loads at once</h2><ul>")
     for h in rep["host_loads"]:
         P.append(f"<li>{escape(h['model'])}: {h['max_concurrent']} at once, {h['max_without_tight']} "
-                 f"without entering tight; {escape(h['reason'])}</li>")  # fmt: skip
+                 f"without entering tight; {escape(h['reason'])}"
+                 + (f"<br>{escape(load_line(h['load_times']))}" if h.get("load_times") else "")
+                 + "</li>")  # fmt: skip
     P.append("</ul><h2>Links and network</h2><ul>")
     P += [f"<li><b>{escape(lk['id'])}</b> ({escape(lk['basis'])}): {escape(lk['reason'])}</li>"
           for lk in rep["links"]]  # fmt: skip

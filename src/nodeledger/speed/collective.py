@@ -62,8 +62,8 @@ def estimate(machine: MachineProfile, op: str, size_bytes: int, cards: list[int]
     if unknown:
         name, f = unknown[0]
         out.update(algbw_gbps=None, busbw_gbps=None, seconds=None, binding=name,
-                   reason=f"{name}: {f.source}")  # fmt: skip
-        if machines > 1 and name == "network":
+                   reason="; ".join(f"{n}: {x.source}" for n, x in unknown))  # fmt: skip
+        if any(n == "network" for n, _ in unknown):
             ceil = F.network_busbw_ceiling(machine)
             out["busbw_ceiling_gbps"] = {"value": ceil.value, "source": ceil.source}
         return out

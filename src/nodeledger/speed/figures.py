@@ -221,7 +221,10 @@ def busbw(machine: MachineProfile, op: str, cards: list[int],
     NVLS_MIN_RANKS cards uses NVLink SHARP ([efficiency.busbw_nvswitch] value_nvls) unless
     ``nvls`` is False (NCCL_NVLS_ENABLE=0)."""
     link, kind = weakest_link(machine, cards)
-    alpha = link_latency(kind)
+    by = {a.index: a for a in machine.accelerators}
+    own = H.card(by[cards[0]].product) if cards and cards[0] in by else None
+    alpha = link_latency(kind, (own or {}).get("card_link") if kind not in PCIE_KINDS else
+                         (own or {}).get("host_link"))  # fmt: skip
     m = measured_collective(machine, op, cards)
     if m is not None:
         return m, alpha, kind
@@ -245,9 +248,14 @@ def busbw(machine: MachineProfile, op: str, cards: list[int],
     )  # fmt: skip
 
 
-def link_latency(kind: str) -> Figure:
-    """Per-hop latency of a collective step over this kind of link (seconds): the first link of
-    the kind in the hardware data that states one."""
+def link_latency(kind: str, link_id: str | None = None) -> Figure:
+    """Per-hop latency of a collective step over this kind of link (seconds): the card's own link
+    (``link_id``) if the hardware data states its latency, else the first link of the kind that
+    does."""
+    own = H.link(link_id) if link_id else None
+    us = H._num(own.get("latency_us")) if own else None
+    if us is not None:
+        return Figure(us * 1e-6, "s", f"{link_id} latency {us:g} us ({own.get('source', '')})")
     for lk in H.data().get("links", []):
         if lk.get("kind") == kind or (kind in PCIE_KINDS and lk.get("kind") == "pcie"):
             us = H._num(lk.get("latency_us"))

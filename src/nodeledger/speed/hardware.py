@@ -1,6 +1,10 @@
 """Hardware figures as data (``speed/hardware.toml``): cards, links, NICs, disks and the achieved
 fractions of their peaks, each with its source.  Read once per process, lazily.
 
+The data is edited in ``hardware.toml``; ``hardware.json`` is the same data parsed once
+(``python tests/regen_hardware_json.py`` writes it), read at run time because parsing the TOML
+costs ~40 ms of every cold start.  ``tests/test_speed.py`` fails when the two differ.
+
 ``card(product)`` finds a card by the product name a vendor tool prints (first entry with a
 matching substring, case-insensitive); ``efficiency(name)`` gives an achieved fraction with its
 source; ``class_floor`` is the bound used when a card's own peak is unknown: the slowest card of
@@ -9,6 +13,7 @@ the same class and memory size in the data file.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,7 +25,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-DATA = Path(__file__).resolve().parent / "hardware.toml"
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "hardware.toml"  # the source, edited by people
+PARSED = HERE / "hardware.json"  # the same, parsed (tests/regen_hardware_json.py)
 UNKNOWN = "unknown"
 
 
@@ -46,10 +53,14 @@ def _num(x: Any) -> float | None:
     return None  # "unknown"
 
 
-@lru_cache(maxsize=1)
-def data() -> dict:
+def parse_source() -> dict:
     with DATA.open("rb") as fh:
         return tomllib.load(fh)
+
+
+@lru_cache(maxsize=1)
+def data() -> dict:
+    return json.loads(PARSED.read_text(encoding="utf-8"))
 
 
 def cards() -> list[dict]:

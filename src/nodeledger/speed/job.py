@@ -10,11 +10,21 @@ from nodeledger.speed.load import load_speed
 from nodeledger.speed.serve import serve_speed
 from nodeledger.speed.train import train_speed
 
+KEYS = ("ttft_s", "tpot_s", "output_tokens_per_s", "requests_per_s", "step_s",
+        "tokens_per_s_per_card", "binding")  # fmt: skip
+
 
 def job_speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict | None = None,
               machines: int = 1) -> dict:  # fmt: skip
-    """``extras``: the ledger's extras (its ``largest`` entry caps serving concurrency)."""
-    extras = extras or {}
+    """``extras``: the ledger's extras (its ``largest`` entry caps serving concurrency).  Every
+    key of KEYS is present (None where it does not apply to the job or is unknown)."""
+    d = _speed(spec, job, machine, extras or {}, machines)
+    for k in KEYS:
+        d.setdefault(k, None)
+    return d
+
+
+def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines: int) -> dict:
     if isinstance(job, ServeJob):
         inp, out = job.lengths()
         largest = extras.get("largest") or {}
