@@ -292,3 +292,60 @@ def test_compare_answers_a100_vs_a40_in_tokens_per_second_per_price():
     f = d["faster"]["serve-8b-tp1"]
     assert f["fastest"] in ("4x-a100-80g-pcie", "8x-a40-48g-pcie") and f["ratio"] >= 1
     assert "years" in d["throughput_basis"]
+
+
+def test_a_saved_measured_profile_drives_every_command(tmp_path):
+    """What bench --save-profile writes (a measured collective, a measured link, a NIC speed)
+    is what collective, fit and report then use, with the measurement named as the source."""
+    from nodeledger.machine.io import save_profile
+    from nodeledger.machine.profile import LinkPair
+
+    m = resolve_machine("k100-ai-8x64g")
+    src = "measured by bench, 2026-12-01: all_reduce 1 GiB"
+    ic = m.interconnect.model_copy(update={
+        "collectives": [CollectiveFigure(op="all_reduce", cards=list(range(8)), size_bytes=2**30,
+                                         busbw_gbps=88.0, source=src)],
+        "pairs": [LinkPair(a=0, b=1, kind="xgmi", bandwidth_gbps=40.0,
+                           source="measured by bench, 2026-12-01: peer copy 0->1")],
+    })  # fmt: skip
+    nics = [
+        m.network.nics[0].model_copy(
+            update={"speed_gbit": 25.0, "source": "measured by bench, 2026-12-01"}
+        )
+    ]
+    saved = m.model_copy(
+        update={"interconnect": ic, "network": m.network.model_copy(update={"nics": nics})}
+    )
+    path = tmp_path / "box.toml"
+    save_profile(saved, path)
+    d = cli_json("collective", str(path), "--size", "1G")
+    assert d["busbw_large_message_gbps"] == 88.0 and "measured by bench" in d["source"]
+    pair = cli_json("collective", str(path), "--size", "1G", "--cards", "0,1")
+    assert pair["busbw_large_message_gbps"] == pytest.approx(40.0 * 0.7)  # link x busbw_xgmi
+    net = cli_json("collective", str(path), "--size", "1G", "--machines", "2")
+    assert net["binding"] == "network" and net["nic"]["gbps"] == pytest.approx(25 / 8)
+
+
+def test_measured_fabric_decides_in_box_rows_by_the_upper_bound(tmp_path):
+    """K100_AI peak unknown, fabric measured at 88 GB/s all-reduce bus bandwidth: ZeRO-3 training
+    of 8B stays under 0.5x of compute even for the fastest card in the data, so `can`."""
+    m = resolve_machine("k100-ai-8x64g")
+    ic = m.interconnect.model_copy(update={"collectives": [
+        CollectiveFigure(op="all_reduce", cards=list(range(8)), size_bytes=2**30, busbw_gbps=88.0,
+                         source="measured by bench, 2026-12-01")]})  # fmt: skip
+    saved = m.model_copy(update={"interconnect": ic})
+    from nodeledger.verdict.links import link_check
+
+    spec = load_model("qwen3-8b")[0]
+    big = build_job("train", {"dp": 8, "shard": "fsdp", "micro_batch": 16})
+    lk = link_check(spec, big, saved)
+    assert lk["tier"] == "fits" and lk["bound"] == "upper" and lk["ratio"] <= 0.5
+    assert "at most" in lk["reason"] and "measured by bench" in lk["path"]
+    # 4x less per step: between the bounds, the row says for which card peaks it is `can`
+    mid = link_check(spec, build_job("train", {"dp": 8, "shard": "fsdp", "micro_batch": 4}), saved)
+    assert mid["tier"] == "unknown" and mid["bound"] == "range"
+    assert mid["ratio_lower_bound"] <= 0.5 < mid["ratio_upper_bound"]
+    assert f"can for any card up to {mid['can_below_card_tflops']:,.0f} TFLOPS" in mid["reason"]
+    # without the measurement the same row names what would decide it
+    lk0 = link_check(spec, build_job("train", {"dp": 8, "shard": "fsdp", "micro_batch": 4}), m)
+    assert lk0["tier"] == "unknown" and "nodeledger bench" in lk0["reason"]

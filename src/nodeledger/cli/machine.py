@@ -151,6 +151,12 @@ def _render_machine(p) -> None:
         )  # fmt: skip
     if p.accelerators:
         con.print(t)
+    for a in p.accelerators:
+        measured = [(k, getattr(a, k)) for k in ("host_to_card_gbps", "card_to_host_gbps",
+                    "host_to_card_pageable_gbps") if getattr(a, k, None) is not None]  # fmt: skip
+        if measured:
+            con.print(f"  card {a.index}: " + ", ".join(f"{k} {v:,.1f} GB/s" for k, v in measured)
+                      + f" — {a.sources.get(measured[0][0], '')}", markup=False)  # fmt: skip
     total = p.total_accelerator_memory_bytes()
     con.print(f"Card memory total: {gib(total)}" + (f" ({total:,} B)" if total else ""))
     d = p.interconnect.default
@@ -174,6 +180,10 @@ def _render_machine(p) -> None:
                 lp.source or "",
             )
         con.print(lt)
+    for cf in p.interconnect.collectives:
+        con.print(f"Collective {cf.op} over cards {ranges(cf.cards)} at {cf.size_bytes:,} B: busbw "
+                  f"{num(cf.busbw_gbps, 'GB/s')}, algbw {num(cf.algbw_gbps, 'GB/s')}"
+                  + (f" — {cf.source}" if cf.source else ""), markup=False)  # fmt: skip
     h = p.host
     con.print(
         f"Host: {num(h.sockets)} sockets, {num(h.cores)} cores, {num(h.threads)} threads, "
@@ -200,6 +210,17 @@ def _render_machine(p) -> None:
     for m in p.storage.mounts:
         con.print(
             f"Mount {m.path}: {m.kind}, {m.filesystem or 'filesystem unknown'}, {gib(m.size_bytes)}"
+            + (
+                f", sequential read {m.sequential_read_gbps:,.2f} GB/s"
+                if m.sequential_read_gbps
+                else ""
+            )
+            + (
+                f", 4 KiB read {m.random_read_latency_ms:,.2f} ms"
+                if m.random_read_latency_ms
+                else ""
+            ),
+            markup=False,
         )
     if not p.storage.mounts:
         con.print("Storage: unknown (no mounts listed)")

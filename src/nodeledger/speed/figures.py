@@ -124,6 +124,15 @@ def _host_link(a) -> Figure:
     return Figure(per, "GB/s", f"{lid}: {lk.get('source', '')}")
 
 
+def _card_link(machine: MachineProfile, index: int) -> tuple[str | None, dict | None, float | None]:
+    """(link id, its data entry, GB/s per link per direction) of a card's own fabric."""
+    by = {x.index: x for x in machine.accelerators}
+    c = H.card(by[index].product) if index in by else None
+    lid = (c or {}).get("card_link")
+    data = H.link(lid) if lid else None
+    return lid, data, (H._num(data.get("per_link_gbps")) if data else None)
+
+
 def pair_link(machine: MachineProfile, a: int, b: int) -> tuple[Figure, str]:
     """(per-direction GB/s, link kind) of the path between cards a and b."""
     lk = machine.link(a, b)
@@ -133,20 +142,12 @@ def pair_link(machine: MachineProfile, a: int, b: int) -> tuple[Figure, str]:
         src = lk.source or "machine profile"
         return Figure(float(lk.bandwidth_gbps), "GB/s", f"{label} cards {a}-{b}: {src}"), kind
     if kind == "nvlink" and lk.lanes:
-        by = {x.index: x for x in machine.accelerators}
-        c = H.card(by[a].product) if a in by else None
-        lid = (c or {}).get("card_link")
-        data = H.link(lid) if lid else None
-        per = H._num(data.get("per_link_gbps")) if data else None
+        lid, data, per = _card_link(machine, a)
         if per is not None:
             return Figure(lk.lanes * per, "GB/s",
                           f"{label}: {lk.lanes} links x {per:g} GB/s ({lid}: {data.get('source', '')})"), kind  # fmt: skip
     if kind in MESH_KINDS:
-        by = {x.index: x for x in machine.accelerators}
-        c = H.card(by[a].product) if a in by else None
-        lid = (c or {}).get("card_link")
-        data = H.link(lid) if lid else None
-        per = H._num(data.get("per_link_gbps")) if data else None
+        lid, data, per = _card_link(machine, a)
         if per is not None:
             return Figure(per, "GB/s", f"{label}: one {lid} link per pair, {per:g} GB/s "
                           f"({data.get('source', '')})"), kind  # fmt: skip

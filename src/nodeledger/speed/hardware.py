@@ -134,11 +134,16 @@ def links_of_kind(kind: str) -> list[dict]:
     return [x for x in data().get("links", []) if x.get("kind") == kind]
 
 
-def efficiency(name: str) -> Figure:
-    """An achieved fraction ([efficiency.<name>]) with its source."""
+def efficiency(name: str, product: str | None = None) -> Figure:
+    """An achieved fraction ([efficiency.<name>]) with its source; where the table has a
+    ``by_card`` figure for the card ``product`` names, that one (with ``by_card_source``)."""
     e = data().get("efficiency", {}).get(name)
     if not e:
         return Figure(None, "fraction", f"efficiency {name!r} is not in the hardware data")
+    c = card(product) if product else None
+    own = _num((e.get("by_card") or {}).get(c["id"])) if c else None
+    if own is not None:
+        return Figure(own, "fraction", f"{c['id']}: {e.get('by_card_source', '')}")
     v = _num(e.get("value"))
     rng = ""
     if _num(e.get("low")) is not None and _num(e.get("high")) is not None:

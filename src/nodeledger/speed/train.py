@@ -73,7 +73,8 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     idx = [a.index for a in machine.accelerators]
     cards = idx[: min(n_cards, per_machine)]
     peak = F.card_peak(machine, cards)
-    eff = H.efficiency("mfu_train")
+    by = {a.index: a for a in machine.accelerators}
+    eff = H.efficiency("mfu_train", by[cards[0]].product if cards else None)
     tokens_replica = job.micro_batch * job.seq * job.grad_accum
     tokens_step = tokens_replica * dp
     fl = flops_per_token(spec, job)

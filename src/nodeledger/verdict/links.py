@@ -21,7 +21,8 @@ Unknown figures: r grows with the card peak and falls with the path's bandwidth,
 bound on the peak (the slowest card of the same class and memory in the hardware data) and an
 upper bound on the path (a measured transport ceiling, e.g. NCCL's socket transport over plain
 Ethernet) give a lower bound on r: above 2 it is "cannot" whatever the unknowns are, and the
-verdict says which bounds decided it.  Otherwise the row stays unknown and names what would
+verdict says which bounds decided it.  With the path known (measured) and only the peak
+unknown, the fastest card in the data gives an upper bound on r: at most 0.5 is "can".  Otherwise the row stays unknown and names what would
 decide it (the bench part that measures the link, or the figure to put in the profile).
 Pipeline-parallel activations (one hidden vector per token per stage boundary) are left out: at
 least L/pp times smaller than TP traffic.
@@ -107,7 +108,8 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
         return None
     training = t["training"]
     resource = "network" if any(r == "network" for r, _, _ in t["paths"]) else "card links"
-    eff = H.efficiency("mfu_train" if training else "mfu_prefill")
+    first = machine.accelerators[0].product if machine.accelerators else None
+    eff = H.efficiency("mfu_train" if training else "mfu_prefill", first)
     peak = F.card_peak(machine, [a.index for a in machine.accelerators][: t["cards"]])
     bws = {r: _path_bw(machine, r, t["cards"]) for r in {r for r, _, _ in t["paths"]}}
     out = {
@@ -176,7 +178,7 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
             upper[r_name] = (ceil.value, ceil.source)
     missing = []
     if peak.value is None:
-        missing.append(f"card peak unknown ({peak.source})")
+        missing.append(f"card peak unknown ({peak.source.split(' (')[0]})")
     for r_name, (f, _) in bws.items():
         if f.value is None:
             missing.append(f"{r_name}: {f.source}")
@@ -206,6 +208,39 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
                 ),
             )  # fmt: skip
             return out
+    # paths known, peak unknown: an upper bound on r from the fastest card in the data decides
+    # "can" when even that card would not wait on the link
+    if peak.value is None and len(known_bw) == len(bws):
+        ceil = F.card_peak_ceiling(machine)
+        if ceil.value is not None:
+            hi = ratio(ceil.value, known_bw)
+            out["ratio_upper_bound"] = round(hi, 3)
+            lo_r = out.get("ratio_lower_bound")
+            can_edge = RATIO_TIERS[0][0] * known_bw[resource] / need_per_tflops
+            out["can_below_card_tflops"] = can_edge
+            if lo_r is not None and hi > RATIO_TIERS[0][0]:
+                out.update(
+                    tier="unknown", ratio=None, bound="range",
+                    reason=(
+                        f"{resource}{where}: {moves}; traffic takes {lo_r:.2f}x-{hi:.2f}x the compute "
+                        f"time over {out['busbw_gbps']:,.1f} GB/s bus bandwidth ({out['path']}), for "
+                        f"a card peak of {floor.value:,.0f}-{ceil.value:,.0f} TFLOPS (the slowest "
+                        f"and fastest cards that could be it); can for any card up to "
+                        f"{can_edge:,.0f} TFLOPS; decided by the card peak: put bf16_dense_tflops "
+                        "in the profile"
+                    ),
+                )  # fmt: skip
+                return out
+            if hi <= RATIO_TIERS[0][0]:
+                out.update(
+                    tier="fits", ratio=round(hi, 3), bound="upper",
+                    reason=(
+                        f"{resource}{where}: {moves}; traffic takes at most {hi:.2f}x the compute "
+                        f"time: {out['busbw_gbps']:,.1f} GB/s bus bandwidth ({out['path']}) against "
+                        f"a card peak of at most {ceil.value:,.0f} TFLOPS ({ceil.source})"
+                    ),
+                )  # fmt: skip
+                return out
     hint = F.BENCH_HINT["link"] if resource == "card links" else F.BENCH_HINT["nic"]
     need = (
         f"needs {need_per_tflops * peak.value:,.1f} GB/s bus bandwidth per card"
