@@ -45,7 +45,10 @@ def test_link_check_ratio_is_traffic_over_compute():
     lk = link_check(spec, job, m)
     # prefill compute at the card peak x [efficiency.mfu_prefill] 0.6; traffic at NV18's
     # 450 GB/s x [efficiency.busbw_nvswitch] 0.8 (two cards: no NVLS)
-    comp = comm.compute_seconds(2 * spec.params_active() / 2, 989.5, 0.6)
+    from nodeledger.speed.work import body_params
+
+    # FLOPs as the speed model counts them: 2 x body parameters (no embedding lookup) / tp
+    comp = comm.compute_seconds(2 * body_params(spec) / 2, 989.5, 0.6)
     traffic = 1_310_720 / (450e9 * 0.8)
     assert lk["ratio"] == round(traffic / comp, 3)
     assert lk["busbw_gbps"] == pytest.approx(360.0)

@@ -239,10 +239,15 @@ def test_fit_json_has_speed():
 
 
 def test_input_output_lengths_must_fit_the_context():
-    with pytest.raises(JobError, match="exceed --context"):
+    with pytest.raises(JobError, match="exceed the context of 1,000 tokens"):
         build_job("serve", {"context": 1000, "input_len": 900, "output_len": 200})
     p = run_cli("fit", "qwen3-8b", "--input-len", "0")
     assert p.returncode == 2 and "--input-len" in p.stderr
+    # the default engine (hf) takes them too: its searches vary the context internally
+    d = cli_json(
+        "fit", "qwen3-8b", "--machine", "dgx-h100", "--input-len", "100", "--output-len", "100"
+    )
+    assert d["job_options"]["context"] == 200 and d["speed"]["tpot_s"] > 0
 
 
 def test_speed_of_unknown_cards_is_unknown_with_the_reason():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from nodeledger.cli.common import console, print_json
@@ -10,24 +12,25 @@ from nodeledger.errors import NodeledgerError
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 10**3, "KIB": 2**10, "M": 2**20, "MB": 10**6,
-              "MIB": 2**20, "G": 2**30, "GB": 10**9, "GIB": 2**30}  # fmt: skip
+              "MIB": 2**20, "G": 2**30, "GB": 10**9, "GIB": 2**30, "T": 2**40, "TB": 10**12,
+              "TIB": 2**40, "P": 2**50, "PB": 10**15, "PIB": 2**50}  # fmt: skip
+SIZE_RE = re.compile(r"([0-9]{1,16}(?:\.[0-9]{1,16})?)([KMGTP]?I?B?)")
+CARD_RE = re.compile(r"[0-9]{1,5}")
 MAX_SIZE = 2**50  # 1 PiB: a bound, not a realistic buffer
 
 
 def parse_size(text: str) -> int:
-    """BYTES with an optional unit: 268435456, 256M (MiB, as nccl-tests' -b/-e), 1GB, 8GiB."""
+    """BYTES with an optional unit: 268435456, 256M (MiB, as nccl-tests' -b/-e), 1.5G, 1GB, 8GiB, 1P."""
     t = text.strip().upper().replace(" ", "")
-    num_part = t.rstrip("BKMGI")
-    unit = t[len(num_part) :]
-    if unit not in SIZE_UNITS or not num_part:
-        raise NodeledgerError(f"--size {text!r}: write bytes, optionally with K/M/G (binary, as "
+    m = SIZE_RE.fullmatch(t)
+    if m is None or m.group(2) not in SIZE_UNITS:
+        raise NodeledgerError(f"--size {text!r}: write bytes, optionally with K/M/G/T/P (binary, as "
                               "nccl-tests), KB/MB/GB (decimal) or KiB/MiB/GiB")  # fmt: skip
-    try:
-        value = float(num_part)
-    except ValueError:
-        raise NodeledgerError(f"--size {text!r}: {num_part!r} is not a number") from None
-    size = int(value * SIZE_UNITS[unit])
-    if not 1 <= size <= MAX_SIZE or value != value:
+    num_part, unit = m.groups()
+    if unit in ("", "B") and "." in num_part:
+        raise NodeledgerError(f"--size {text!r}: a byte count is a whole number")
+    size = round(float(num_part) * SIZE_UNITS[unit])
+    if not 1 <= size <= MAX_SIZE:
         raise NodeledgerError(f"--size {text!r}: must be between 1 byte and 1 PiB")
     return size
 
@@ -39,9 +42,15 @@ def parse_cards(text: str | None, have: list[int]) -> list[int] | None:
     for part in text.split(","):
         part = part.strip()
         a, dash, b = part.partition("-")
-        if dash and a.isdigit() and b.isdigit() and int(a) <= int(b) and int(b) - int(a) < 4096:
+        if (
+            dash
+            and CARD_RE.fullmatch(a)
+            and CARD_RE.fullmatch(b)
+            and int(a) <= int(b)
+            and int(b) - int(a) < 4096
+        ):
             out += range(int(a), int(b) + 1)
-        elif part.isdigit() and len(part) < 6:
+        elif CARD_RE.fullmatch(part):
             out.append(int(part))
         else:
             raise NodeledgerError(
@@ -119,11 +128,14 @@ def collective_cmd(machine=None, op="all_reduce", size="256M", cards=None, machi
     if d["ranks"] <= 1:
         con.print("  one rank: nothing moves")
         return
-    con.print(f"  seconds: {d['seconds'] * 1e3:,.3f} ms ({d['algorithm']}; ring "
+    at_least = "at least " if d.get("seconds_is_lower_bound") else ""
+    con.print(f"  seconds: {at_least}{d['seconds'] * 1e3:,.3f} ms ({d['algorithm']}; ring "
               f"{d['ring_seconds'] * 1e3:,.3f} ms, tree {d['tree_seconds'] * 1e3:,.3f} ms)")  # fmt: skip
     con.print(f"  algbw_gbps: {d['algbw_gbps']:,.2f} GB/s; busbw_gbps: {d['busbw_gbps']:,.2f} GB/s "
               f"(algbw x {d['bus_factor']:.3f}, nccl-tests doc/PERFORMANCE.md)")  # fmt: skip
     con.print(f"  binding: {d['reason']}", markup=False)
-    if d.get("latency_source"):
+    if d.get("latency_per_step_s") is not None:
         con.print(f"  latency per step: {d['latency_per_step_s'] * 1e6:,.1f} us ({d['latency_source']})",
                   markup=False)  # fmt: skip
+    elif d.get("latency_source"):
+        con.print(f"  latency: {d['latency_source']}", markup=False)

@@ -104,12 +104,6 @@ class ServeJob:
         _positive("new_tokens", self.new_tokens, allow_zero=True)
         _positive("input_len", self.input_len)
         _positive("output_len", self.output_len)
-        i, o = self.lengths()
-        if (self.input_len or self.output_len) and i + o > self.context:
-            raise JobError(
-                f"--input-len {i:,} + --output-len {o:,} exceed --context {self.context:,} "
-                "(leave --context out to take their sum)"
-            )
         if self.new_tokens >= self.context:
             raise JobError(
                 f"--new-tokens {self.new_tokens} must be smaller than --context {self.context}"
@@ -312,8 +306,27 @@ def build_job(kind: str, o: dict):
                 raise JobError(f"--concurrency must be an integer or 'max', got {conc!r}") from None
         inp, outl = pick.get("input_len"), pick.get("output_len")
         context = pick.get("context")
+        given = context is not None
         if context is None:
             context = inp + outl if inp is not None and outl is not None else 4096
+        if (inp or outl) and isinstance(context, int):
+            i = inp if inp is not None else 0
+            o = outl if outl is not None else 0
+            if i + o > context:
+                what = " + ".join(
+                    f"--{n.replace('_', '-')} {v:,}"
+                    for n, v in (("input_len", inp), ("output_len", outl))
+                    if v
+                )
+                raise JobError(
+                    f"{what} exceed{'s' if (inp is None) != (outl is None) else ''} the context of "
+                    f"{context:,} tokens"
+                    + (
+                        " (--context)"
+                        if given
+                        else " (the default; give --context, or both lengths)"
+                    )
+                )
         return ServeJob(
             engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
             context=context, input_len=inp, output_len=outl, concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),

@@ -25,11 +25,12 @@ from nodeledger.speed.job import job_speed
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving
-from nodeledger.verdict.links import link_check
+from nodeledger.verdict.links import RATIO_TIERS, link_check
 
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
 ORDER = {"fits": 0, "unknown": 1, "tight": 2, "cannot": 3}
 RESOURCES = ("card memory", "host RAM", "card links", "network", "cards")
+CANNOT_ABOVE = {"card links": RATIO_TIERS[-1][0], "network": RATIO_TIERS[-1][0]}  # memory: 1
 UNDECIDED = {  # what would decide a resource left unknown
     "card links": "link bandwidth unknown: `nodeledger bench --save-profile FILE` measures it",
     "network": "NIC speed unknown: `nodeledger machine probe` reads it",
@@ -175,7 +176,7 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         stack=_card_stack(lg),
         links=links,
         largest=lg.extras.get("largest"),
-        speed=_speed(spec, job, pool, lg.extras, w.machines),
+        speed=_speed(spec, job, machine, lg.extras, w.machines),
         suggestions=[s.get("options") or s for s in v.suggestions][:3],
         notes=lg.notes,
     )
@@ -299,9 +300,11 @@ def bottlenecks(rows: list[dict]) -> list[dict]:
                  and r["tier"] in ("tight", "cannot")
                  for res in r.get("resources", []) if res["resource"] == b["resource"]
                  and res["ratio"] is not None]  # fmt: skip
-        b["severity"] = max(bound) if bound else 0.0
-    # the resource that most exceeds what it gives ranks first (used / capacity for memory,
-    # traffic time / compute time for links and network), then by how many workloads it binds
+        limit = CANNOT_ABOVE.get(b["resource"], 1.0)
+        b["severity"] = round(max(bound) / limit, 4) if bound else 0.0
+    # the resource that most exceeds what it gives ranks first, in multiples of its own cannot
+    # threshold (used / capacity > 1 for memory; traffic / compute time > 2 for links and the
+    # network), then by how many workloads it binds
     out.sort(key=lambda b: (b["severity"], b["cannot"], b["tight"], b["worst_ratio"] or 0),
              reverse=True)  # fmt: skip
     return out
@@ -325,8 +328,8 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
         replicas = business // per if card_tier in ("fits", "tight") else 0
         sp = r.get("speed") or {}
         top = sp.get("at_most_that_fit") or {}
-        tps = top.get("output_tokens_per_s")
-        rps = top.get("requests_per_s")
+        tps = top.get("output_tokens_per_s") if replicas else None
+        rps = top.get("requests_per_s") if replicas else None
         out.append({
             "output_tokens_per_s_per_replica": tps,
             "requests_per_s_per_replica": rps,
@@ -335,7 +338,8 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
             "input_len": sp.get("input_len"),
             "output_len": sp.get("output_len"),
             "speed_binding": top.get("binding"),
-            "speed_unknown": sp.get("unknown") or [],
+            "speed_unknown": (sp.get("unknown") or []) if replicas else [
+                "no replica on the business cards (lifeboat rule)"],
             "id": r["id"],
             "cards_per_replica": per,
             "replicas_on_business_cards": replicas,

@@ -5,8 +5,10 @@ The large-message bus bandwidth is, in order of trust: a bench-measured figure f
 and card count; the weakest link of the card set x the achieved fraction of its kind
 ([efficiency.busbw_*] in speed/hardware.toml); unknown.  Across machines the ring crosses each
 machine boundary, so its bus bandwidth is also bounded by the NICs (figures.network_busbw).
-Ring and tree differ in their latency term only (the bandwidth term is the same for large
-messages); the faster of the two is reported, as NCCL's tuner picks.
+Ring and tree differ in their latency term (2(n-1) vs 2 log2 n hops) and, across exactly two
+machines, in bandwidth (the tree crosses the boundary once per direction: TWO_NODE_TREE); the
+faster of the two is reported, as NCCL's tuner picks.  A per-hop latency the data does not give
+(across machines, xGMI, HCCS) is left out and the result says it is a lower bound.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ def estimate(machine: MachineProfile, op: str, size_bytes: int, cards: list[int]
     limits = []
     if inbox is not None:
         limits.append(("card links", inbox))
+    tree_net = None
     if machines > 1:
         net, nic = F.network_busbw(machine)
         if machines == 2 and op == "all_reduce" and net.value is not None:
             f = T.bus_factor(op, ranks)
-            net = F.Figure(net.value * f, "GB/s", f"{net.source} x {f:.3f}: {TWO_NODE_TREE}")
+            tree_net = F.Figure(net.value * f, "GB/s", f"{net.source} x {f:.3f}: {TWO_NODE_TREE}")
         limits.append(("network", net))
         out["nic"] = {"gbps": nic.value, "source": nic.source}
     out["limits"] = {name: {"busbw_gbps": f.value, "source": f.source} for name, f in limits}
@@ -68,15 +71,19 @@ def estimate(machine: MachineProfile, op: str, size_bytes: int, cards: list[int]
             out["busbw_ceiling_gbps"] = {"value": ceil.value, "source": ceil.source}
         return out
     name, bw = min(limits, key=lambda x: x[1].value)
-    a = alpha.value if alpha is not None and alpha.value is not None else 0.0
-    if machines > 1:
-        a = max(a, 20e-6)  # a hop through a NIC stack: at least tens of microseconds
+    # per-hop latency: the in-box link's from the hardware data; across machines, and where the
+    # data has none, unknown: the latency term is then left out and the time is a lower bound
+    known = alpha is not None and alpha.value is not None and machines == 1
+    a = alpha.value if known else 0.0
     ring = T.collective_seconds(op, size_bytes, ranks, bw.value, a, "ring")
-    tree = (
-        T.collective_seconds(op, size_bytes, ranks, bw.value, a, "tree")
-        if op == "all_reduce"
-        else ring
-    )
+    tree = ring
+    if op == "all_reduce":
+        tree_limits = [(n, tree_net if (n == "network" and tree_net is not None) else f)
+                       for n, f in limits]  # fmt: skip
+        tree_name, tree_bw = min(tree_limits, key=lambda x: x[1].value)
+        tree = T.collective_seconds(op, size_bytes, ranks, tree_bw.value, a, "tree")
+        if tree < ring:
+            name, bw = tree_name, tree_bw
     secs = min(ring, tree)
     alg = T.algbw_gbps(size_bytes, secs)
     out.update(
@@ -87,8 +94,15 @@ def estimate(machine: MachineProfile, op: str, size_bytes: int, cards: list[int]
         ring_seconds=ring,
         tree_seconds=tree,
         algorithm="tree" if tree < ring else "ring",
-        latency_per_step_s=a,
-        latency_source=None if alpha is None else alpha.source,
+        latency_per_step_s=a if known else None,
+        latency_source=(
+            alpha.source
+            if known
+            else "per-hop latency unknown"
+            + (" across machines" if machines > 1 else f" for {kind} links")
+            + ": left out, so seconds is a lower bound (busbw an upper bound)"
+        ),
+        seconds_is_lower_bound=not known,
         link_kind=kind,
         binding=name,
         source=bw.source,

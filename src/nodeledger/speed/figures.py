@@ -276,7 +276,7 @@ def nic(machine: MachineProfile) -> tuple[Figure, str]:
     if not use:
         return Figure(None, "GB/s", "no NIC in the profile"), "none"
     names = ", ".join(n.name for n in use)
-    kind = "rdma" if rdma else "ethernet"
+    kind = "rdma" if rdma else ("ethernet" if all(n.kind == "ethernet" for n in use) else "unknown")
     if any(n.speed_gbit is None for n in use):
         return Figure(None, "GB/s", f"{len(use)} NIC(s) ({names}), speed unknown"), kind
     total = sum(n.speed_gbit for n in use)
@@ -293,6 +293,9 @@ def network_busbw(machine: MachineProfile) -> tuple[Figure, Figure]:
     the achieved fraction of the transport (RDMA: [efficiency.busbw_network]; plain Ethernet:
     NCCL's socket transport, [efficiency.busbw_socket])."""
     f, kind = nic(machine)
+    if kind == "unknown" and f.value is not None:
+        return Figure(None, "GB/s", f"{f.source}; its kind (RDMA or plain Ethernet) is unknown, "
+                      "and NCCL's transport differs by 2x between them"), f  # fmt: skip
     eff = H.efficiency("busbw_network" if kind == "rdma" else "busbw_socket")
     if f.value is None or eff.value is None:
         return Figure(None, "GB/s", f.source if f.value is None else eff.source), f
@@ -303,7 +306,9 @@ def network_busbw(machine: MachineProfile) -> tuple[Figure, Figure]:
 def network_busbw_ceiling(machine: MachineProfile) -> Figure:
     """When the NIC speed is unknown: the most a transport of this kind has been measured to
     carry ([nic_bounds]); for a plain Ethernet port, NCCL's socket transport ceiling."""
-    _, kind = nic(machine)
+    f, kind = nic(machine)
+    if kind not in ("rdma", "ethernet"):
+        return Figure(None, "GB/s", f"{f.source}: no transport ceiling applies (NIC kind unknown)")
     key = "rdma_busbw_ceiling_gbps" if kind == "rdma" else "socket_busbw_ceiling_gbps"
     b = H.data().get("nic_bounds", {})
     v = H._num(b.get(key))

@@ -110,7 +110,8 @@ def class_floor(key: str, vendor_class: str, memory_gib: float | None) -> Figure
         if best is None or v < best[0]:
             best = (v, c["id"])
     if best is None:
-        return Figure(None, "", f"no {vendor_class} card with >= {memory_gib} GiB in the data")
+        mem = "any memory" if memory_gib is None else f">= {memory_gib:g} GB"
+        return Figure(None, "", f"no {vendor_class} card with {mem} in the data")
     n = sum(
         1
         for c in _bound_cards()
@@ -121,8 +122,9 @@ def class_floor(key: str, vendor_class: str, memory_gib: float | None) -> Figure
     return Figure(
         best[0],
         "",
-        f"lowest {key} of the {n} {vendor_class} cards with >= {memory_gib:g} GB whose datasheet "
-        f"figures nodeledger's hardware data holds ({best[1]})",
+        f"lowest {key} of the {n} {vendor_class} cards "
+        + ("" if memory_gib is None else f"with >= {memory_gib:g} GB (as vendors print it) ")
+        + f"whose datasheet figures nodeledger's hardware data holds ({best[1]})",
     )
 
 

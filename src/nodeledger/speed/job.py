@@ -31,7 +31,7 @@ def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines
         most = largest.get("max_concurrency_at_context")
         if job.engine == "vllm" and most is not None:
             most = min(most, job.max_num_seqs)
-        d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None)
+        d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines)
         d["kind"] = "serve"
         return d
     if isinstance(job, TrainJob):

@@ -3,9 +3,10 @@ sent over the NIC to a second machine (speed/terms.py (8); one copy is one strea
 port: the fastest port's line rate, an upper bound).
 
 Reading a safetensors checkpoint streams file -> page cache -> (pinned staging) -> card; the
-chain runs at its slowest stage.  Each rank copies its own share to its own card over its own
-PCIe link, so the host -> card stage carries the checkpoint / ranks per card in parallel (the
-disk is shared).  A transfer to a second box crosses the NIC once at its line rate (a file
+chain runs at its slowest stage.  Each loading rank (the load job's ``--ranks``, strategy
+every_rank) puts the whole checkpoint on its own card over its own PCIe link, in parallel with
+the others, and the disk is read once (the other ranks hit the page cache): the time is that of
+one rank.  A transfer to a second box crosses the NIC once at its line rate (a file
 copy, not a collective: no socket-transport penalty assumed beyond TCP's, which the figure's
 source states).
 """
@@ -36,7 +37,7 @@ def load_speed(checkpoint_bytes: int, machine: MachineProfile, ranks: int = 1) -
     for kind in MOUNT_KINDS:
         disk = F.mount_read(machine, kind)
         read_s = None if disk.value is None else T.transfer_seconds(checkpoint_bytes, disk.value)
-        stages = [x for x in (disk.value, None if h2c.value is None else h2c.value * ranks) if x]
+        stages = [x for x in (disk.value, h2c.value) if x]
         total = None if disk.value is None else T.streamed_seconds(checkpoint_bytes, stages)
         rows.append({
             "mount": kind,

@@ -19,6 +19,9 @@ Model (speed/terms.py numbers the formulas):
      the KV pool the ledger computed, capped by the engine's max_num_seqs.
   5. TTFT under load (``ttft_burst_s``: C prompts at once, mean (C + 1) / 2 prefills;
      ``ttft_steady_s``: one prefill after the step in flight).
+  6. --engine hf (transformers generate()) batches statically: the B prompts prefill once, then
+     B sequences decode together; TPOT = the decode pass, output tokens/s = B x O / (the
+     batch's prefill + O x TPOT).
   4. Pipeline parallel: a token passes the pp stages one after another (per-token time = sum of
      the stages); the engine's micro-batching across stages is not modelled (a lower bound on
      throughput).
@@ -41,12 +44,21 @@ def _fig(f) -> dict:
     return {"value": f.value, "unit": f.unit, "source": f.source}
 
 
-def inputs(machine: MachineProfile, cards: list[int], fp8: bool = False) -> dict:
-    """The figures a serving estimate rests on, each with its source.  ``fp8``: fp8 weights run
-    fp8 GEMMs (W8A8, as vLLM and TensorRT-LLM do on cards with FP8 tensor cores): compute at the
-    card's fp8 peak where it has one."""
-    busbw, alpha, kind = (F.busbw(machine, "all_reduce", cards) if len(cards) > 1
-                          else (None, None, "none"))  # fmt: skip
+def inputs(machine: MachineProfile, cards: list[int], fp8: bool = False, tp: int = 1,
+           machines: int = 1) -> dict:  # fmt: skip
+    """The figures a serving estimate rests on, each with its source.  ``cards``: the replica's
+    cards on one machine; its TP group is the first ``tp`` (a TP group larger than the machine
+    spans ``machines`` over their NICs).  ``fp8``: fp8 weights run fp8 GEMMs (W8A8, as vLLM and
+    TensorRT-LLM do on cards with FP8 tensor cores): compute at the card's fp8 peak where it has
+    one."""
+    per_machine = len(machine.accelerators)
+    if tp > 1 and machines > 1 and tp > per_machine:
+        busbw, _ = F.network_busbw(machine)
+        alpha, kind = F.Figure(None, "s", "per-hop latency across machines unknown"), "network"
+    elif tp > 1:
+        busbw, alpha, kind = F.busbw(machine, "all_reduce", cards[:tp])
+    else:
+        busbw, alpha, kind = None, None, "none"
     peak = F.card_peak(machine, cards)
     compute = peak
     if fp8:
@@ -136,6 +148,11 @@ def step(spec: ModelSpec, job: ServeJob, fig: dict, batch: float, input_len: int
     if dec["seconds"] is None or pre["seconds"] is None:
         out.update(seconds=None, binding=None, prefill_s=None)
         return out
+    if job.engine == "hf":  # static batch: the prompts prefill once, before the decode steps
+        terms = {"memory bandwidth": dec["memory_s"], "compute": dec["compute_s"],
+                 "card links": dec["card_links_s"]}  # fmt: skip
+        out.update(seconds=dec["seconds"], prefill_s=0.0, binding=max(terms, key=terms.get))
+        return out
     share = prefill_tokens / chunk
     prefill_s = max(0.0, pre["seconds"] - dec["seconds"]) * share
     secs = dec["seconds"] + prefill_s
@@ -149,20 +166,20 @@ def step(spec: ModelSpec, job: ServeJob, fig: dict, batch: float, input_len: int
     return out
 
 
-def ttft(spec: ModelSpec, job: ServeJob, fig: dict, input_len: int) -> dict:
-    """1.: prefill of one prompt alone."""
+def ttft(spec: ModelSpec, job: ServeJob, fig: dict, input_len: int, batch: int = 1) -> dict:
+    """1.: prefill of one prompt alone (``batch`` prompts prefilled together: hf generate())."""
     tp, pp = job.parallel.tp, job.parallel.pp
-    flops = W.prefill_flops(spec, input_len)
-    wt = W.decode_weight_bytes(spec, job.dtype, input_len)
+    flops = W.prefill_flops(spec, input_len) * batch
+    wt = W.decode_weight_bytes(spec, job.dtype, input_len * batch)
     peak, hbm = fig["compute_tflops"], fig["card_memory_gbps"]
     e_cmp, e_mem = fig["prefill_efficiency"], fig["hbm_efficiency"]
-    out = {"flops": flops, "tokens": input_len}
+    out = {"flops": flops, "tokens": input_len * batch}
     if None in (peak.value, hbm.value, e_cmp.value, e_mem.value):
         out.update(seconds=None, binding=None)
         return out
     cmp_s = T.compute_seconds(flops / (tp * pp), peak.value, e_cmp.value) * pp
     mem_s = T.memory_seconds(wt["bytes"] / (tp * pp), hbm.value, e_mem.value) * pp
-    tp_s = _tp_seconds(spec, input_len, tp, fig["tp_busbw_gbps"], fig["tp_latency_s"])
+    tp_s = _tp_seconds(spec, input_len * batch, tp, fig["tp_busbw_gbps"], fig["tp_latency_s"])
     if tp_s is None:
         out.update(seconds=None, binding=None, compute_s=cmp_s, memory_s=mem_s)
         return out
@@ -174,12 +191,12 @@ def ttft(spec: ModelSpec, job: ServeJob, fig: dict, input_len: int) -> dict:
 
 def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_len: int,
                 output_len: int, concurrency: int | None,
-                max_concurrency: int | None) -> dict:  # fmt: skip
+                max_concurrency: int | None, machines: int = 1) -> dict:  # fmt: skip
     """The speed section of one serving replica.  ``concurrency``: the sequences served at once
     (None = the most that fit); ``max_concurrency``: the most that fit (the ledger's KV pool,
     capped by max_num_seqs), None if unknown."""
     cards = [a.index for a in machine.accelerators][: job.parallel.tp * job.parallel.pp]
-    fig = inputs(machine, cards, fp8=job.dtype == "fp8")
+    fig = inputs(machine, cards, fp8=job.dtype == "fp8", tp=job.parallel.tp, machines=machines)
     conc = concurrency if concurrency is not None else max_concurrency
     out: dict = {
         "input_len": input_len,
@@ -197,12 +214,23 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     out["ttft"] = one
     single = step(spec, job, fig, 1, input_len, output_len)
     out["tpot_batch1_s"] = single["seconds"]
+
+    def rate(batch: int, st: dict) -> float | None:
+        """Output tokens/s: continuous batching (vllm) = batch / step; a static generate() batch
+        (hf) = batch x output / (the batch's prefill + output x step)."""
+        if st["seconds"] is None:
+            return None
+        if job.engine != "hf":
+            return batch / st["seconds"]
+        pre = ttft(spec, job, fig, input_len, batch)["seconds"]
+        return None if pre is None else batch * output_len / (pre + output_len * st["seconds"])
+
     if conc:
         st = step(spec, job, fig, conc, input_len, output_len)
         out["step"] = st
         out["tpot_s"] = st["seconds"]
         out["binding"] = st["binding"]
-        tps = None if st["seconds"] is None else conc / st["seconds"]
+        tps = rate(conc, st)
         out["output_tokens_per_s"] = tps
         out["requests_per_s"] = None if tps is None else tps / output_len
     else:
@@ -217,7 +245,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
                             else t1 + st["seconds"])  # fmt: skip
     if max_concurrency:
         st = step(spec, job, fig, max_concurrency, input_len, output_len)
-        tps = None if st["seconds"] is None else max_concurrency / st["seconds"]
+        tps = rate(max_concurrency, st)
         out["at_most_that_fit"] = {
             "concurrency": max_concurrency,
             "tpot_s": st["seconds"],
@@ -228,6 +256,10 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     else:
         out["at_most_that_fit"] = None
     missing = [f"{k}: {v.source}" for k, v in fig.items()
-               if hasattr(v, "unit") and v.value is None and not (k.startswith("tp_") and len(cards) == 1)]  # fmt: skip
+               if hasattr(v, "unit") and v.value is None and k != "tp_latency_s"
+               and not (k.startswith("tp_") and job.parallel.tp == 1)]  # fmt: skip
+    lat = fig.get("tp_latency_s")
+    if job.parallel.tp > 1 and lat is not None and lat.value is None:
+        out["lower_bound"] = f"{lat.source}: left out of the all-reduces, so times are lower bounds"
     out["unknown"] = missing
     return out

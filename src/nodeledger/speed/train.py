@@ -60,8 +60,12 @@ def flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
 
 
 def model_flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
-    """MFU numerator (PaLM appendix B, with causal attention): 3 x forward, no recomputation."""
+    """MFU numerator (PaLM appendix B, with causal attention): the FLOPs the job needs without
+    recomputation: 3 x forward; LoRA: forward + input gradients + the adapters' 6 N."""
     attn = W.attention_flops_prompt(spec, job.seq) / job.seq
+    if job.is_lora:
+        fwd = T.dense_flops_per_token(_matmul_params(spec)) + attn
+        return 2.0 * fwd + 6.0 * _trainable(spec, job)
     return T.train_flops_per_token(_matmul_params(spec), attn, "none")
 
 
@@ -110,7 +114,11 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
             grads, params, dp, job.shard if not job.is_lora else "none"
         )
         if machines > 1 and not crosses_tp:
-            dp_bw, _ = F.network_busbw(machine)
+            net, _ = F.network_busbw(machine)
+            rings = max(1, min(tp * pp, per_machine))  # DP rings crossing the same NICs at once
+            dp_bw = net if net.value is None or rings == 1 else F.Figure(
+                net.value / rings, "GB/s", f"{net.source}, shared by the {rings} data-parallel "
+                "rings (one per tp x pp position) that cross the machine boundary at once")  # fmt: skip
         else:
             dp_bw, _, _ = F.busbw(machine, "all_reduce", cards)
         out["inputs"]["dp_busbw_gbps"] = _fig(dp_bw)
@@ -129,6 +137,9 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
         one = T.collective_seconds("all_reduce", buf, tp, tp_bw.value, a)
         layers_here = -(-spec.num_layers // pp)
         tp_s = 4 * layers_here * one * job.grad_accum
+    if tp > 1 and (tp_alpha is None or tp_alpha.value is None):
+        out["lower_bound"] = ("per-hop latency of the tensor-parallel all-reduces unknown: left "
+                              "out, so the step time is a lower bound")  # fmt: skip
     dp_s = 0.0 if dp <= 1 else dp_bytes / (dp_bw.value * T.GBPS)
     hide = compute_s if job.shard in SHARDED else compute_s * 2 / 3
     dp_exposed = T.exposed_seconds(dp_s, hide)

@@ -36,6 +36,7 @@ from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.speed import figures as F
 from nodeledger.speed import hardware as H
+from nodeledger.speed import work as W
 from nodeledger.units import GB
 
 RATIO_TIERS = ((0.5, "fits"), (2.0, "tight"))
@@ -62,8 +63,14 @@ def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dic
     if tp == 1 and dp == 1:
         return None
     training = isinstance(job, TrainJob)
-    recompute = training and job.checkpointing == "full"
-    fl_token = comm.flops_per_token(spec.params_active(), training, recompute) / (tp * pp)
+    # the same FLOPs the speed model counts (speed/work.py, speed/train.py): body parameters
+    # (no embedding lookup), logits where computed, attention, recomputation, LoRA
+    if training:
+        from nodeledger.speed.train import flops_per_token as train_flops
+
+        fl_token = train_flops(spec, job) / (tp * pp)
+    else:
+        fl_token = 2.0 * W.body_params(spec) / (tp * pp)
     tp_b = comm.tp_bytes_per_token(spec.hidden_size, -(-spec.num_layers // pp), tp, 2, training)
     dp_b = dp_step = 0.0
     if training and dp > 1:
@@ -86,15 +93,25 @@ def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dic
         paths.append(("network" if crosses_dp else "card links", "data parallel", dp_b))
     return {"tp": tp, "pp": pp, "dp": dp, "training": training, "flops": fl_token,
             "paths": paths, "dp_step": dp_step, "cards": min(tp * pp * dp, per_machine),
-            "tp_bytes": tp_b}  # fmt: skip
+            "tp_bytes": tp_b, "dp_rings_sharing_nics": max(1, min(tp * pp, per_machine))}  # fmt: skip
 
 
-def _path_bw(machine: MachineProfile, resource: str, cards: int) -> tuple:
-    """(bus bandwidth Figure, upper-bound Figure or None) of a path."""
+def _path_bw(machine: MachineProfile, resource: str, what: str, t: dict) -> tuple:
+    """(bus bandwidth Figure, upper-bound Figure or None) of a path: tensor parallel over one
+    TP group's cards, data parallel over all the job's cards; across machines the NICs, shared
+    by the data-parallel rings that cross them at once."""
     if resource == "network":
         bw, _ = F.network_busbw(machine)
-        return bw, (F.network_busbw_ceiling(machine) if bw.value is None else None)
-    idx = [a.index for a in machine.accelerators][:cards]
+        ceil = F.network_busbw_ceiling(machine) if bw.value is None else None
+        rings = t["dp_rings_sharing_nics"] if what == "data parallel" else 1
+        if rings > 1:
+            share = f", shared by {rings} data-parallel rings crossing the machine boundary at once"
+            bw = bw if bw.value is None else F.Figure(bw.value / rings, "GB/s", bw.source + share)
+            if ceil is not None and ceil.value is not None:
+                ceil = F.Figure(ceil.value / rings, "GB/s", ceil.source + share)
+        return bw, ceil
+    n = min(t["tp"], t["cards"]) if what == "tensor parallel" else t["cards"]
+    idx = [a.index for a in machine.accelerators][:n]
     bw, _, _ = F.busbw(machine, "all_reduce", idx)
     return bw, None
 
@@ -111,7 +128,13 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
     first = machine.accelerators[0].product if machine.accelerators else None
     eff = H.efficiency("mfu_train" if training else "mfu_prefill", first)
     peak = F.card_peak(machine, [a.index for a in machine.accelerators][: t["cards"]])
-    bws = {r: _path_bw(machine, r, t["cards"]) for r in {r for r, _, _ in t["paths"]}}
+    bws: dict = {}
+    for r, what, _ in t["paths"]:  # a resource's slowest path prices all its traffic
+        f = _path_bw(machine, r, what, t)
+        cur = bws.get(r)
+        if cur is None or (cur[0].value is not None
+                           and (f[0].value is None or f[0].value < cur[0].value)):  # fmt: skip
+            bws[r] = f
     out = {
         "resource": resource,
         "tp": t["tp"],
@@ -249,10 +272,14 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
     )
     edges = ""
     if resource == "network" and not known_bw.get("network"):
-        eff_sock = H.efficiency("busbw_socket").value or 1.0
-        parts = [f"{RATIO_TIERS[-1][0] * g / 8 * eff_sock / need_per_tflops:,.1f} TFLOPS at {g} GbE"
-                 for g in ETHERNET_GBIT]  # fmt: skip
-        edges = "; cannot for any card faster than " + ", ".join(parts)
+        eff_sock = H.efficiency("busbw_socket").value
+        _, nic_kind = F.nic(machine)
+        if eff_sock is not None and nic_kind == "ethernet":
+            rings = t["dp_rings_sharing_nics"] if any(w == "data parallel" and r == "network"
+                                                      for r, w, _ in t["paths"]) else 1  # fmt: skip
+            parts = [f"{RATIO_TIERS[-1][0] * g / 8 * eff_sock / rings / need_per_tflops:,.1f} "
+                     f"TFLOPS at {g} GbE" for g in ETHERNET_GBIT]  # fmt: skip
+            edges = "; cannot for any card faster than " + ", ".join(parts)
     out.update(
         tier="unknown", ratio=None, bound=None,
         reason=f"{resource}{where}: {moves}; {need} to keep pace with compute; "
