@@ -296,8 +296,30 @@ def _render_speed(con, sp: dict | None) -> None:
         con.print(f"    to a second machine over the NIC: {_secs(t['seconds'])} ({t['source']}); at "
                   + ", ".join(f"{k} {_secs(v)}" for k, v in t["at_common_ethernet_s"].items()),
                   markup=False)  # fmt: skip
+
+    def brief(text: str, limit: int = 110) -> str:
+        return (
+            text if len(text) <= limit else text[: limit - 1].rstrip() + "… (--json: whole source)"
+        )
+
     for k, v in (sp.get("inputs") or {}).items():
         if isinstance(v, dict) and v.get("value") is not None:
-            con.print(f"    {k}: {v['value']:,.3g} {v['unit']} — {v['source']}", markup=False)
+            x = v["value"]
+            shown = (
+                f"{x:,.1f}".rstrip("0").rstrip(".")
+                if x >= 100
+                else (f"{x:,.2f}" if x >= 1 else f"{x:.3g}")
+            )
+            con.print(f"    {k}: {shown} {v['unit']} — {brief(v['source'])}", markup=False)
+    groups: dict[str, list[str]] = {}
     for u in sp.get("unknown") or []:
-        con.print(f"    unknown: {u}", markup=False)
+        name, _, why = u.partition(": ")
+        groups.setdefault(why, []).append(name)
+    for why, names in groups.items():
+        con.print(f"    unknown: {', '.join(names)} — {brief(why)}", markup=False)
+    if groups:
+        con.print("    (a profile file with the figures decides them: `nodeledger machine show "
+                  "PRESET --save FILE`, edit, then --machine FILE; `nodeledger bench "
+                  "--save-profile FILE` measures the links)", markup=False)  # fmt: skip
+    if sp.get("lower_bound"):
+        con.print(f"    lower bound: {sp['lower_bound']}", markup=False)

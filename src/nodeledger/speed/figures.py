@@ -176,19 +176,28 @@ def weakest_link(machine: MachineProfile, cards: list[int]) -> tuple[Figure, str
     return worst
 
 
-def measured_collective(machine: MachineProfile, op: str, cards: list[int]) -> Figure | None:
-    """A bench-measured bus bandwidth for ``op`` over the same number of cards (largest size)."""
-    found = [
+def measured_collective(machine: MachineProfile, op: str, cards: list[int],
+                        other_ops: bool = True) -> Figure | None:  # fmt: skip
+    """A bench-measured bus bandwidth for ``op`` over the same number of cards (largest size);
+    else, with ``other_ops``, one measured for another collective over them: bus bandwidth is
+    comparable across collectives by its definition (nccl-tests doc/PERFORMANCE.md)."""
+    same = [
         c
         for c in getattr(machine.interconnect, "collectives", []) or []
-        if c.op == op and len(c.cards) == len(cards) and c.busbw_gbps is not None
+        if len(c.cards) == len(cards) and c.busbw_gbps is not None
     ]
+    found = [c for c in same if c.op == op] or (same if other_ops else [])
     if not found:
         return None
     best = max(found, key=lambda c: c.size_bytes)
+    note = (
+        ""
+        if best.op == op
+        else f"; measured for {best.op}, bus bandwidth compares across collectives"
+    )
     return Figure(float(best.busbw_gbps), "GB/s",
-                  f"{best.source or 'measured'} ({op}, {len(best.cards)} cards, "
-                  f"{best.size_bytes / 2**20:,.0f} MiB)")  # fmt: skip
+                  f"{best.source or 'measured'} ({best.op}, {len(best.cards)} cards, "
+                  f"{best.size_bytes / 2**20:,.0f} MiB{note})")  # fmt: skip
 
 
 MESH_KINDS = ("xgmi", "hccs")  # all-pairs point-to-point fabrics: a ring uses n - 1 links per card
@@ -226,7 +235,8 @@ def busbw(machine: MachineProfile, op: str, cards: list[int],
     own = H.card(by[cards[0]].product) if cards and cards[0] in by else None
     alpha = link_latency(kind, (own or {}).get("card_link") if kind not in PCIE_KINDS else
                          (own or {}).get("host_link"))  # fmt: skip
-    m = measured_collective(machine, op, cards)
+    # NVLS lifts all-reduce alone: on such a box a measured all-reduce does not stand for others
+    m = measured_collective(machine, op, cards, other_ops=not _nvls(machine, cards, kind))
     if m is not None:
         return m, alpha, kind
     if link.value is None:

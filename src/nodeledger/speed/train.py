@@ -119,8 +119,9 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
             dp_bw = net if net.value is None or rings == 1 else F.Figure(
                 net.value / rings, "GB/s", f"{net.source}, shared by the {rings} data-parallel "
                 "rings (one per tp x pp position) that cross the machine boundary at once")  # fmt: skip
-        else:
-            dp_bw, _, _ = F.busbw(machine, "all_reduce", cards)
+        else:  # ZeRO-3 / FSDP gather and scatter (no NVLS); DDP, ZeRO-1/2 all-reduce
+            op = "all_gather" if job.shard in SHARDED and not job.is_lora else "all_reduce"
+            dp_bw, _, _ = F.busbw(machine, op, cards)
         out["inputs"]["dp_busbw_gbps"] = _fig(dp_bw)
         out["dp_bytes_per_step_per_card"] = dp_bytes
     unknown = [x for x in (peak, eff, tp_bw, dp_bw) if x is not None and x.value is None]

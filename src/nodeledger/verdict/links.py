@@ -93,7 +93,9 @@ def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dic
         paths.append(("network" if crosses_dp else "card links", "data parallel", dp_b))
     return {"tp": tp, "pp": pp, "dp": dp, "training": training, "flops": fl_token,
             "paths": paths, "dp_step": dp_step, "cards": min(tp * pp * dp, per_machine),
-            "tp_bytes": tp_b, "dp_rings_sharing_nics": max(1, min(tp * pp, per_machine))}  # fmt: skip
+            "tp_bytes": tp_b, "dp_rings_sharing_nics": max(1, min(tp * pp, per_machine)),
+            "dp_op": "all_gather" if training and not job.is_lora
+            and job.shard in ("zero3", "fsdp", "fsdp_hybrid") else "all_reduce"}  # fmt: skip
 
 
 def _path_bw(machine: MachineProfile, resource: str, what: str, t: dict) -> tuple:
@@ -112,7 +114,7 @@ def _path_bw(machine: MachineProfile, resource: str, what: str, t: dict) -> tupl
         return bw, ceil
     n = min(t["tp"], t["cards"]) if what == "tensor parallel" else t["cards"]
     idx = [a.index for a in machine.accelerators][:n]
-    bw, _, _ = F.busbw(machine, "all_reduce", idx)
+    bw, _, _ = F.busbw(machine, "all_reduce" if what == "tensor parallel" else t["dp_op"], idx)
     return bw, None
 
 
