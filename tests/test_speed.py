@@ -354,3 +354,21 @@ def test_measured_fabric_decides_in_box_rows_by_the_upper_bound(tmp_path):
     # without the measurement the same row names what would decide it
     lk0 = link_check(spec, build_job("train", {"dp": 8, "shard": "fsdp", "micro_batch": 4}), m)
     assert lk0["tier"] == "unknown" and "nodeledger bench" in lk0["reason"]
+
+
+def test_load_rows_time_the_cache_disk():
+    from nodeledger.machine.profile import Mount, Storage
+    from nodeledger.report.capacity import disk_resource
+
+    spec = load_model("qwen3-32b")[0]
+    job = build_job("load", {})
+    m = resolve_machine("k100-ai-8x64g")
+    assert disk_resource(spec, job, m)["tier"] == "unknown"  # no mount in the preset
+    nvme = m.model_copy(update={"storage": Storage(mounts=[Mount(path="/", kind="nvme")])})
+    r = disk_resource(spec, job, nvme)
+    assert r["tier"] == "fits" and "from / (nvme) in 9 s at 7.00 GB/s" in r["reason"]
+    measured = m.model_copy(update={"storage": Storage(mounts=[Mount(
+        path="/", kind="network", sequential_read_gbps=0.5,
+        sources={"sequential_read_gbps": "measured by bench, 2026-12-01"})])})  # fmt: skip
+    r = disk_resource(spec, job, measured)
+    assert "in 131 s at 0.50 GB/s (measured by bench, 2026-12-01)" in r["reason"]

@@ -29,12 +29,13 @@ from nodeledger.verdict.links import RATIO_TIERS, link_check
 
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
 ORDER = {"fits": 0, "unknown": 1, "tight": 2, "cannot": 3}
-RESOURCES = ("card memory", "host RAM", "card links", "network", "cards")
+RESOURCES = ("card memory", "host RAM", "card links", "network", "disk", "cards")
 CANNOT_ABOVE = {"card links": RATIO_TIERS[-1][0], "network": RATIO_TIERS[-1][0]}  # memory: 1
 UNDECIDED = {  # what would decide a resource left unknown
     "card links": "link bandwidth unknown: `nodeledger bench --save-profile FILE` measures it",
     "network": "NIC speed unknown: `nodeledger machine probe` reads it",
     "card memory": "card memory unknown: `nodeledger machine probe` reads it",
+    "disk": "the cache disk's read rate unknown: `nodeledger bench --save-profile FILE` measures it",
     "host RAM": "host RAM unknown: `nodeledger machine probe` reads it",
 }
 
@@ -156,6 +157,8 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
                 links["resource"], links["tier"], ratio, 1.0 if ratio else None, links["reason"]
             )
         )
+    if isinstance(job, LoadJob):
+        resources.append(disk_resource(spec, job, machine))
     if isinstance(job, TrainJob):
         row["model_state"] = model_state(lg)
     if need and need > len(machine.accelerators) - 1 and w.machines == 1:
@@ -191,6 +194,50 @@ def _speed(
     if isinstance(job, LoadJob):
         return None
     return job_speed(spec, job, machine, extras, machines)
+
+
+def _cache_mount(machine: MachineProfile):
+    """The mount holding the default Hugging Face cache (~/.cache/huggingface), else the root
+    mount: where a load reads its checkpoint from; None when the profile lists no mount."""
+    import os
+
+    mounts = machine.storage.mounts
+    if not mounts:
+        return None
+    cache = os.path.expanduser("~/.cache/huggingface")
+    inside = [m for m in mounts if cache == m.path or cache.startswith(m.path.rstrip("/") + "/")]
+    if inside:
+        return max(inside, key=lambda m: len(m.path))
+    return next((m for m in mounts if m.path == "/"), None)
+
+
+def disk_resource(spec: ModelSpec, job, machine: MachineProfile) -> dict:
+    """The time a load spends reading its checkpoint from the cache's disk (informational: the
+    field notes give no threshold for it, so the tier is "fits" once the time is known)."""
+    from nodeledger.speed import figures as F
+    from nodeledger.speed.work import decode_weight_bytes
+
+    size = decode_weight_bytes(spec, getattr(job, "dtype", None), 1)["checkpoint_bytes"]
+    m = _cache_mount(machine)
+    if m is None:
+        return _resource("disk", "unknown", None, None, "no mount in the profile: the "
+                         "checkpoint's read time is unknown")  # fmt: skip
+    if m.sequential_read_gbps:
+        rate, src = (
+            m.sequential_read_gbps,
+            (m.sources or {}).get("sequential_read_gbps", "measured"),
+        )
+    else:
+        f = F.mount_read(machine.model_copy(update={"storage": machine.storage.model_copy(
+            update={"mounts": []})}), m.kind)  # fmt: skip
+        rate, src = f.value, f.source
+    if rate is None:
+        return _resource("disk", "unknown", None, None, f"{m.path} ({m.kind}): read rate "
+                         "unknown")  # fmt: skip
+    secs = size / (rate * 1e9)
+    return _resource("disk", "fits", None, None,
+                     f"{size / 1e9:,.1f} GB from {m.path} ({m.kind}) in {secs:,.0f} s at "
+                     f"{rate:,.2f} GB/s ({src.split(' (')[0]})")  # fmt: skip
 
 
 STATE_ITEMS = ("parameters", "gradients", "optimizer states")
