@@ -25,7 +25,10 @@ from nodeledger.machine.parsers.common import ParseError, cpulist_count, cpulist
 HOSTILE = ["²", "0x10", "0x10%", "1e400", "1e400W", "NaN", "nan%", "inf", "-1", "-1%", "٣", "...",
            ".", "", ",", "N/A", "(16)", "0-99999999999", "0-1048577", "9" * 5000, "x" * 200_000,
            "9" * 200_000, '"' * 3, "{" * 50_000, "[" * 50_000 + "]" * 50_000]  # fmt: skip
-SIGNED_KINDS = {"nvidia-smi-csv"}  # keeps any column's number as printed, a sign included
+SIGNED_KINDS = {
+    "nvidia-smi-csv",
+    "vllm-log",
+}  # numbers kept as printed, a sign included (vLLM prints a negative KV pool when start-up fails)
 
 
 def _corpus() -> dict[str, list[str]]:

@@ -31,7 +31,8 @@ from nodeledger.errors import NodeledgerError
 
 REAL = SHARED / "fixtures" / "real"
 EXPECTED = Path(__file__).resolve().parent / "expected"
-ROOTS = {"shared": REAL, "local": FIXTURES}
+ENGINE_LOGS = Path(__file__).resolve().parents[1] / "benchmarks" / "engines" / "logs"
+ROOTS = {"shared": REAL, "local": FIXTURES, "engines": ENGINE_LOGS}
 
 OOM = "oom-log"  # nodeledger.triage.report.parse_text
 NCCL = "nccl-tests"  # parse_nccl_tests
@@ -175,7 +176,15 @@ COVERED = {
     "shared": ["nvidia-topo", "nvidia-smi-table", "nvidia-query", "numa", "rocm", "dcu", "ascend",
                "oom-kernel", "oom-accel", "nccl-tests"],
     "local": ["h200", "amd", "ascend", "doctor", "oom"],
+    "engines": [],  # benchmarks/engines/logs: every file, each named <engine>-...txt
 }  # fmt: skip
+WHOLE_ROOT_FLAT = {"engines"}
+
+# serving-engine start-up logs (benchmarks/engines/cases.toml gives each one's source)
+FIXTURE_KINDS.update({
+    f"engines/{p.name}": ("sglang-log" if p.name.startswith("sglang") else "vllm-log")
+    for p in sorted(ENGINE_LOGS.glob("*.txt"))
+})  # fmt: skip
 
 # not tool outputs: where the fixtures come from
 NOT_TOOL_OUTPUT = {
@@ -290,6 +299,8 @@ def test_every_fixture_is_mapped(root):
         pytest.skip(f"{root} fixtures absent at {base}")
     known = set(FIXTURE_KINDS) | NOT_TOOL_OUTPUT | set(NO_PARSER)
     present: set[str] = set()
+    if root in WHOLE_ROOT_FLAT:
+        present = {f"{root}/{p.name}" for p in base.iterdir() if p.is_file()}
     if root in WHOLE_ROOT:
         present = {f"{root}/{p.name}" for p in base.iterdir() if p.is_file()}
         folders = sorted(p.name for p in base.iterdir() if p.is_dir())

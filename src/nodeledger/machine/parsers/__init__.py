@@ -1,4 +1,4 @@
-"""Pure parsers of recorded vendor-tool and OS outputs (text in, typed data out)."""
+"""Pure parsers of recorded vendor-tool, OS and serving-engine outputs (text in, typed data out)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from nodeledger.errors import InputError
-from nodeledger.machine.parsers import amd_smi, npu_smi, numa, nvidia_smi, nvidia_topo
+from nodeledger.machine.parsers import amd_smi, engine_log, npu_smi, numa, nvidia_smi, nvidia_topo
 from nodeledger.machine.parsers.common import ParseError, strip_launcher_prefix
 
 
@@ -85,6 +85,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "npu-smi-topo": _npu_topo,
     "numactl": lambda text: _plain(numa.parse_numactl(text)),
     "lscpu": lambda text: _plain(numa.parse_lscpu(text)),
+    "vllm-log": engine_log.parse_vllm_log,
+    "sglang-log": engine_log.parse_sglang_log,
 }
 
 
