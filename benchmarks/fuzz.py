@@ -131,7 +131,7 @@ def bad_numbers(obj, path: str = "") -> list[str]:
 
 # kinds whose output may hold negative numbers on purpose: nvidia-smi-csv keeps any column's
 # number as printed (a column it does not know, e.g. a temperature offset)
-SIGNED_KINDS = {"nvidia-smi-csv"}
+SIGNED_KINDS = {"nvidia-smi-csv", "vllm-log"}  # numbers kept as printed, a sign included
 
 
 def check_one(kind: str, text: str) -> tuple[str, float, str]:

@@ -41,6 +41,11 @@ from nodeledger.errors import NodeledgerError
     show_default=True,
     help="Cards --search keeps free for triage (default 1).",
 )
+@click.option(
+    "--from-engine-log",
+    "engine_log",
+    help="A vLLM start-up log of this job: set the engine's figures beside the ledger's, term by term.",
+)
 @online_option
 @json_option
 @job_options
@@ -50,6 +55,7 @@ def fit_cmd(
     machine=None,
     search=False,
     lifeboat=1,
+    engine_log=None,
     online=False,
     as_json=False,
     **job_opts,
@@ -58,6 +64,9 @@ def fit_cmd(
     opts = job_opts
     if lifeboat != 1 and not search:
         raise NodeledgerError("--lifeboat applies to --search")
+    reported = _read_engine_log(engine_log) if engine_log else None
+    if reported is not None and (job != "serve" or (opts.get("engine") or "hf") != "vllm"):
+        raise NodeledgerError("--from-engine-log applies to --job serve --engine vllm")
     from nodeledger.ledger.jobs import build_job
     from nodeledger.machine import resolve_machine
     from nodeledger.model import load_model
@@ -73,10 +82,31 @@ def fit_cmd(
     data["speed"] = job_speed(spec, job_obj, profile, result.ledger.extras)
     if search:
         data["search"] = _search(spec, job_obj, profile, lifeboat)
+    if reported is not None:
+        from nodeledger.verdict.engine_check import engine_check
+
+        data["engine_check"] = engine_check(result.ledger, job_obj, reported)
     if as_json:
         print_json(data)
         return
     _render_fit(data)
+
+
+def _read_engine_log(path: str) -> dict[str, Any]:
+    """The engine's figures from its log (bounded read, one line on a bad file)."""
+    from nodeledger.files import check_user_file, read_stdin
+    from nodeledger.machine.parsers import parse_kind
+
+    try:
+        if path == "-":
+            text = read_stdin("engine log")
+        else:
+            check_user_file(path, "engine log")
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise NodeledgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_kind("vllm-log", text)
 
 
 def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
@@ -210,6 +240,7 @@ def _render_fit(d: dict[str, Any]) -> None:
     for s in v["suggestions"]:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
     _render_speed(con, d.get("speed"))
+    _render_engine_check(con, d.get("engine_check"))
     for n in d["notes"]:
         con.print(f"  note: {n}", markup=False)
     if "search" in d:
@@ -323,3 +354,31 @@ def _render_speed(con, sp: dict | None) -> None:
                   "--save-profile FILE` measures the links)", markup=False)  # fmt: skip
     if sp.get("lower_bound"):
         con.print(f"    lower bound: {sp['lower_bound']}", markup=False)
+
+
+def _render_engine_check(con, ec: dict | None) -> None:
+    """The engine's start-up figures beside the ledger's, per card."""
+    if not ec:
+        return
+    from rich.table import Table
+
+    t = Table(
+        title=f"The engine's start-up log beside the ledger (vLLM {ec.get('version') or 'version not printed'}, per card)"
+    )
+    for c in ("term", "engine printed", "ledger", "difference"):
+        t.add_column(c)
+    for r in ec["rows"]:
+
+        def cell(x, unit=r["unit"]):
+            if x is None:
+                return "not printed" if unit else "unknown"
+            return f"{x:,.0f} {unit}" if unit == "tokens" else f"{x:,.2f} {unit}"
+
+        diff = "" if r["difference"] is None else (
+            cell(r["difference"]) + ("" if r["relative"] is None else f" ({100 * r['relative']:+.0f} %)"))  # fmt: skip
+        t.add_row(r["what"], cell(r["engine"]), cell(r["ledger"]), diff)
+    con.print(t)
+    for line in ec["launch_differences"]:
+        con.print(f"  launch: {line}", markup=False)
+    if ec.get("look_first"):
+        con.print(f"  look first at the {ec['look_first']}", markup=False)

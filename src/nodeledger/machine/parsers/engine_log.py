@@ -40,8 +40,10 @@ from typing import Any
 
 from nodeledger.machine.parsers.common import ParseError
 
-_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
-_SNUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"  # figures vLLM can print negative (a failed start-up)
+# at most 16 digits / separators before the point and 8 after: every figure an engine prints
+# fits, and a number from a garbled line stays a sane JSON number
+_NUM = r"([0-9][0-9,]{0,15}(?:\.[0-9]{1,8})?)(?![0-9])"
+_SNUM = r"(-?[0-9][0-9,]{0,15}(?:\.[0-9]{1,8})?)(?![0-9])"  # figures vLLM can print negative (a failed start-up)
 
 
 def _f(text: str) -> float:
