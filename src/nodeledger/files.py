@@ -52,3 +52,16 @@ def read_stdin(what: str, limit: int = USER_FILE_LIMIT) -> str:
     if len(text) > limit:
         raise InputError(f"standard input: more than {limit // MiB} MiB, larger than any {what}")
     return text
+
+
+def read_user_text(path: str, what: str, limit: int = USER_FILE_LIMIT) -> str:
+    """The text of a user-named file (``-``: standard input), checked and bounded as above; a
+    file that cannot be read is InputError naming it and why."""
+    if path == "-":
+        return read_stdin(what, limit)
+    check_user_file(path, what, limit)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit + 1)[:limit]
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -94,19 +94,10 @@ def fit_cmd(
 
 def _read_engine_log(path: str) -> dict[str, Any]:
     """The engine's figures from its log (bounded read, one line on a bad file)."""
-    from nodeledger.files import check_user_file, read_stdin
+    from nodeledger.files import read_user_text
     from nodeledger.machine.parsers import parse_kind
 
-    try:
-        if path == "-":
-            text = read_stdin("engine log")
-        else:
-            check_user_file(path, "engine log")
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-    except OSError as exc:
-        raise NodeledgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_kind("vllm-log", text)
+    return parse_kind("vllm-log", read_user_text(path, "engine log"))
 
 
 def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from nodeledger.cli.common import (
 )
 from nodeledger.cli.options import json_option, tool_timeout_option
 from nodeledger.errors import NodeledgerError
-from nodeledger.files import check_user_file, read_stdin
+from nodeledger.files import read_user_text
 
 
 @click.group(
@@ -277,16 +277,7 @@ def parse_cmd(kind, file, as_json=False) -> None:
     """Explain one recorded tool output (parsed field by field)."""
     from nodeledger.machine.parsers import parse_kind
 
-    try:
-        if file == "-":
-            text = read_stdin("recorded tool output")
-        else:
-            check_user_file(file, "recorded tool output")
-            with open(file, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-    except OSError as exc:
-        raise NodeledgerError(f"{file}: cannot read: {exc.strerror or exc}") from None
-    data = parse_kind(kind, text)
+    data = parse_kind(kind, read_user_text(file, "recorded tool output"))
     if as_json:
         print_json(data)
         return
