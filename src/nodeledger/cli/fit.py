@@ -97,7 +97,7 @@ def _read_engine_log(path: str) -> dict[str, Any]:
     from nodeledger.files import read_user_text
     from nodeledger.machine.parsers import parse_kind
 
-    return parse_kind("vllm-log", read_user_text(path, "engine log"))
+    return parse_kind("vllm-log", read_user_text(path, "vLLM start-up log"))
 
 
 def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
