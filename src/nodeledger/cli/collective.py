@@ -94,15 +94,18 @@ def parse_cards(text: str | None, have: list[int]) -> list[int] | None:
     show_default=True,
     help="Identical machines the collective spans (through their NICs).",
 )
+@click.option("--machine", "machine_opt", help="Same as MACHINE (as the other commands spell it).")
 @json_option
 def collective_cmd(machine=None, op="all_reduce", size="256M", cards=None, machines=1,
-                   as_json=False) -> None:  # fmt: skip
+                   machine_opt=None, as_json=False) -> None:  # fmt: skip
     """Time of one collective: algbw_gbps, busbw_gbps (nccl-tests definitions) and seconds, from
     measured figures (bench --save-profile) or the links and the hardware data."""
     from nodeledger.machine import resolve_machine
     from nodeledger.speed.collective import estimate
 
-    profile = resolve_machine(machine)
+    if machine and machine_opt and machine != machine_opt:
+        raise NodeledgerError(f"two machines named: {machine!r} and --machine {machine_opt!r}")
+    profile = resolve_machine(machine or machine_opt)
     have = [a.index for a in profile.accelerators]
     if not have:
         raise NodeledgerError(f"{profile.name}: no accelerator in the profile: nothing to time")
