@@ -91,3 +91,51 @@ def test_fit_from_engine_log_names_the_term_to_look_at(tmp_path):
     assert any("max_model_len=8192" in x for x in wrong["engine_check"]["launch_differences"])
     p = run_cli("fit", "llama-3.1-8b", "--from-engine-log", str(log))
     assert p.returncode == 2 and "--engine vllm" in p.stderr
+
+
+def test_the_last_startup_wins_and_overrides_are_not_blocks():
+    restart = (
+        "INFO 01-01 00:00:00 api_server.py:1] vLLM API server version 0.7.1\n"
+        "INFO 01-01 00:00:01 model_runner.py:1] Loading model weights took 65.0 GB\n"
+        "INFO 01-01 00:00:02 executor_base.py:1] # CUDA blocks: 100, # CPU blocks: 10\n"
+        "INFO 01-01 00:10:00 api_server.py:1] vLLM API server version 0.7.1\n"
+        "INFO 01-01 00:10:01 model_runner.py:1] Loading model weights took 15.0 GB\n"
+        "INFO 01-01 00:10:02 gpu_model_runner.py:1] Overriding num_gpu_blocks=0 with num_gpu_blocks_override=512\n"
+    )
+    d = parse_kind("vllm-log", restart)
+    assert d["weights_gib"] == 15.0 and "gpu_blocks" not in d
+    assert any("2 start-ups" in n for n in d["notes"])
+    # unprefixed lines (a pasted excerpt) join into one record: the last match in it counts
+    pasted = ("Loading model weights took 10 GB\nthe rest of the memory reserved for KV Cache is 1GiB.\n"
+              "Loading model weights took 20 GB\nthe rest of the memory reserved for KV Cache is 2GiB.\n")  # fmt: skip
+    d = parse_kind("vllm-log", pasted)
+    assert d["weights_gib"] == 20.0 and d["kv_cache_gib"] == 2.0
+
+
+def test_launch_arguments_from_dicts_and_command_lines():
+    text = (
+        "$ vllm serve Qwen/Qwen3-8B --tensor-parallel-size 4 --gpu-memory-utilization 0.95 "
+        "--max-num-batched-tokens 1024 --max-model-len 16384\n"
+        "(APIServer pid=1) INFO 10-14 19:22:10 [utils.py:233] non-default args: {'model': 'x', "
+        "'dtype': 'float16', 'quantization': 'compressed-tensors', 'max_num_seqs': 128}\n"
+        "(Worker_TP3 pid=9) INFO 10-14 19:25:50 [gpu_worker.py:298] Available KV cache memory: 4.75 GiB\n"
+    )
+    cfg = parse_kind("vllm-log", text)["config"]
+    assert cfg["tensor_parallel_size"] == 4 and cfg["gpu_memory_utilization"] == 0.95
+    assert cfg["max_num_batched_tokens"] == 1024 and cfg["max_model_len"] == 16384
+    assert cfg["dtype"] == "float16" and cfg["quantization"] == "compressed-tensors"
+    assert cfg["max_num_seqs"] == 128
+
+
+def test_long_garbled_logs_stay_fast():
+    import time
+
+    for kind, text in (("vllm-log", "7" * 2_000_000 + " GiB for peak activation\n"),
+                       ("sglang-log", "INFO KV Cache is allocated. " * 70_000 + "\n"),
+                       ("sglang-log", "Load weight end. type=X, avail mem=63.90 GB\n" * 50_000)):  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            parse_kind(kind, text)
+        except ParseError:
+            pass
+        assert time.perf_counter() - t0 < 3.0, kind

@@ -87,9 +87,13 @@ def predict(case: dict, reported: dict) -> dict:
     tokens = ex.get("kv_pool_tokens")
     return {
         "weights_gib": weights / GiB,
-        "kv_cache_gib": (ex.get("kv_pool_bytes") or 0) / GiB,
+        "kv_cache_gib": None
+        if ex.get("kv_pool_unclamped_bytes") is None
+        else ex["kv_pool_unclamped_bytes"] / GiB,
         "kv_tokens": tokens,
-        "max_concurrency": None if tokens is None else tokens / ctx,
+        "max_concurrency": None
+        if tokens is None
+        else tokens / (reported.get("max_concurrency_tokens_per_request") or ctx),
         "card_total": where,
     }
 

@@ -62,6 +62,9 @@ def read_user_text(path: str, what: str, limit: int = USER_FILE_LIMIT) -> str:
     check_user_file(path, what, limit)
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(limit + 1)[:limit]
+            text = fh.read(limit + 1)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(text) > limit:  # it grew after the size check (a live log)
+        raise InputError(f"{path}: more than {limit // MiB} MiB, larger than any {what}")
+    return text

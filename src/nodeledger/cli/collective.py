@@ -132,8 +132,12 @@ def collective_cmd(machine=None, op="all_reduce", size="256M", cards=None, machi
         con.print("  one rank: nothing moves")
         return
     at_least = "at least " if d.get("seconds_is_lower_bound") else ""
-    con.print(f"  seconds: {at_least}{d['seconds'] * 1e3:,.3f} ms ({d['algorithm']}; ring "
-              f"{d['ring_seconds'] * 1e3:,.3f} ms, tree {d['tree_seconds'] * 1e3:,.3f} ms)")  # fmt: skip
+
+    def t(x: float) -> str:
+        return f"{x * 1e3:,.3f} ms" if x >= 1e-3 else f"{x * 1e6:,.3g} us"
+
+    con.print(f"  seconds: {at_least}{t(d['seconds'])} ({d['algorithm']}; ring "
+              f"{t(d['ring_seconds'])}, tree {t(d['tree_seconds'])})")  # fmt: skip
     con.print(f"  algbw_gbps: {d['algbw_gbps']:,.2f} GB/s; busbw_gbps: {d['busbw_gbps']:,.2f} GB/s "
               f"(algbw x {d['bus_factor']:.3f}, nccl-tests doc/PERFORMANCE.md)")  # fmt: skip
     con.print(f"  binding: {d['reason']}", markup=False)

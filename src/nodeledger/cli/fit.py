@@ -64,7 +64,7 @@ def fit_cmd(
     opts = job_opts
     if lifeboat != 1 and not search:
         raise NodeledgerError("--lifeboat applies to --search")
-    reported = _read_engine_log(engine_log) if engine_log else None
+    reported = _read_engine_log(engine_log) if engine_log is not None else None
     if reported is not None and (job != "serve" or (opts.get("engine") or "hf") != "vllm"):
         raise NodeledgerError("--from-engine-log applies to --job serve --engine vllm")
     from nodeledger.ledger.jobs import build_job
@@ -85,7 +85,7 @@ def fit_cmd(
     if reported is not None:
         from nodeledger.verdict.engine_check import engine_check
 
-        data["engine_check"] = engine_check(result.ledger, job_obj, reported)
+        data["engine_check"] = engine_check(result.ledger, job_obj, reported, spec)
     if as_json:
         print_json(data)
         return
@@ -360,15 +360,18 @@ def _render_engine_check(con, ec: dict | None) -> None:
         t.add_column(c)
     for r in ec["rows"]:
 
-        def cell(x, unit=r["unit"]):
+        def cell(x, unit=r["unit"], missing="unknown"):
             if x is None:
-                return "not printed" if unit else "unknown"
+                return missing
             return f"{x:,.0f} {unit}" if unit == "tokens" else f"{x:,.2f} {unit}"
 
         diff = "" if r["difference"] is None else (
             cell(r["difference"]) + ("" if r["relative"] is None else f" ({100 * r['relative']:+.0f} %)"))  # fmt: skip
-        t.add_row(r["what"], cell(r["engine"]), cell(r["ledger"]), diff)
+        t.add_row(r["what"], cell(r["engine"], missing="not printed"), cell(r["ledger"]), diff)
     con.print(t)
+    for r in ec["rows"]:
+        if r.get("note"):
+            con.print(f"  {r['what']}: {r['note']}", markup=False)
     for line in ec["launch_differences"]:
         con.print(f"  launch: {line}", markup=False)
     if ec.get("look_first"):

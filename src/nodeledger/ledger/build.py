@@ -400,6 +400,7 @@ def _vllm_card(
     # a pool below zero is no pool: 0 B, and the shortfall below says by how much it missed
     extras = {
         "kv_pool_bytes": None if kv_pool is None else max(kv_pool, 0),
+        "kv_pool_unclamped_bytes": kv_pool,  # below zero: by how much the budget is overdrawn
         "kv_bytes_per_token_per_card": round(kv_per_token),
     }
     if kv_pool is not None and kv_per_token > 0:

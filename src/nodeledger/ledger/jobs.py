@@ -235,6 +235,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("engine", str, "serve", " | ".join(ENGINES)),
     JobOption("gpu_memory_utilization", float, "serve", "vLLM budget fraction (default 0.9).", engine="vllm"),
     JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step (default 8192).", engine="vllm"),
+    JobOption("max_num_seqs", int, "serve", "vLLM sequences per step (default 256).", engine="vllm"),
     JobOption("micro_batch", int, "train", "Sequences per micro-batch per rank."),
     JobOption("seq", int, "train", "Training sequence length."),
     JobOption("grad_accum", int, "train", "Gradient accumulation steps."),
@@ -333,6 +334,7 @@ def build_job(kind: str, o: dict):
             parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
             gpu_memory_utilization=pick.get("gpu_memory_utilization", 0.9),
             max_num_batched_tokens=pick.get("max_num_batched_tokens", 8192),
+            max_num_seqs=pick.get("max_num_seqs", 256),
         )  # fmt: skip
     if kind == "load":
         return LoadJob(dtype=pick.get("dtype"), format=pick.get("load_format", "safetensors"),

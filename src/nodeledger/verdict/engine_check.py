@@ -21,21 +21,27 @@ def _item(card, prefix: str) -> int:
     return sum(i.bytes for i in card.items if i.name.startswith(prefix))
 
 
-def ledger_terms(ledger, job) -> dict:
-    """The vLLM ledger's per-card terms in GiB (None where the ledger does not know them)."""
+def ledger_terms(ledger, job, tokens_per_request: int | None = None) -> dict:
+    """The vLLM ledger's per-card terms in GiB (None where the ledger does not know them).
+    Non-torch leaves the CUDA-graph pool out: vLLM captures graphs after sizing the KV cache and
+    prints them apart ("Graph capturing finished ... took"), so its row is compared alone."""
     card = ledger.cards[0]
     ex = ledger.extras
-    non_torch = sum(i.bytes for i in card.items if not i.torch)
+    graphs = _item(card, "CUDA graph pool")
+    non_torch = sum(i.bytes for i in card.items if not i.torch) - graphs
     cap = card.capacity_bytes
+    pool = ex.get("kv_pool_unclamped_bytes", ex.get("kv_pool_bytes"))
+    per_request = tokens_per_request or job.context
     return {
         "total_gpu_memory_gib": None if cap is None else cap / GiB,
         "budget_gib": None if cap is None else cap * job.gpu_memory_utilization / GiB,
         "weights_gib": _item(card, "weights") / GiB,
         "activation_peak_gib": sum(_item(card, p) for p in ACTIVATION_ITEMS) / GiB,
         "non_torch_gib": non_torch / GiB,
-        "kv_cache_gib": None if ex.get("kv_pool_bytes") is None else ex["kv_pool_bytes"] / GiB,
+        "cuda_graph_gib": graphs / GiB,
+        "kv_cache_gib": None if pool is None else pool / GiB,
         "kv_tokens": ex.get("kv_pool_tokens"),
-        "max_concurrency": None if ex.get("kv_pool_tokens") is None else ex["kv_pool_tokens"] / job.context,
+        "max_concurrency": None if ex.get("kv_pool_tokens") is None else ex["kv_pool_tokens"] / per_request,
     }  # fmt: skip
 
 
@@ -45,6 +51,7 @@ TERMS = (
     ("weights_gib", "weights", "GiB"),
     ("activation_peak_gib", "activation peak of the profile run", "GiB"),
     ("non_torch_gib", "non-torch memory charged to the budget", "GiB"),
+    ("cuda_graph_gib", "CUDA graphs (captured after the KV pool)", "GiB"),
     ("kv_cache_gib", "KV-cache pool", "GiB"),
     ("kv_tokens", "KV-cache pool", "tokens"),
     ("max_concurrency", "maximum concurrency at the context", "x"),
@@ -60,36 +67,54 @@ def _launch_differences(reported: dict, job) -> list[str]:
         ("tensor_parallel_size", job.parallel.tp, "--tp"),
         ("pipeline_parallel_size", job.parallel.pp, "--pp"),
         ("max_model_len", job.context, "--context"),
-        ("max_num_seqs", job.max_num_seqs, "max_num_seqs"),
+        ("max_num_seqs", job.max_num_seqs, "--max-num-seqs"),
         ("max_num_batched_tokens", job.max_num_batched_tokens, "--max-num-batched-tokens"),
     )
     for key, ours, flag in checks:
         if key in cfg and cfg[key] != ours:
             out.append(f"the engine ran {key}={cfg[key]}, the job says {flag} {ours}")
     util = reported.get("gpu_memory_utilization")
+    if util is None:
+        util = cfg.get("gpu_memory_utilization")
     if util is not None and abs(util - job.gpu_memory_utilization) > 1e-6:
         out.append(f"the engine ran gpu_memory_utilization={util:g}, the job says "
                    f"--gpu-memory-utilization {job.gpu_memory_utilization:g}")  # fmt: skip
+    if cfg.get("enforce_eager") is True and job.cuda_graphs:
+        out.append("the engine ran enforce_eager (no CUDA graphs); the ledger counts a graph pool")
+    at_least = cfg.get("tensor_parallel_size_at_least")
+    if at_least and job.parallel.tp < at_least:
+        out.append(f"the log shows ranks up to TP{at_least - 1}: at least --tp {at_least}")
     return out
 
 
-def engine_check(ledger, job, reported: dict) -> dict:
-    """Rows (term, engine, ledger, difference), launch differences, the term to look at first."""
-    ours = ledger_terms(ledger, job)
+def engine_check(ledger, job, reported: dict, spec=None) -> dict:
+    """Rows (term, engine, ledger, difference), launch differences, the term to look at first.
+    ``spec``: the model, to say when vLLM's concurrency counts sliding-window layers apart."""
+    per_request = reported.get("max_concurrency_tokens_per_request")
+    ours = ledger_terms(ledger, job, per_request)
     rows = []
     for key, what, unit in TERMS:
         e, n = reported.get(key), ours.get(key)
+        note = None
         if key == "weights_gib" and e is None:
             e = reported.get("profile_weights_gib")
+        if key == "cuda_graph_gib" and e is None:
+            e = reported.get("cudagraph_budget_gib")
         if key == "kv_tokens" and e is None and reported.get("gpu_blocks") is not None:
-            e = reported["gpu_blocks"] * job.block_size  # the blocks times the job's block size
+            e = reported["gpu_blocks"] * job.block_size
+            note = f"the engine printed {reported['gpu_blocks']:,} blocks; x {job.block_size} tokens per block"
+        if key == "max_concurrency" and per_request:
+            what = f"maximum concurrency at {per_request:,} tokens per request (as the engine printed it)"
+            if spec is not None and any(layer.kind == "sliding" for layer in spec.attention):
+                note = ("vLLM V1 counts blocks per request per KV group: sliding-window layers hold "
+                        "fewer, which the ledger's tokens / context does not model")  # fmt: skip
         diff = None if e is None or n is None else n - e
         rows.append({"term": key, "what": what, "unit": unit, "engine": e, "ledger": n,
-                     "difference": diff,
+                     "difference": diff, "note": note,
                      "relative": None if diff is None or not e else diff / abs(e)})  # fmt: skip
     parts = [r for r in rows if r["term"] in PARTS and r["difference"] is not None]
-    # budget: more budget = more pool; the others: more memory = less pool
     first = max(parts, key=lambda r: abs(r["difference"]), default=None)
+    pool = next(r for r in rows if r["term"] == "kv_cache_gib")
     out = {
         "engine": reported.get("engine"),
         "version": reported.get("version"),
@@ -97,10 +122,21 @@ def engine_check(ledger, job, reported: dict) -> dict:
         "launch_differences": _launch_differences(reported, job),
         "look_first": None,
     }
-    if first is not None:
+    if first is not None and abs(first["difference"]) >= 0.01:
         sign = "more" if first["difference"] > 0 else "less"
         out["look_first"] = (
             f"{first['what']}: the ledger counts {abs(first['difference']):.2f} GiB {sign} than "
             f"the engine ({first['ledger']:.2f} vs {first['engine']:.2f} GiB per card)"
+        )
+    explained = sum(abs(r["difference"]) for r in parts)
+    if (
+        pool["difference"] is not None
+        and abs(pool["difference"]) >= 0.05
+        and (explained < 0.5 * abs(pool["difference"]))
+    ):
+        out["look_first"] = (
+            f"KV-cache pool: {pool['ledger']:.2f} vs {pool['engine']:.2f} GiB per card, and the "
+            "terms the log prints do not explain it: the card total or the budget (not printed "
+            "here) differs — check --machine (the card) and --gpu-memory-utilization"
         )
     return out

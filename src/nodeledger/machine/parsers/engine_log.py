@@ -54,75 +54,109 @@ def _i(text: str) -> int:
     return int(float(text.replace(",", "")))
 
 
-VLLM_PATTERNS: list[tuple[str, re.Pattern, Any]] = [
-    ("weights_gib", re.compile(r"Loading model weights took " + _NUM + r" ?(GiB|GB)"), _f),
-    ("weights_gib", re.compile(r"Model loading took " + _NUM + r" ?(GiB|GB)"), _f),
-    ("gpu_blocks", re.compile(r"(?<![A-Za-z])(?:GPU|CUDA|ROCM|XPU|HPU|NPU|TPU|neuron) blocks: " + _NUM, re.I), _i),
-    ("cpu_blocks", re.compile(r"# CPU blocks: " + _NUM), _i),
-    ("gpu_blocks", re.compile(r"num_gpu_blocks(?:_override)?\s*(?:is:?|=|:)\s*" + _NUM), _i),
-    ("total_gpu_memory_gib", re.compile(r"total_gpu_memory[ =(]+" + _NUM + r" ?GiB"), _f),
-    ("gpu_memory_utilization", re.compile(r"gpu_memory_utilization[ =(]+" + _NUM + r"\)?"), _f),
-    ("budget_gib", re.compile(r"gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r" ?GiB"), None),
-    ("profile_weights_gib", re.compile(r"model weights take\s+" + _NUM + r" ?GiB"), _f),
-    ("non_torch_gib", re.compile(r"non_torch_memory(?:\s+takes\s+|\s*=\s*|\s+)" + _NUM + r" ?GiB"), _f),
-    ("activation_peak_gib", re.compile(r"PyTorch activation peak memory(?:\s+takes)?\s+" + _NUM + r" ?GiB"), _f),
-    ("peak_torch_memory_gib", re.compile(r"peak_torch_memory=" + _NUM + r" ?GiB"), _f),
-    ("kv_cache_gib", re.compile(r"reserved for KV Cache is " + _SNUM + r" ?GiB"), _f),
-    ("kv_cache_gib", re.compile(r"kv_cache_size=" + _SNUM + r" ?GiB"), _f),
-    ("kv_cache_gib", re.compile(r"Available KV cache memory: " + _SNUM + r" ?GiB"), _f),
-    ("kv_cache_gib", re.compile(r"available_kv_cache_memory\s+" + _SNUM + r" ?GiB"), _f),
-    ("kv_tokens", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), _i),
-    ("kv_tokens", re.compile(r"number of tokens that can be stored in KV cache \(" + _NUM + r"\)"), _i),
+# (key, needle, pattern, conversion): a pattern runs only on a record that holds its needle (a
+# plain substring test), so a long or garbled log stays linear and fast
+VLLM_PATTERNS: list[tuple[str, str, re.Pattern, Any]] = [
+    ("weights_gib", "Loading model weights took", re.compile(r"Loading model weights took " + _NUM + r" ?(GiB|GB)"), _f),
+    ("weights_gib", "Model loading took", re.compile(r"Model loading took " + _NUM + r" ?(GiB|GB)"), _f),
+    ("gpu_blocks", "blocks: ", re.compile(r"(?<![A-Za-z])(?:GPU|CUDA|ROCM|XPU|HPU|NPU|TPU|neuron) blocks: " + _NUM, re.I), _i),
+    ("cpu_blocks", "# CPU blocks", re.compile(r"# CPU blocks: " + _NUM), _i),
+    ("gpu_blocks", "num_gpu_blocks is", re.compile(r"num_gpu_blocks is:?\s*" + _NUM), _i),
+    ("total_gpu_memory_gib", "total_gpu_memory", re.compile(r"total_gpu_memory[ =(]+" + _NUM + r" ?GiB"), _f),
+    ("gpu_memory_utilization", "gpu_memory_utilization", re.compile(r"gpu_memory_utilization'?[ =(:]+" + _NUM + r"\)?"), _f),
+    ("budget_gib", "gpu_memory_utilization (", re.compile(r"gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r" ?GiB"), None),
+    ("budget_gib", "instance can use", re.compile(r"the current vLLM instance can use\s+" + _NUM + r" ?GiB"), "budget_only"),
+    ("profile_weights_gib", "model weights take", re.compile(r"model weights take\s+" + _NUM + r" ?GiB"), _f),
+    ("non_torch_gib", "non_torch_memory", re.compile(r"non_torch_memory(?:\s+takes\s+|\s*=\s*|\s+)" + _NUM + r" ?GiB"), _f),
+    ("activation_peak_gib", "PyTorch activation peak memory", re.compile(r"PyTorch activation peak memory(?:\s+takes)?\s+" + _NUM + r" ?GiB"), _f),
+    ("peak_torch_memory_gib", "peak_torch_memory=", re.compile(r"peak_torch_memory=" + _NUM + r" ?GiB"), _f),
+    ("kv_cache_gib", "reserved for KV Cache is", re.compile(r"reserved for KV Cache is " + _SNUM + r" ?GiB"), _f),
+    ("kv_cache_gib", "kv_cache_size=", re.compile(r"kv_cache_size=" + _SNUM + r" ?GiB"), _f),
+    ("kv_cache_gib", "Available KV cache memory", re.compile(r"Available KV cache memory: " + _SNUM + r" ?GiB"), _f),
+    ("kv_cache_gib", "available_kv_cache_memory", re.compile(r"available_kv_cache_memory\s+" + _SNUM + r" ?GiB"), _f),
+    ("kv_tokens", "KV cache size: ", re.compile(r"KV cache size: " + _NUM + r" tokens"), _i),
+    ("kv_tokens", "can be stored in KV cache", re.compile(r"number of tokens that can be stored in KV cache \(" + _NUM + r"\)"), _i),
     # 0.11+: "Free memory on device (78.76/79.25 GiB) on startup. Desired GPU memory utilization is
     # (0.9, 71.33 GiB). Actual usage is 34.38 GiB for weight, 0.69 GiB for peak activation, 0.44 GiB
     # for non-torch memory, and 0.94 GiB for CUDAGraph memory." (vllm/v1/worker/gpu_worker.py)
-    ("free_at_startup_gib", re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM + r" ?GiB\)"), None),
-    ("budget_gib", re.compile(r"Desired GPU memory utilization is \(" + _NUM + r", " + _NUM + r" ?GiB\)"), None),
-    ("weights_gib", re.compile(r"Actual usage is " + _NUM + r" ?GiB for weight\b"), _f),
-    ("weights_plus_non_torch_gib", re.compile(r"Actual usage is " + _NUM + r" ?GiB for consumed memory \(weights \+ non-torch\)"), _f),
-    ("activation_peak_gib", re.compile(_NUM + r" ?GiB for peak activation"), _f),
-    ("non_torch_gib", re.compile(_NUM + r" ?GiB for non-torch memory"), _f),
-    ("cudagraph_budget_gib", re.compile(_SNUM + r" ?GiB for CUDAGraph memory"), _f),
-    ("kv_cache_gib", re.compile(r"Current kv cache memory in use is " + _SNUM + r" ?GiB"), _f),
-    ("cuda_graph_estimated_gib", re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\), " + _NUM + r" ?GiB \(estimated\)"), None),
-    ("max_concurrency", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x"), None),
-    ("cuda_graph_gib", re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _SNUM + r" ?(GiB|GB)"), None),
-    ("version", re.compile(r"vLLM API server version ([0-9][\w.+-]*)"), str),
-    ("version", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([0-9][\w.+-]*)\)"), str),
-    ("version", re.compile(r"\bvLLM version ([0-9][\w.+-]*)"), str),
+    ("free_at_startup_gib", "Free memory on device", re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM + r" ?GiB\)"), None),
+    ("budget_gib", "Desired GPU memory utilization", re.compile(r"Desired GPU memory utilization is \(" + _NUM + r", " + _NUM + r" ?GiB\)"), None),
+    ("weights_gib", "GiB for weight", re.compile(r"Actual usage is " + _NUM + r" ?GiB for weight\b"), _f),
+    ("weights_plus_non_torch_gib", "for consumed memory", re.compile(r"Actual usage is " + _NUM + r" ?GiB for consumed memory \(weights \+ non-torch\)"), _f),
+    ("activation_peak_gib", "GiB for peak activation", re.compile(r"(?<![0-9.,])" + _NUM + r" ?GiB for peak activation"), _f),
+    ("non_torch_gib", "GiB for non-torch memory", re.compile(r"(?<![0-9.,])" + _NUM + r" ?GiB for non-torch memory"), _f),
+    ("cudagraph_budget_gib", "GiB for CUDAGraph memory", re.compile(r"(?<![0-9.,])" + _SNUM + r" ?GiB for CUDAGraph memory"), _f),
+    ("kv_cache_gib", "Current kv cache memory in use", re.compile(r"Current kv cache memory in use is " + _SNUM + r" ?GiB"), _f),
+    ("cuda_graph_estimated_gib", "CUDA graph pool memory", re.compile(r"CUDA graph pool memory: " + _NUM + r" ?GiB \(actual\), " + _NUM + r" ?GiB \(estimated\)"), None),
+    ("max_concurrency", "Maximum concurrency for", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x"), None),
+    ("cuda_graph_gib", "Graph capturing finished", re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _SNUM + r" ?(GiB|GB)"), None),
+    ("version", "vLLM API server version", re.compile(r"vLLM API server version ([0-9][\w.+-]{0,40})"), str),
+    ("version", "LLM engine (v", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([0-9][\w.+-]{0,40})\)"), str),
+    ("version", "vLLM version", re.compile(r"\bvLLM version ([0-9][\w.+-]{0,40})"), str),
 ]  # fmt: skip
+# a new start-up begins on these lines: what an earlier one printed is dropped (the last wins)
+STARTUP_NEEDLES = ("vLLM API server version", "LLM engine (v")
+NOT_FIGURES = ("engine", "config", "version", "gpu_memory_utilization")
 
-_CONFIG = {  # engine config fields printed in "with config: ..." or "non-default args: {...}"
-    "model": re.compile(r"\bmodel='([^']{1,300})'"),
-    "tensor_parallel_size": re.compile(r"\btensor_parallel_size['=:\s]+([0-9]{1,4})"),
-    "pipeline_parallel_size": re.compile(r"\bpipeline_parallel_size['=:\s]+([0-9]{1,4})"),
-    "max_model_len": re.compile(r"\b(?:max_seq_len|max_model_len)['=:\s]+([0-9]{1,9})"),
-    "dtype": re.compile(r"\bdtype[=:]\s*'?(?:torch\.)?([a-z0-9_]+)"),
-    "quantization": re.compile(r"\bquantization['=:\s]+'?([A-Za-z0-9_]+)"),
-    "kv_cache_dtype": re.compile(r"\bkv_cache_dtype['=:\s]+'?([A-Za-z0-9_]+)"),
-    "enforce_eager": re.compile(r"\benforce_eager['=:\s]+(True|False)"),
-    "max_num_seqs": re.compile(r"\bmax_num_seqs['=:\s]+([0-9]{1,7})"),
-    "max_num_batched_tokens": re.compile(r"\bmax_num_batched_tokens['=:\s]+([0-9]{1,9})"),
+_CONFIG = {  # engine config fields printed in "with config: ...", "non-default args: {...}"
+    "model": re.compile(r"\bmodel'?[=:]\s*'([^']{1,300})'"),
+    "tensor_parallel_size": re.compile(r"\btensor_parallel_size'?[=:\s]+([0-9]{1,4})"),
+    "pipeline_parallel_size": re.compile(r"\bpipeline_parallel_size'?[=:\s]+([0-9]{1,4})"),
+    "max_model_len": re.compile(r"\b(?:max_seq_len|max_model_len)'?[=:\s]+([0-9]{1,9})"),
+    "dtype": re.compile(r"(?<![A-Za-z_])dtype'?[=:]\s*'?(?:torch\.)?([a-z0-9_]{1,20})"),
+    "quantization": re.compile(r"\bquantization'?[=:\s]+'?([A-Za-z0-9_-]{1,40})"),
+    "kv_cache_dtype": re.compile(r"\bkv_cache_dtype'?[=:\s]+'?([A-Za-z0-9_]{1,20})"),
+    "enforce_eager": re.compile(r"\benforce_eager'?[=:\s]+(True|False)"),
+    "max_num_seqs": re.compile(r"\bmax_num_seqs'?[=:\s]+([0-9]{1,7})"),
+    "max_num_batched_tokens": re.compile(r"\bmax_num_batched_tokens'?[=:\s]+([0-9]{1,9})"),
+    "gpu_memory_utilization": re.compile(r"\bgpu_memory_utilization'?:\s*([0-9.]{1,8})"),
+}
+# the same on a `vllm serve` command line (flags with dashes or underscores)
+_FLAGS = {
+    "tensor_parallel_size": re.compile(r"--(?:tensor[-_]parallel[-_]size|tp)[ =]([0-9]{1,4})"),
+    "pipeline_parallel_size": re.compile(r"--(?:pipeline[-_]parallel[-_]size|pp)[ =]([0-9]{1,4})"),
+    "max_model_len": re.compile(r"--max[-_]model[-_]len[ =]([0-9]{1,9})"),
+    "gpu_memory_utilization": re.compile(r"--gpu[-_]memory[-_]utilization[ =]([0-9.]{1,8})"),
+    "max_num_seqs": re.compile(r"--max[-_]num[-_]seqs[ =]([0-9]{1,7})"),
+    "max_num_batched_tokens": re.compile(r"--max[-_]num[-_]batched[-_]tokens[ =]([0-9]{1,9})"),
+    "quantization": re.compile(r"--quantization[ =]([A-Za-z0-9_-]{1,40})"),
+    "kv_cache_dtype": re.compile(r"--kv[-_]cache[-_]dtype[ =]([A-Za-z0-9_]{1,20})"),
+    "enforce_eager": re.compile(r"--(enforce[-_]eager)\b"),
 }
 _INTS = {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
          "max_num_batched_tokens"}  # fmt: skip
+_TP_RANK = re.compile(r"\(?(?:Worker|VllmWorker)_TP([0-9]{1,4})\b")
 
 MAX_LINE = 20_000  # characters of one line looked at (a pasted config can be long)
+
+
+def _set_config(out: dict, key: str, v: Any) -> None:
+    if key in _INTS:
+        v = int(v)
+    elif key == "enforce_eager":
+        v = v in ("True", "enforce-eager", "enforce_eager")
+    elif key == "gpu_memory_utilization":
+        try:
+            v = float(v)
+        except ValueError:
+            return
+    elif v in ("None", "none", "auto") and key == "quantization":
+        return
+    out.setdefault("config", {})[key] = v
 
 
 def _config(line: str, out: dict) -> None:
     for key, rx in _CONFIG.items():
         m = rx.search(line)
-        if not m:
-            continue
-        v: Any = m.group(1)
-        if key in _INTS:
-            v = int(v)
-        elif key == "enforce_eager":
-            v = v == "True"
-        elif v in ("None", "none", "auto") and key == "quantization":
-            continue
-        out.setdefault("config", {})[key] = v
+        if m:
+            _set_config(out, key, m.group(1))
+
+
+def _flags(line: str, out: dict) -> None:
+    for key, rx in _FLAGS.items():
+        m = rx.search(line)
+        if m:
+            _set_config(out, key, m.group(1))
 
 
 _RECORD_START = re.compile(
@@ -133,30 +167,56 @@ _RECORD_START = re.compile(
 def records(text: str) -> list[str]:
     """Log records: a line that does not open a record (a log prefix, a bracket, an error name)
     continues the one before, as a record wrapped by the page it was copied from; each record
-    is cut at MAX_LINE characters."""
+    is cut at MAX_LINE characters (linear in the text: parts are joined once per record)."""
     out: list[str] = []
+    parts: list[str] = []
+    size = 0
     for line in text.splitlines():
-        if out and line.strip() and not _RECORD_START.match(line) and len(out[-1]) < MAX_LINE:
-            out[-1] = (out[-1] + line)[:MAX_LINE]
-        else:
-            out.append(line[:MAX_LINE])
+        if parts and line.strip() and not _RECORD_START.match(line):
+            if size < MAX_LINE:
+                parts.append(line[: MAX_LINE - size])
+                size += len(parts[-1])
+            continue
+        if parts:
+            out.append("".join(parts))
+        parts, size = [line[:MAX_LINE]], min(len(line), MAX_LINE)
+    if parts:
+        out.append("".join(parts))
     return out
 
 
 def parse_vllm_log(text: str) -> dict[str, Any]:
-    """The figures a vLLM start-up log printed (see the module docstring)."""
+    """The figures a vLLM start-up log printed (see the module docstring).  Within a record the
+    last match counts; a log holding several start-ups is read from the last one that printed a
+    figure, and ``notes`` says so."""
     out: dict[str, Any] = {"engine": "vllm"}
     notes: list[str] = []
     seen: dict[int, int] = {}
+    startups = 0
+    top_rank = -1
     for line in records(text):
+        if any(n in line for n in STARTUP_NEEDLES) and any(k not in NOT_FIGURES for k in out):
+            startups += 1
+            out, seen = {"engine": "vllm"}, {}
         if "with config:" in line or "non-default args" in line or "Initializing" in line:
             _config(line, out)
-        for n, (key, rx, conv) in enumerate(VLLM_PATTERNS):
-            m = rx.search(line)
-            if not m:
+        if "vllm serve" in line or "--tensor" in line or "--max-model-len" in line:
+            _flags(line, out)
+        m = _TP_RANK.search(line)
+        if m:
+            top_rank = max(top_rank, int(m.group(1)))
+        for n, (key, needle, rx, conv) in enumerate(VLLM_PATTERNS):
+            if needle not in line:
+                continue
+            m = None
+            for m in rx.finditer(line):  # noqa: B007 - the last match in the record counts
+                pass
+            if m is None:
                 continue
             seen[n] = seen.get(n, 0) + 1
-            if key == "budget_gib":
+            if key == "budget_gib" and conv == "budget_only":
+                out["budget_gib"] = _f(m.group(1))
+            elif key == "budget_gib":
                 out["gpu_memory_utilization"] = _f(m.group(1))
                 out["budget_gib"] = _f(m.group(2))
             elif key == "free_at_startup_gib":
@@ -185,12 +245,16 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
             "no vLLM memory line found (expected e.g. 'Loading model weights took', "
             "'# GPU blocks:', 'GPU KV cache size:', 'Available KV cache memory:')"
         )
+    if startups:
+        notes.append(f"{startups + 1} start-ups in the log: the figures are the last one's")
+    cfg = out.get("config") or {}
+    if top_rank >= 1 and "tensor_parallel_size" not in cfg:
+        out.setdefault("config", {})["tensor_parallel_size_at_least"] = top_rank + 1
+        notes.append(f"tensor parallel size not printed: ranks up to Worker_TP{top_rank} seen")
     for n, times in seen.items():
         key = VLLM_PATTERNS[n][0]
         if times > 1 and key not in ("version", "gpu_memory_utilization", "total_gpu_memory_gib"):
-            notes.append(
-                f"{key}: printed {times} times (several ranks or start-ups); the last is kept"
-            )
+            notes.append(f"{key}: printed {times} times (several ranks); the last is kept")
     if "kv_tokens" not in out and "gpu_blocks" in out:
         notes.append(
             "KV tokens = gpu_blocks x block_size; the block size is not printed (16 by default)"
@@ -200,21 +264,23 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
     return out
 
 
-SGLANG_PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("avail_before_weights_gb", re.compile(r"Load weight begin\. avail mem=" + _NUM + r" ?GB")),
-    ("weights_gb", re.compile(r"Load weight end\..*?mem usage=" + _NUM + r" ?GB")),
-    ("avail_after_weights_gb", re.compile(r"Load weight end\..*?avail mem=" + _NUM + r" ?GB")),
-    ("kv_tokens", re.compile(r"KV Cache is allocated\. #tokens: " + _NUM)),
-    ("k_gb", re.compile(r"KV Cache is allocated\..*?K size: " + _NUM + r" ?GB")),
-    ("v_gb", re.compile(r"KV Cache is allocated\..*?V size: " + _NUM + r" ?GB")),
-    ("avail_after_pool_gb", re.compile(r"Memory pool end\. avail mem=" + _NUM + r" ?GB")),
-    ("max_total_num_tokens", re.compile(r"max_total_num_tokens=" + _NUM)),
-    ("chunked_prefill_size", re.compile(r"chunked_prefill_size=" + _NUM)),
-    ("max_running_requests", re.compile(r"max_running_requests=" + _NUM)),
-    ("context_len", re.compile(r"context_len=" + _NUM)),
-    ("cuda_graph_gb", re.compile(r"Capture cuda graph end\..*?mem usage=" + _NUM + r" ?GB")),
-    ("mem_fraction_static", re.compile(r"mem_fraction_static=" + _NUM)),
-    ("tp_size", re.compile(r"\btp_size=" + _NUM)),
+# (key, needle, pattern): the needle opens the statement, the pattern reads its figure from
+# there on (no ".*?" across the record: linear in its length)
+SGLANG_PATTERNS: list[tuple[str, str, re.Pattern]] = [
+    ("avail_before_weights_gb", "Load weight begin.", re.compile(r"avail mem=" + _NUM + r" ?GB")),
+    ("weights_gb", "Load weight end.", re.compile(r"mem usage=" + _NUM + r" ?GB")),
+    ("avail_after_weights_gb", "Load weight end.", re.compile(r"avail mem=" + _NUM + r" ?GB")),
+    ("kv_tokens", "KV Cache is allocated.", re.compile(r"#tokens: " + _NUM)),
+    ("k_gb", "KV Cache is allocated.", re.compile(r"K size: " + _NUM + r" ?GB")),
+    ("v_gb", "KV Cache is allocated.", re.compile(r"V size: " + _NUM + r" ?GB")),
+    ("avail_after_pool_gb", "Memory pool end.", re.compile(r"avail mem=" + _NUM + r" ?GB")),
+    ("max_total_num_tokens", "max_total_num_tokens=", re.compile(r"max_total_num_tokens=" + _NUM)),
+    ("chunked_prefill_size", "chunked_prefill_size=", re.compile(r"chunked_prefill_size=" + _NUM)),
+    ("max_running_requests", "max_running_requests=", re.compile(r"max_running_requests=" + _NUM)),
+    ("context_len", "context_len=", re.compile(r"context_len=" + _NUM)),
+    ("cuda_graph_gb", "Capture cuda graph end.", re.compile(r"mem usage=" + _NUM + r" ?GB")),
+    ("mem_fraction_static", "mem_fraction_static=", re.compile(r"mem_fraction_static=" + _NUM)),
+    ("tp_size", "tp_size=", re.compile(r"\btp_size=" + _NUM)),
 ]
 _SG_INTS = {"kv_tokens", "max_total_num_tokens", "chunked_prefill_size", "max_running_requests",
             "context_len", "tp_size"}  # fmt: skip
@@ -224,8 +290,11 @@ def parse_sglang_log(text: str) -> dict[str, Any]:
     """The figures an SGLang start-up log printed (GB as SGLang prints them: bytes / 2^30)."""
     out: dict[str, Any] = {"engine": "sglang"}
     for line in records(text):
-        for key, rx in SGLANG_PATTERNS:
-            m = rx.search(line)
+        for key, needle, rx in SGLANG_PATTERNS:
+            at = line.rfind(needle)  # the last statement of the kind in the record
+            if at < 0:
+                continue
+            m = rx.search(line, at, at + 400)  # its figures follow within a few hundred characters
             if m:
                 out[key] = _i(m.group(1)) if key in _SG_INTS else _f(m.group(1))
         m = re.search(r"\bmodel_path='([^']{1,300})'", line)
