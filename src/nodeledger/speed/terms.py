@@ -43,6 +43,11 @@ from __future__ import annotations
 
 from math import log2
 
+# FLOPs / (peak x achieved fraction) and bytes / (GB/s x 10^9): the ledger's own terms
+from nodeledger.ledger.comm import compute_seconds as compute_seconds
+from nodeledger.ledger.comm import transfer_seconds as transfer_seconds
+from nodeledger.machine.parsers.nccl_tests import BUS_FACTOR
+
 TFLOPS = 1e12
 GBPS = 1e9
 
@@ -75,11 +80,6 @@ def train_flops_per_token(active_params: float, attn_forward_per_token: float,
     return 3.0 * fwd
 
 
-def compute_seconds(flops: float, peak_tflops: float, efficiency: float) -> float:
-    """FLOPs / (peak x achieved fraction)."""
-    return flops / (peak_tflops * TFLOPS * efficiency)
-
-
 def memory_seconds(bytes_read: float, bandwidth_gbps: float, efficiency: float) -> float:
     """(3): bytes read from card memory / (datasheet GB/s x achieved fraction)."""
     return bytes_read / (bandwidth_gbps * GBPS * efficiency)
@@ -98,16 +98,10 @@ def experts_touched(num_experts: int, top_k: int, tokens: float) -> float:
 
 
 def bus_factor(op: str, ranks: int) -> float:
-    """(5): nccl-tests' busbw / algbw."""
-    if ranks <= 1:
-        return 0.0
-    if op == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks
-    if op in ("all_gather", "reduce_scatter"):
-        return (ranks - 1) / ranks
-    if op == "broadcast":
-        return 1.0
-    raise ValueError(f"no bus factor for {op!r}")
+    """(5): nccl-tests' busbw / algbw (the parser's table of its factors); 0 for one rank."""
+    if op not in BUS_FACTOR:
+        raise ValueError(f"no bus factor for {op!r}")
+    return 0.0 if ranks <= 1 else BUS_FACTOR[op](ranks)
 
 
 def latency_steps(op: str, ranks: int, algorithm: str) -> float:
@@ -142,11 +136,6 @@ def pipeline_bubble_fraction(stages: int, micro_batches: int) -> float:
 def exposed_seconds(comm_s: float, hidden_behind_s: float) -> float:
     """(7): the part of a communication longer than the compute it overlaps."""
     return max(0.0, comm_s - hidden_behind_s)
-
-
-def transfer_seconds(bytes_: float, bandwidth_gbps: float) -> float:
-    """(8): bytes / (GB/s x 10^9)."""
-    return bytes_ / (bandwidth_gbps * GBPS)
 
 
 def streamed_seconds(bytes_: float, stages_gbps: list[float]) -> float:
