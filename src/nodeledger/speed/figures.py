@@ -109,10 +109,6 @@ def card_peak_ceiling(machine: MachineProfile) -> Figure:
     return Figure(v, "TFLOPS", f"fastest card in nodeledger's hardware data ({cid})")
 
 
-def _measured(source: str | None) -> bool:
-    return bool(source) and "measured" in source.lower()
-
-
 def _host_link(a) -> Figure:
     """The card's own PCIe link rate per direction, from the data file's host_link id."""
     c = H.card(a.product)

@@ -132,10 +132,6 @@ def link(link_id: str) -> dict | None:
     return next((x for x in data().get("links", []) if x.get("id") == link_id), None)
 
 
-def links_of_kind(kind: str) -> list[dict]:
-    return [x for x in data().get("links", []) if x.get("kind") == kind]
-
-
 def efficiency(name: str, product: str | None = None) -> Figure:
     """An achieved fraction ([efficiency.<name>]) with its source; where the table has a
     ``by_card`` figure for the card ``product`` names, that one (with ``by_card_source``)."""
@@ -151,11 +147,6 @@ def efficiency(name: str, product: str | None = None) -> Figure:
     if _num(e.get("low")) is not None and _num(e.get("high")) is not None:
         rng = f", range {e['low']:g}-{e['high']:g}"
     return Figure(v, "fraction", f"{e.get('source', '')}{rng}")
-
-
-def nic_bound(key: str) -> Figure:
-    b = data().get("nic_bounds", {})
-    return Figure(_num(b.get(key)), "Gbit/s", b.get(f"{key}_source", b.get("source", "")))
 
 
 def disks() -> list[dict]:
