@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from nodeledger.ledger import comm
+from nodeledger.ledger import comm, model_state
 from nodeledger.ledger.jobs import TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -35,14 +35,6 @@ def _fig(f) -> dict | None:
     return None if f is None else {"value": f.value, "unit": f.unit, "source": f.source}
 
 
-def _trainable(spec: ModelSpec, job: TrainJob) -> int:
-    if not job.is_lora:
-        return spec.params_total()
-    from nodeledger.ledger import model_state
-
-    return model_state.trainable_params(spec, job)
-
-
 def _matmul_params(spec: ModelSpec) -> int:
     """Training computes every token's logits: body + output projection (speed/work.py)."""
     return W.body_params(spec) + W.lm_head_params(spec)
@@ -55,7 +47,7 @@ def flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
     if job.is_lora:
         fwd = T.dense_flops_per_token(n) + attn
         extra = fwd if job.checkpointing == "full" else 0.0
-        return 2.0 * fwd + 6.0 * _trainable(spec, job) + extra
+        return 2.0 * fwd + 6.0 * model_state.trainable_params(spec, job) + extra
     return T.train_flops_per_token(n, attn, job.checkpointing)
 
 
@@ -65,7 +57,7 @@ def model_flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
     attn = W.attention_flops_prompt(spec, job.seq) / job.seq
     if job.is_lora:
         fwd = T.dense_flops_per_token(_matmul_params(spec)) + attn
-        return 2.0 * fwd + 6.0 * _trainable(spec, job)
+        return 2.0 * fwd + 6.0 * model_state.trainable_params(spec, job)
     return T.train_flops_per_token(_matmul_params(spec), attn, "none")
 
 
@@ -108,7 +100,7 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     dp_bytes = 0.0
     if dp > 1:
         grad_elem = 4 if job.precision == "mixed" else 2
-        grads = _trainable(spec, job) * grad_elem / (tp * pp)
+        grads = model_state.trainable_params(spec, job) * grad_elem / (tp * pp)
         params = spec.params_total() * 2 / (tp * pp)
         dp_bytes = comm.dp_bytes_per_step(
             grads, params, dp, job.shard if not job.is_lora else "none"

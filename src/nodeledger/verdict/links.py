@@ -30,7 +30,7 @@ least L/pp times smaller than TP traffic.
 
 from __future__ import annotations
 
-from nodeledger.ledger import comm
+from nodeledger.ledger import comm, model_state
 from nodeledger.ledger.jobs import LoadJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -48,12 +48,6 @@ def _tier(ratio: float) -> str:
         if ratio <= limit:
             return tier
     return "cannot"
-
-
-def _lora_params(spec: ModelSpec, job: TrainJob) -> int:
-    from nodeledger.ledger import model_state
-
-    return model_state.trainable_params(spec, job)
 
 
 def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dict | None:
@@ -74,7 +68,7 @@ def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dic
     tp_b = comm.tp_bytes_per_token(spec.hidden_size, -(-spec.num_layers // pp), tp, 2, training)
     dp_b = dp_step = 0.0
     if training and dp > 1:
-        trainable = spec.params_total() if not job.is_lora else _lora_params(spec, job)
+        trainable = model_state.trainable_params(spec, job)
         grad_elem = 4 if job.precision == "mixed" else 2
         grads = trainable * grad_elem / (tp * pp)
         params = spec.params_total() * 2 / (tp * pp)
