@@ -57,15 +57,28 @@ def dense_flops_per_token(active_params: float) -> float:
     return 2.0 * active_params
 
 
+def causal_pairs(tokens: float, window: int | None = None) -> float:
+    """(1): (query, key) pairs of a causal prompt of ``tokens``: T(T+1)/2; a sliding window of
+    w keys caps each query's keys at w: w(w+1)/2 + (T - w) w."""
+    if window and tokens > window:
+        return window * (window + 1) / 2 + (tokens - window) * window
+    return tokens * (tokens + 1) / 2
+
+
+def keys_attended(context: float, window: int | None = None) -> float:
+    """(1): keys one decode token attends to: the context, or the window when it is smaller."""
+    return min(context, window) if window else context
+
+
 def attention_flops_prompt(layers: int, heads: int, head_dim: int, tokens: int) -> float:
     """(1): causal attention of a prompt of ``tokens``: 4 x heads x head_dim x T(T+1)/2 per
     layer (QK^T and AV, 2 FLOPs per multiply-add)."""
-    return 4.0 * layers * heads * head_dim * tokens * (tokens + 1) / 2
+    return 4.0 * layers * heads * head_dim * causal_pairs(tokens)
 
 
 def attention_flops_decode(layers: int, heads: int, head_dim: int, context: float) -> float:
     """(1): one decode token attends to ``context`` keys: 4 x heads x head_dim x c per layer."""
-    return 4.0 * layers * heads * head_dim * context
+    return 4.0 * layers * heads * head_dim * keys_attended(context)
 
 
 def train_flops_per_token(active_params: float, attn_forward_per_token: float,

@@ -38,19 +38,12 @@ def _pair_flops(spec: ModelSpec) -> list[tuple[float, int | None]]:
 
 def attention_flops_decode(spec: ModelSpec, context: float) -> float:
     """Attention FLOPs of one decode token with ``context`` keys, all layers."""
-    return sum(f * (min(context, w) if w else context) for f, w in _pair_flops(spec))
+    return sum(f * T.keys_attended(context, w) for f, w in _pair_flops(spec))
 
 
 def attention_flops_prompt(spec: ModelSpec, tokens: int) -> float:
     """Causal attention FLOPs of a whole prompt of ``tokens`` (T(T+1)/2 pairs, or window-capped)."""
-    total = 0.0
-    for f, w in _pair_flops(spec):
-        if w and tokens > w:
-            pairs = w * (w + 1) / 2 + (tokens - w) * w
-        else:
-            pairs = tokens * (tokens + 1) / 2
-        total += f * pairs
-    return total
+    return sum(f * T.causal_pairs(tokens, w) for f, w in _pair_flops(spec))
 
 
 def lm_head_params(spec: ModelSpec) -> int:
