@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
+    card_indices,
     console,
     exit_with,
     print_json,
@@ -32,31 +33,6 @@ def _progress():
     if not sys.stderr.isatty():
         return None
     return lambda msg: sys.stderr.write(f"nodeledger: {msg} ...\n")
-
-
-def _cards_arg(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            a, _, b = part.partition("-")
-            if not (a.isdigit() and b.isdigit()) or int(a) > int(b):
-                raise NodeledgerError(f"--cards {text!r}: {part!r} is not a range like 0-3")
-            out += list(range(int(a), int(b) + 1))
-        elif part.isdigit():
-            out.append(int(part))
-        else:
-            raise NodeledgerError(f"--cards {text!r}: {part!r} is not a card index")
-    if not out:
-        raise NodeledgerError(f"--cards {text!r}: no card index")
-    dupes = sorted({c for c in out if out.count(c) > 1})
-    if dupes:
-        raise NodeledgerError(f"--cards {text!r}: card(s) {dupes} named twice")
-    return out
 
 
 def _pci_card_order() -> None:
@@ -129,7 +105,7 @@ def bench(
     _pci_card_order()
     from nodeledger.bench.suite import run_bench
 
-    card_list = _cards_arg(cards)
+    card_list = card_indices(cards)
     progress = _progress()
     profile = target = None
     if save_to is not None:

@@ -6,7 +6,7 @@ import re
 
 import click
 
-from nodeledger.cli.common import console, print_json
+from nodeledger.cli.common import card_indices, console, print_json
 from nodeledger.cli.options import json_option
 from nodeledger.errors import NodeledgerError
 
@@ -15,7 +15,6 @@ SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 10**3, "KIB": 2**10, "M": 2**20, 
               "MIB": 2**20, "G": 2**30, "GB": 10**9, "GIB": 2**30, "T": 2**40, "TB": 10**12,
               "TIB": 2**40, "P": 2**50, "PB": 10**15, "PIB": 2**50}  # fmt: skip
 SIZE_RE = re.compile(r"([0-9]{1,16}(?:\.[0-9]{1,16})?)([KMGTP]?I?B?)")
-CARD_RE = re.compile(r"[0-9]{1,5}")
 MAX_SIZE = 2**50  # 1 PiB: a bound, not a realistic buffer
 
 
@@ -36,33 +35,15 @@ def parse_size(text: str) -> int:
 
 
 def parse_cards(text: str | None, have: list[int]) -> list[int] | None:
-    if text is None:
+    """--cards as every command reads it (common.card_indices), each card in the machine."""
+    out = card_indices(text)
+    if out is None:
         return None
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        a, dash, b = part.partition("-")
-        if (
-            dash
-            and CARD_RE.fullmatch(a)
-            and CARD_RE.fullmatch(b)
-            and int(a) <= int(b)
-            and int(b) - int(a) < 4096
-        ):
-            out += range(int(a), int(b) + 1)
-        elif CARD_RE.fullmatch(part):
-            out.append(int(part))
-        else:
-            raise NodeledgerError(
-                f"--cards {text!r}: {part!r} is not a card index or a range like 0-3"
-            )
     missing = sorted(set(out) - set(have))
     if missing:
         raise NodeledgerError(
             f"--cards {text!r}: card(s) {missing} not in the machine (cards {have})"
         )
-    if len(set(out)) != len(out):
-        raise NodeledgerError(f"--cards {text!r}: a card is named twice")
     return out
 
 

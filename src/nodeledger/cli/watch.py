@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
+    card_indices,
     console,
     exit_with,
     print_json,
@@ -28,22 +29,6 @@ from nodeledger.units import GiB
 
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
-
-
-def _parse_cards(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    from nodeledger.machine.parsers.common import cpulist_ids
-
-    out: list[int] = []
-    for part in text.split(","):
-        ids = cpulist_ids(part.strip())
-        if not ids:
-            raise InputError(f"--cards {text!r}: expected card indices like 0-3 or 0,2,5")
-        out += sorted(ids)
-    if len(set(out)) != len(out):
-        raise InputError(f"--cards {text!r} names a card twice")
-    return out
 
 
 def _ledger_machine(machine: str | None, header_profile: str | None, live_real: bool):
@@ -87,7 +72,7 @@ def _expectations(plan, model, job, job_opts, cards, machine, header, live_real)
 
     job_obj = build_job(job, job_opts)
     spec, _ = load_model(model)
-    return ex.from_job(model, spec, job_obj, profile, _parse_cards(cards)), name
+    return ex.from_job(model, spec, job_obj, profile, card_indices(cards)), name
 
 
 def _host_sampler(b):
