@@ -67,8 +67,10 @@ def cards() -> list[dict]:
     return data().get("cards", [])
 
 
+@lru_cache(maxsize=256)
 def card(product: str | None) -> dict | None:
-    """The data-file entry of a card, by a substring of its product name."""
+    """The data-file entry of a card, by a substring of its product name (remembered per name:
+    every figure of every card of a report asks; callers only read the entry)."""
     if not product:
         return None
     p = product.lower()

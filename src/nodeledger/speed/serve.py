@@ -244,7 +244,8 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     out["ttft_steady_s"] = (None if t1 is None or st.get("seconds") is None
                             else t1 + st["seconds"])  # fmt: skip
     if max_concurrency:
-        st = step(spec, job, fig, max_concurrency, input_len, output_len)
+        same = conc == max_concurrency and out.get("step") is not None
+        st = out["step"] if same else step(spec, job, fig, max_concurrency, input_len, output_len)
         tps = rate(max_concurrency, st)
         out["at_most_that_fit"] = {
             "concurrency": max_concurrency,
