@@ -21,7 +21,10 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
+from nodeledger.speed import figures as F
 from nodeledger.speed.job import job_speed
+from nodeledger.speed.load import load_speed
+from nodeledger.speed.work import decode_weight_bytes
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving
@@ -214,23 +217,13 @@ def _cache_mount(machine: MachineProfile):
 def disk_resource(spec: ModelSpec, job, machine: MachineProfile) -> dict:
     """The time a load spends reading its checkpoint from the cache's disk (informational: the
     field notes give no threshold for it, so the tier is "fits" once the time is known)."""
-    from nodeledger.speed import figures as F
-    from nodeledger.speed.work import decode_weight_bytes
-
     size = decode_weight_bytes(spec, getattr(job, "dtype", None), 1)["checkpoint_bytes"]
     m = _cache_mount(machine)
     if m is None:
         return _resource("disk", "unknown", None, None, "no mount in the profile: the "
                          "checkpoint's read time is unknown")  # fmt: skip
-    if m.sequential_read_gbps:
-        rate, src = (
-            m.sequential_read_gbps,
-            (m.sources or {}).get("sequential_read_gbps", "measured"),
-        )
-    else:
-        f = F.mount_read(machine.model_copy(update={"storage": machine.storage.model_copy(
-            update={"mounts": []})}), m.kind)  # fmt: skip
-        rate, src = f.value, f.source
+    f = F.read_rate(m)
+    rate, src = f.value, f.source
     if rate is None:
         return _resource("disk", "unknown", None, None, f"{m.path} ({m.kind}): read rate "
                          "unknown")  # fmt: skip
@@ -431,9 +424,6 @@ def host_load_concurrency(rows, specs, machine: MachineProfile) -> list[dict]:
                 hard_max = k
             if j.tier == "fits":
                 fits_max = k
-        from nodeledger.speed.load import load_speed
-        from nodeledger.speed.work import decode_weight_bytes
-
         times = load_speed(decode_weight_bytes(spec, None, 1)["checkpoint_bytes"], machine)
         out.append({
             "model": r["model"],

@@ -321,20 +321,32 @@ def network_busbw_ceiling(machine: MachineProfile) -> Figure:
     return Figure(v, "GB/s", b.get(f"{key}_source", f"[nic_bounds] {key} not in the data"))
 
 
+def typical_read(kind: str) -> Figure:
+    """Sequential read GB/s typical of a mount kind (the hardware data's first disk of it)."""
+    for d in H.disks():
+        if d.get("kind") == kind:
+            v = H._num(d.get("sequential_read_gbps"))
+            if v is not None:
+                return Figure(v, "GB/s", f"typical {kind} ({d.get('source', '')})")
+    return Figure(None, "GB/s", f"{kind}: no figure; {BENCH_HINT['disk']}")
+
+
+def read_rate(mount) -> Figure:
+    """Sequential read GB/s of one mount: what bench measured there, else typical of its kind."""
+    if mount.sequential_read_gbps is not None:
+        src = (mount.sources or {}).get("sequential_read_gbps", "measured")
+        return Figure(float(mount.sequential_read_gbps), "GB/s", src)
+    return typical_read(mount.kind)
+
+
 def mount_read(machine: MachineProfile, path_kind: str) -> Figure:
     """Sequential read GB/s of a mount kind: a bench-measured mount of that kind, else the data
     file's typical figure for the kind."""
     for m in machine.storage.mounts:
-        v = getattr(m, "sequential_read_gbps", None)
-        if m.kind == path_kind and v is not None:
-            src = (getattr(m, "sources", {}) or {}).get("sequential_read_gbps", "measured")
-            return Figure(float(v), "GB/s", f"{m.path}: {src}")
-    for d in H.disks():
-        if d.get("kind") == path_kind:
-            v = H._num(d.get("sequential_read_gbps"))
-            if v is not None:
-                return Figure(v, "GB/s", f"typical {path_kind} ({d.get('source', '')})")
-    return Figure(None, "GB/s", f"{path_kind}: no figure; {BENCH_HINT['disk']}")
+        if m.kind == path_kind and m.sequential_read_gbps is not None:
+            f = read_rate(m)
+            return Figure(f.value, f.unit, f"{m.path}: {f.source}")
+    return typical_read(path_kind)
 
 
 def host_to_card(machine: MachineProfile, cards: list[int] | None = None) -> Figure:
