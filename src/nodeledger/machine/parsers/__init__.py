@@ -1,19 +1,37 @@
-"""Pure parsers of recorded vendor-tool, OS and serving-engine outputs (text in, typed data out)."""
+"""Pure parsers of recorded vendor-tool, OS and serving-engine outputs (text in, typed data out).
+
+Each parser module is imported when its kind is first parsed, not with the package: importing
+one light module of it (nccl_tests' bus factors, proc, common) does not pay for compiling every
+other parser's patterns."""
 
 from __future__ import annotations
 
 import csv
+import importlib
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from nodeledger.errors import InputError
-from nodeledger.machine.parsers import amd_smi, engine_log, npu_smi, numa, nvidia_smi, nvidia_topo
 from nodeledger.machine.parsers.common import ParseError, strip_launcher_prefix
 
 
+def _mod(name: str):
+    return importlib.import_module(f"nodeledger.machine.parsers.{name}")
+
+
+def _lazy(module: str, fn: str, post: Callable[[Any], Any] | None = None) -> Callable[[str], Any]:
+    """``module.fn(text)``, the module imported on the first call; ``post`` shapes the result."""
+
+    def run(text: str) -> Any:
+        out = getattr(_mod(module), fn)(text)
+        return post(out) if post is not None else out
+
+    return run
+
+
 def _topo(text: str) -> dict[str, Any]:
-    t = nvidia_topo.parse(text)
+    t = _mod("nvidia_topo").parse(text)
     return {
         "cards": [asdict(c) for c in t.cards],
         "links": [asdict(lk) for lk in t.links],
@@ -23,7 +41,7 @@ def _topo(text: str) -> dict[str, Any]:
 
 
 def _npu_topo(text: str) -> dict[str, Any]:
-    t = npu_smi.parse_topo(text)
+    t = _mod("npu_smi").parse_topo(text)
     return {
         "id_kind": t.id_kind,
         "cards": [asdict(c) for c in t.cards],
@@ -34,7 +52,7 @@ def _npu_topo(text: str) -> dict[str, Any]:
 
 
 def _amd_smi_topo(text: str) -> dict[str, Any]:
-    t = amd_smi.parse_amd_smi_topology(text)
+    t = _mod("amd_smi").parse_amd_smi_topology(text)
     return {
         "cards": [{"index": i, "pci_bus_id": bdf} for i, bdf in enumerate(t.devices)],
         "links": t.links,
@@ -58,7 +76,8 @@ def _query_csv(text: str) -> dict[str, Any]:
 
 def _rocm_cards(cards: list[dict]) -> dict[str, Any]:
     """rocm-smi --json / --csv cards as `nodeledger parse` shows them (amd_smi.PARSE_FIELDS)."""
-    return {"cards": [{k: c[k] for k in amd_smi.PARSE_FIELDS} for c in cards]}
+    fields = _mod("amd_smi").PARSE_FIELDS
+    return {"cards": [{k: c[k] for k in fields} for c in cards]}
 
 
 def _plain(obj: Any) -> Any:
@@ -68,25 +87,27 @@ def _plain(obj: Any) -> Any:
 PARSERS: dict[str, Callable[[str], Any]] = {
     "nvidia-smi-topo": _topo,
     "nvidia-smi-query-csv": _query_csv,
-    "nvidia-smi": lambda text: _plain(nvidia_smi.parse_table(text)),
-    "nvidia-smi-q-xml": lambda text: _plain(nvidia_smi.parse_xml(text)),
-    "nvidia-smi-q": lambda text: _plain(nvidia_smi.parse_q_text(text)),
-    "nvidia-smi-csv": nvidia_smi.parse_query_any,
-    "rocm-smi": lambda text: _plain(amd_smi.parse_concise(text)),
-    "hy-smi": lambda text: _plain(amd_smi.parse_concise(text)),
-    "rocm-smi-showtopo": lambda text: _plain(amd_smi.parse_showtopo(text)),
-    "rocm-smi-json": lambda text: _rocm_cards(amd_smi.parse_json(text)),
-    "rocm-smi-csv": lambda text: _rocm_cards(amd_smi.parse_csv(text)),
-    "rocm-smi-all": lambda text: {"cards": amd_smi.parse_all(text)},
-    "amd-smi-static": lambda text: {"cards": amd_smi.parse_amd_smi_static(text)},
-    "amd-smi-static-json": lambda text: {"cards": amd_smi.parse_amd_smi_static_json(text)},
+    "nvidia-smi": _lazy("nvidia_smi", "parse_table", _plain),
+    "nvidia-smi-q-xml": _lazy("nvidia_smi", "parse_xml", _plain),
+    "nvidia-smi-q": _lazy("nvidia_smi", "parse_q_text", _plain),
+    "nvidia-smi-csv": _lazy("nvidia_smi", "parse_query_any"),
+    "rocm-smi": _lazy("amd_smi", "parse_concise", _plain),
+    "hy-smi": _lazy("amd_smi", "parse_concise", _plain),
+    "rocm-smi-showtopo": _lazy("amd_smi", "parse_showtopo", _plain),
+    "rocm-smi-json": _lazy("amd_smi", "parse_json", _rocm_cards),
+    "rocm-smi-csv": _lazy("amd_smi", "parse_csv", _rocm_cards),
+    "rocm-smi-all": _lazy("amd_smi", "parse_all", lambda cards: {"cards": cards}),
+    "amd-smi-static": _lazy("amd_smi", "parse_amd_smi_static", lambda cards: {"cards": cards}),
+    "amd-smi-static-json": _lazy(
+        "amd_smi", "parse_amd_smi_static_json", lambda cards: {"cards": cards}
+    ),
     "amd-smi-topology": _amd_smi_topo,
-    "npu-smi": lambda text: _plain(npu_smi.parse(text)),
+    "npu-smi": _lazy("npu_smi", "parse", _plain),
     "npu-smi-topo": _npu_topo,
-    "numactl": lambda text: _plain(numa.parse_numactl(text)),
-    "lscpu": lambda text: _plain(numa.parse_lscpu(text)),
-    "vllm-log": engine_log.parse_vllm_log,
-    "sglang-log": engine_log.parse_sglang_log,
+    "numactl": _lazy("numa", "parse_numactl", _plain),
+    "lscpu": _lazy("numa", "parse_lscpu", _plain),
+    "vllm-log": _lazy("engine_log", "parse_vllm_log"),
+    "sglang-log": _lazy("engine_log", "parse_sglang_log"),
 }
 
 
