@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from nodeledger.errors import NodeledgerError
 from nodeledger.ledger.build import serve_ledger
 from nodeledger.ledger.jobs import Parallel, ServeJob
 from nodeledger.machine import resolve_machine
@@ -52,76 +54,152 @@ def model_of(name: str):
     return load_model(name)[0]
 
 
-def card_total_bytes(case: dict, reported: dict) -> tuple[int | None, str]:
+def card_total_bytes(case: dict, reported: dict) -> tuple[int | None, int | None, str]:
+    """(card memory, driver-reserved, where): the total vLLM printed (already what
+    torch.cuda.mem_get_info reports: reserved 0), else a bundled preset's card memory (the
+    reserved figure then comes from engines.toml by card model)."""
     total = reported.get("total_gpu_memory_gib") or case.get("total_gpu_memory_gib")
     if total:
-        return int(total * GiB), "printed by vLLM"
+        return int(total * GiB), 0, "printed by vLLM"
     g = (case.get("gpu") or "").lower()
+    if g.startswith("unknown"):
+        return None, None, "card total unknown (the card is not identified)"
     for key, preset in CARD_PRESETS.items():
         if key in g:
-            return resolve_machine(preset).accelerators[0].memory_bytes, f"preset {preset}"
-    return None, "card total unknown"
+            return resolve_machine(preset).accelerators[0].memory_bytes, None, f"preset {preset}"
+    return None, None, "card total unknown"
+
+
+_NUM = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+
+
+def version_of(case: dict, reported: dict) -> tuple[str | None, bool]:
+    """(release, assumed): the version the log printed or the case states; for a case whose
+    version is unknown, the estimate its notes give ("~0.10.1", "log format of 0.6.4.x")."""
+    v = reported.get("version") or case.get("version") or ""
+    if case.get("version_assumed"):
+        return case["version_assumed"], True
+    if v[:1].isdigit():
+        return v, False
+    m = re.search(r"~\s*" + _NUM.pattern, v) or _NUM.search(v)
+    return (m.group(1), True) if m else (None, True)
 
 
 def predict(case: dict, reported: dict) -> dict:
     spec = model_of(case["model_local"])
     tp = int(case.get("tp") or 1)
-    total, where = card_total_bytes(case, reported)
+    total, reserved, where = card_total_bytes(case, reported)
     if total is None:
         raise LookupError(where)
     q = (case.get("quantization") or "").lower()
     dtype = next((v for k, v in QUANT.items() if k in q), None)
     kv = "fp8" if "fp8" in (case.get("kv_cache_dtype") or "") else "bf16"
-    ctx = int(case.get("max_model_len") or reported.get("config", {}).get("max_model_len") or 4096)
+    cfg = reported.get("config", {})
+    ctx = int(
+        case.get("max_model_len")
+        or cfg.get("max_model_len")
+        or spec.max_position_embeddings
+        or 4096
+    )
+    version, assumed = version_of(case, reported)
+    opt = lambda k, cast: None if case.get(k) in (None, "") else cast(case[k])  # noqa: E731
     job = ServeJob(engine="vllm", dtype=dtype, kv_dtype=kv, context=ctx, concurrency=1,
-                   parallel=Parallel(tp=tp), gpu_memory_utilization=float(case.get("gpu_memory_utilization") or 0.9),
-                   max_num_seqs=int(case.get("max_num_seqs") or 256),
-                   max_num_batched_tokens=int(case.get("max_num_batched_tokens") or 8192))  # fmt: skip
+                   parallel=Parallel(tp=tp), engine_version=version,
+                   gpu_memory_utilization=opt("gpu_memory_utilization", float),
+                   max_num_seqs=opt("max_num_seqs", int),
+                   max_num_batched_tokens=opt("max_num_batched_tokens", int),
+                   cuda_graphs=not case.get("enforce_eager", False))  # fmt: skip
     m = MachineProfile(name="case", accelerators=[
-        Accelerator(index=i, vendor="nvidia", product=case.get("gpu") or "card", memory_bytes=total)
+        Accelerator(index=i, vendor="amd" if "amd" in (case.get("gpu") or "").lower() else "nvidia",
+                    product=case.get("gpu") or "card", memory_bytes=total, memory_reserved_bytes=reserved)
         for i in range(tp)])  # fmt: skip
     lg = serve_ledger(spec, job, m)
     card = lg.cards[0]
     weights = next(i.bytes for i in card.items if i.name == "weights")
     ex = lg.extras
-    tokens = ex.get("kv_pool_tokens")
+    e = ex["engine"]
     return {
         "weights_gib": weights / GiB,
-        "kv_cache_gib": None
-        if ex.get("kv_pool_unclamped_bytes") is None
-        else ex["kv_pool_unclamped_bytes"] / GiB,
-        "kv_tokens": tokens,
-        "max_concurrency": None
-        if tokens is None
-        else tokens / (reported.get("max_concurrency_tokens_per_request") or ctx),
+        "kv_cache_gib": None if e["kv_available_bytes"] is None else e["kv_available_bytes"] / GiB,
+        "kv_tokens": ex.get("kv_pool_tokens"),
+        "max_concurrency": ex.get("max_concurrency_printed"),
+        "activation_peak_gib": e["profile_peak_bytes"] / GiB,
         "card_total": where,
+        "version": f"{e['version']}{'?' if assumed else ''}",
+        "family": e["family"],
     }
 
 
-FIGURES = ("weights_gib", "kv_cache_gib", "kv_tokens", "max_concurrency")
+def predict_sglang(case: dict, reported: dict) -> dict:
+    """SGLang: the card total from the free memory it printed before the weights ("Load weight
+    begin ... avail mem"), plus the context engines.toml assumes, when printed; else a preset.
+    mem_fraction_static and chunked_prefill_size as the case ran them (stored in
+    gpu_memory_utilization / max_num_batched_tokens)."""
+    spec = model_of(case["model_local"])
+    tp = int(case.get("tp") or 1)
+    before = reported.get("avail_before_weights_gb")
+    if before:
+        from nodeledger.ledger.engines import data
+
+        total, reserved, where = (
+            int((before + data()["sglang"]["context_gib"]) * GiB),
+            0,
+            "free memory printed by SGLang",
+        )
+    else:
+        total, reserved, where = card_total_bytes(case, reported)
+    if total is None:
+        raise LookupError(where)
+    q = (case.get("quantization") or "").lower()
+    dtype = next((v for k, v in QUANT.items() if k in q), None)
+    ctx = int(
+        case.get("max_model_len")
+        or reported.get("context_len")
+        or spec.max_position_embeddings
+        or 4096
+    )
+    job = ServeJob(engine="sglang", dtype=dtype, context=ctx, concurrency=1, parallel=Parallel(tp=tp),
+                   mem_fraction_static=reported.get("mem_fraction_static") or case.get("gpu_memory_utilization"),
+                   max_num_batched_tokens=case.get("max_num_batched_tokens") or None,
+                   cuda_graphs=not case.get("enforce_eager", False))  # fmt: skip
+    m = MachineProfile(name="case", accelerators=[
+        Accelerator(index=i, vendor="nvidia", product=case.get("gpu") or "card", memory_bytes=total,
+                    memory_reserved_bytes=reserved) for i in range(tp)])  # fmt: skip
+    lg = serve_ledger(spec, job, m)
+    e = lg.extras["engine"]
+    return {"weights_gib": e["weights_bytes"] / GiB, "kv_cache_gib": e["kv_available_bytes"] / GiB,
+            "kv_tokens": lg.extras.get("kv_pool_tokens"), "max_concurrency": None, "activation_peak_gib": None,
+            "card_total": where, "version": "sglang", "family": "sglang"}  # fmt: skip
+
+
+FIGURES = ("weights_gib", "activation_peak_gib", "kv_cache_gib", "kv_tokens", "max_concurrency")
 
 
 def run() -> dict:
     cases = tomllib.loads((HERE / "cases.toml").read_text(encoding="utf-8"))["cases"]
     rows = []
     for c in cases:
-        if c["engine"] != "vllm":
-            continue
         text = (HERE / "logs" / f"{c['id']}.txt").read_text(encoding="utf-8")
         try:
-            rep = parse_kind("vllm-log", text)
+            rep = parse_kind(f"{c['engine']}-log", text)
         except Exception as exc:
             rows.append({"id": c["id"], "problem": f"log: {exc}"})
             continue
         if rep.get("weights_gib") is None and rep.get("profile_weights_gib") is not None:
             rep["weights_gib"] = rep["profile_weights_gib"]
-        row = {"id": c["id"], "version": rep.get("version") or c.get("version"), "reported": rep}
+        if c["engine"] == "sglang":
+            if rep.get("weights_gb") is not None:
+                rep["weights_gib"] = rep["weights_gb"]
+            elif rep.get("avail_before_weights_gb") and rep.get("avail_after_weights_gb"):
+                rep["weights_gib"] = rep["avail_before_weights_gb"] - rep["avail_after_weights_gb"]
+            rep["kv_cache_gib"] = rep.get("kv_cache_gb")
+        row = {"id": c["id"], "version": version_of(c, rep)[0], "reported": rep}
         if not c.get("model_local"):
             row["problem"] = "model not loadable by nodeledger"
         else:
             try:
-                row["predicted"] = predict(c, rep)
-            except (LookupError, ValueError, OSError) as exc:
+                row["predicted"] = (predict_sglang if c["engine"] == "sglang" else predict)(c, rep)
+            except (LookupError, ValueError, OSError, NodeledgerError) as exc:
                 row["problem"] = str(exc)[:120]
         if "predicted" in row:
             row["error"] = {
@@ -147,10 +225,10 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(res, indent=2, default=str))
         return 0
-    print(f"{'case':52} {'version':12} " + " ".join(f"{k:>22}" for k in FIGURES))
+    print(f"{'case':46} {'version':9} {'family':16} " + " ".join(f"{k:>22}" for k in FIGURES))
     for r in res["rows"]:
         if "predicted" not in r:
-            print(f"{r['id'][:52]:52} {'':12} ({r.get('problem')})")
+            print(f"{r['id'][:46]:46} {'':9} {'':16} ({r.get('problem')})")
             continue
         cells = []
         for k in FIGURES:
@@ -162,7 +240,8 @@ def main(argv=None) -> int:
                 fmt = (lambda x: f"{x:,.0f}") if k == "kv_tokens" else (lambda x: f"{x:,.2f}")
                 err = "" if e is None else f"{100 * e:+.0f}%"
                 cells.append(f"{fmt(rv)}/{fmt(pv)} {err}".rjust(22))
-        print(f"{r['id'][:52]:52} {str(r['version'])[:12]:12} " + " ".join(cells))
+        p = r["predicted"]
+        print(f"{r['id'][:46]:46} {p['version'][:9]:9} {p['family'][:16]:16} " + " ".join(cells))
     print()
     print(f"{'figure':18} {'cases':>5} {'median |err|':>13} {'max |err|':>10}")
     for k, s in res["summary"].items():

@@ -44,7 +44,7 @@ from nodeledger.errors import NodeledgerError
 @click.option(
     "--from-engine-log",
     "engine_log",
-    help="A vLLM start-up log of this job: set the engine's figures beside the ledger's, term by term.",
+    help="A vLLM or SGLang start-up log of this job (--engine vllm|sglang): set the engine's figures beside the ledger's, term by term; the release it prints is followed unless --engine-version says otherwise.",
 )
 @online_option
 @json_option
@@ -64,9 +64,15 @@ def fit_cmd(
     opts = job_opts
     if lifeboat != 1 and not search:
         raise NodeledgerError("--lifeboat applies to --search")
-    reported = _read_engine_log(engine_log) if engine_log is not None else None
-    if reported is not None and (job != "serve" or (opts.get("engine") or "hf") != "vllm"):
-        raise NodeledgerError("--from-engine-log applies to --job serve --engine vllm")
+    engine = opts.get("engine") or "hf"
+    if engine_log is not None and (job != "serve" or engine == "hf"):
+        raise NodeledgerError(
+            "--from-engine-log applies to --job serve --engine vllm or --engine sglang"
+        )
+    reported = _read_engine_log(engine_log, engine) if engine_log is not None else None
+    if reported is not None and reported.get("version") and not opts.get("engine_version"):
+        opts = {**opts, "engine_version": reported["version"].split("+")[0]}
+    from nodeledger.ledger.build import resolve_job
     from nodeledger.ledger.jobs import build_job
     from nodeledger.machine import resolve_machine
     from nodeledger.model import load_model
@@ -75,6 +81,8 @@ def fit_cmd(
     job_obj = build_job(job, opts)
     profile = resolve_machine(machine)
     spec, src = load_model(model, online=online)
+    if job == "serve":
+        job_obj, _ = resolve_job(job_obj, profile, spec)
     result = fit(spec, job_obj, profile)
     data = _fit_json(result, src, profile, job)
     from nodeledger.speed.job import job_speed
@@ -92,12 +100,13 @@ def fit_cmd(
     _render_fit(data)
 
 
-def _read_engine_log(path: str) -> dict[str, Any]:
+def _read_engine_log(path: str, engine: str) -> dict[str, Any]:
     """The engine's figures from its log (bounded read, one line on a bad file)."""
     from nodeledger.files import read_user_text
     from nodeledger.machine.parsers import parse_kind
 
-    return parse_kind("vllm-log", read_user_text(path, "vLLM start-up log"))
+    name = "vLLM" if engine == "vllm" else "SGLang"
+    return parse_kind(f"{engine}-log", read_user_text(path, f"{name} start-up log"))
 
 
 def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import click
 
 from nodeledger.ledger.jobs import JOB_OPTIONS
 
-_TYPES = {int: int, float: float, str: None}
+_TYPES = {int: int, float: float, str: None, bool: None}
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout."
@@ -32,7 +32,9 @@ def job_options(func):
     snake_case, None when not given)."""
     for o in reversed(JOB_OPTIONS):
         kw = {"help": o.help}
-        if _TYPES[o.type] is not None:
+        if o.type is bool:
+            kw["is_flag"] = True
+        elif _TYPES[o.type] is not None:
             kw["type"] = _TYPES[o.type]
         func = click.option(o.cli_flag, o.name, default=None, **kw)(func)
     return func

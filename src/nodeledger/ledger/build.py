@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from nodeledger.ledger import activations as act
+from nodeledger.ledger import engines as eng
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import model_state
 from nodeledger.ledger import runtime as rt
@@ -212,6 +213,59 @@ def _serve_scheme(spec: ModelSpec, dtype: str | None) -> Scheme:
     return scheme_for(dtype, spec) if dtype else config_scheme(spec)
 
 
+def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2) -> int:
+    """vLLM's rotary cos/sin cache, one per model, on every card: max_position_embeddings x
+    rotary dim (cos and sin halves) x model dtype (``RotaryEmbedding._compute_cos_sin_cache``);
+    it is part of what "Model loading took" reports."""
+    layer = next((a for a in spec.attention if a.kind in ("full", "sliding")), None)
+    if layer is None or not spec.max_position_embeddings:
+        return 0
+    return spec.max_position_embeddings * layer.k_head_dim * dtype_bytes
+
+
+def vllm_weights_as_loaded(
+    spec: ModelSpec, job: ServeJob, machine: MachineProfile, scheme: Scheme, wb, cards: int
+) -> tuple[int, str]:
+    """(bytes, how) of the weights one card holds after vLLM's ``load_model``: the checkpoint
+    share, with MXFP4 MoE experts in the layout of the backend the card gets
+    (engines.mxfp4_expert_bytes: padding, repacked scales), plus the rotary cache."""
+    d = dims_of(spec)
+    share = weights_bytes_per_card(wb.total_bytes, cards)
+    how = "checkpoint bytes / tp / pp"
+    if scheme.name == "mxfp4" and d.moe_layers and wb.by_part_bytes.get("routed_experts"):
+        acc = machine.accelerators[0] if machine.accelerators else None
+        version = eng.vllm_version(job.engine_version)
+        backend, why = eng.mxfp4_backend(version, acc.product if acc else "")
+        experts = eng.mxfp4_expert_bytes(backend, version, d.experts, d.hidden, d.moe_intermediate,
+                                         job.parallel.tp, ceil(d.moe_layers / job.parallel.pp))  # fmt: skip
+        share = (
+            weights_bytes_per_card(wb.total_bytes - wb.by_part_bytes["routed_experts"], cards)
+            + experts
+        )
+        how = (
+            f"non-expert checkpoint bytes / tp / pp + MXFP4 experts in the {backend} layout ({why})"
+        )
+    return share + rope_cache_bytes(spec), how + " + rotary cos/sin cache"
+
+
+def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
+    """(job, settings): the serve job with the engine's defaults for this release and card
+    filled in (ledger/engines.py ``resolve_serve_job``); idempotent."""
+    if job.engine == "hf":
+        return job, {}
+    acc = machine.accelerators[0] if machine.accelerators else None
+    n = job.parallel.tp * job.parallel.pp * job.replicas
+    if job.engine == "sglang":
+        mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
+        return eng.resolve_sglang(job, card_capacity(machine, n), mla)
+    total, _ = eng.runtime_total_bytes(
+        card_capacity(machine, n),
+        acc.product if acc else "",
+        acc.memory_reserved_bytes if acc else None,
+    )
+    return eng.resolve_serve_job(job, acc.product if acc else "", total)
+
+
 def serve_ledger(
     spec: ModelSpec,
     job: ServeJob,
@@ -224,6 +278,7 @@ def serve_ledger(
     tp, pp = job.parallel.tp, job.parallel.pp
     cards_per_replica = tp * pp
     check_parallel(spec, tp, pp, cards_per_replica * job.replicas, machine)
+    job, engine_settings = resolve_job(job, machine, spec)
     if spec.max_position_embeddings and job.context > spec.max_position_embeddings:
         raise JobError(
             f"--context {job.context:,} exceeds the model's max_position_embeddings "
@@ -232,8 +287,14 @@ def serve_ledger(
         )
     dims = dims_of(spec)
     scheme = _serve_scheme(spec, job.dtype)
-    checkpoint_bytes = weight_bytes(spec, scheme).total_bytes
+    wb = weight_bytes(spec, scheme)
+    checkpoint_bytes = wb.total_bytes
     weights_bytes = weights_bytes_per_card(checkpoint_bytes, cards_per_replica)
+    weights_note = ""
+    if job.engine == "vllm":
+        weights_bytes, weights_note = vllm_weights_as_loaded(
+            spec, job, machine, scheme, wb, cards_per_replica
+        )
     kv_dtype_bytes = kv.KV_DTYPE_BYTES[job.kv_dtype]
     kv_split = kv.kv_split_across_tp(spec, tp) * pp
     capacity = card_capacity(machine, cards_per_replica * job.replicas)
@@ -250,12 +311,20 @@ def serve_ledger(
             spec, job, dims, scheme, weights_bytes, kv_dtype_bytes, kv_split, capacity,
             communicators, cards, defaults,
         )  # fmt: skip
+    elif job.engine == "sglang":
+        card, extras = _sglang_card(
+            spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
+            cards, defaults, machine,
+        )  # fmt: skip
+        notes.extend(extras.pop("notes", []))
+        extras["engine"]["settings"] = engine_settings
     else:
         card, extras = _vllm_card(
             spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
-            cards, defaults,
+            cards, defaults, machine, weights_note,
         )  # fmt: skip
         notes.extend(extras.pop("notes", []))
+        extras["engine"]["settings"] = engine_settings
     host_items = _process_items(cards_per_replica * job.replicas)
     host_items.append(
         Item(
@@ -354,16 +423,36 @@ def _hf_card(
     return _finish(cards, items, phases, capacity, communicators, defaults)
 
 
-def vllm_budget_bytes(capacity: int | None, gpu_memory_utilization: float) -> int | None:
-    """vLLM's memory budget per card: int(card memory x gpu_memory_utilization); None when the
-    card memory is unknown."""
-    return None if capacity is None else int(capacity * gpu_memory_utilization)
+def vllm_budget_bytes(
+    total: int | None, gpu_memory_utilization: float, rounding: str = "floor"
+) -> int | None:
+    """vLLM's memory budget per card: total (as torch reports it) x gpu_memory_utilization
+    (``requested_memory``; ceil from 0.27, ``v1/worker/utils.py:request_memory``); None when
+    the card memory is unknown."""
+    if total is None:
+        return None
+    b = total * gpu_memory_utilization
+    return ceil(b) if rounding == "ceil" else int(b)
 
 
 def vllm_kv_pool_bytes(budget: int | None, torch_fixed: int, non_torch: int) -> int | None:
-    """vLLM preallocates the rest of its budget for KV blocks: budget - weights - activation
-    peak - sampler (``torch_fixed``) - non-torch memory; None when the budget is unknown."""
+    """What vLLM hands the KV cache ("Available KV cache memory"): budget - weights - profile
+    peak (``torch_fixed``) - the non-torch memory the release charges; None when the budget is
+    unknown."""
     return None if budget is None else budget - torch_fixed - non_torch
+
+
+def page_bytes_per_layer(
+    spec: ModelSpec, block_size: int, kv_dtype_bytes: int, split: int
+) -> float:
+    """One block of one attention layer on one card (``AttentionSpec.page_size_bytes``: 2 x
+    block x kv heads x head dim x dtype; MLA 1 x block x latent), averaged over the layers that
+    hold a paged cache."""
+    layers = [a for a in spec.attention if a.kind != "linear"]
+    if not layers:
+        return 0.0
+    elems = sum(kv.kv_elements_per_token(a) for a in layers) / len(layers)
+    return elems * kv_dtype_bytes * block_size / split
 
 
 def _vllm_card(
@@ -377,94 +466,282 @@ def _vllm_card(
     communicators: int,
     cards: list[int],
     defaults: rt.RuntimeDefaults,
+    machine: MachineProfile,
+    weights_note: str = "",
 ) -> tuple[CardLedger, dict]:
-    """vLLM: weights, one profiled forward, sampler logits, and the KV pool filling the rest
-    of gpu_memory_utilization x card memory (one steady phase)."""
+    """vLLM, as the release in ``job.engine_version`` sizes its KV pool (ledger/engines.py,
+    engines.toml): budget = total x util (the total torch reports); the profile run's peak
+    (one forward of max_num_batched_tokens, or the sampler over its dummy requests, whichever
+    is wider); the non-torch memory that release charges; the graph estimate where it is
+    subtracted; the rest in whole blocks.  Memory outside the budget (the context before the
+    baseline, NCCL in it from 0.11, graphs captured after sizing) is listed apart: the card
+    holds budget + those."""
     tp = job.parallel.tp
-    notes = []
-    activation_bytes = ceil(
-        act.inference_layer_transient_bytes(dims, job.max_num_batched_tokens) / tp
+    notes: list[str] = []
+    fam = eng.vllm_family(job.engine_version)
+    rtd = eng.data()["vllm"]["runtime"]
+    acc = machine.accelerators[0] if machine.accelerators else None
+    product = acc.product if acc else ""
+    vendor = acc.vendor if acc else "nvidia"
+    total, total_src = eng.runtime_total_bytes(
+        capacity, product, acc.memory_reserved_bytes if acc else None
     )
-    sampler_bytes = act.sampler_logits_bytes(dims, job.max_num_seqs)
-    graph_pool_bytes = rt.cuda_graph_bytes(job.cuda_graphs, defaults)
-    budget = vllm_budget_bytes(capacity, job.gpu_memory_utilization)
+    util = job.gpu_memory_utilization
+    budget = vllm_budget_bytes(total, util, fam.budget_round)
     if budget is None:
         notes.append("card memory unknown: vLLM's KV pool cannot be sized")
-    torch_fixed = weights_bytes + activation_bytes + sampler_bytes
-    non_torch = rt.vllm_non_torch_bytes(graph_pool_bytes, communicators, defaults)
-    kv_pool = vllm_kv_pool_bytes(budget, torch_fixed, non_torch)
-    kv_per_token = kv.paged_kv_bytes_per_token_per_card(
-        spec, job.block_size, kv_dtype_bytes, kv_split
+    mnbt, seqs = job.max_num_batched_tokens, job.max_num_seqs
+    forward_bytes = ceil(act.inference_layer_transient_bytes(dims, mnbt) / tp)
+    rows = eng.sampler_rows(fam, seqs, mnbt)
+    hybrid_or_moe = bool(dims.moe_layers) or any(a.kind != "full" for a in spec.attention)
+    beta, triton, sampler_src = eng.sampler_model(
+        eng.vllm_version(job.engine_version), hybrid_or_moe
     )
-    kv_per_sequence = kv.paged_kv_bytes_per_sequence(kv_per_token, job.context, job.block_size)
-    # a pool below zero is no pool: 0 B, and the shortfall below says by how much it missed
-    extras = {
-        "kv_pool_bytes": None if kv_pool is None else max(kv_pool, 0),
-        "kv_pool_unclamped_bytes": kv_pool,  # below zero: by how much the budget is overdrawn
-        "kv_bytes_per_token_per_card": round(kv_per_token),
-    }
-    if kv_pool is not None and kv_per_token > 0:
-        pool_tokens = max(0, int(kv_pool // kv_per_token))
-        extras["kv_pool_tokens"] = pool_tokens
-        extras["max_concurrency"] = min(job.max_num_seqs, int(max(0, kv_pool) // kv_per_sequence))
-        extras["max_context_at_concurrency"] = pool_tokens // (job.concurrency or 1)
+    sms, _ = eng.card_sms(product)
+    live = 2 * (rows if fam.id == "v1-whole-card" else mnbt) * dims.hidden
+    sampler_bytes = (
+        eng.sampler_peak_bytes(rows, dims.vocab, beta, sms if triton else 0, live)
+        if eng.samples_on_rank(fam, 0) else 0
+    )  # fmt: skip
+    profile_peak = max(forward_bytes, sampler_bytes)
+    peak_what = (
+        f"sampler over {rows:,} dummy requests: {rows:,} x vocab {dims.vocab:,} x {beta:g} B"
+        + (f" + {min(sms, rows)}-row fp32 buffer" if triton else "")
+        + f" ({sampler_src})"
+        if sampler_bytes >= forward_bytes
+        else f"one forward of {mnbt:,} tokens / tp {tp} (activations.inference_layer_transient_bytes)"
+    )
+    # non-torch memory the budget pays for
+    if fam.charges_context:
+        nt = int(rtd["whole_card_non_torch_gib"] * GiB)
+        nt_src = f"everything outside torch on the card, context included: {rtd['whole_card_non_torch_source']}"
+    else:
+        nt = int(rtd["non_torch_increase_gib"] * GiB)
+        nt_src = f"non-torch growth since vLLM's baseline: {rtd['non_torch_increase_source']}"
+    nccl = rt.nccl_bytes(communicators, defaults) if communicators else 0
+    charged = nt + (nccl if fam.charges_nccl else 0)
+    sizes = eng.graph_capture_sizes(fam.graph_sizes, seqs, mnbt) if job.cuda_graphs else []
+    n_graphs = len(sizes) * fam.graph_modes
+    graph_bytes = eng.cuda_graph_bytes(n_graphs, dims.layers, vendor)
+    graph_src = (
+        f"{n_graphs} graphs ({len(sizes)} batch sizes up to {max(sizes) if sizes else 0} x {fam.graph_modes} mode(s)) "
+        f"x {dims.layers} layers x {rtd['graph_kib_per_graph_layer']} KiB ({rtd['graph_source']})"
+    )
+    graph_charged = graph_bytes if fam.graphs == "estimated" else 0
+    torch_fixed = weights_bytes + profile_peak
+    available = vllm_kv_pool_bytes(budget, torch_fixed, charged + graph_charged)
+    page = page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
+    hybrid = fam.concurrency != "tokens"
+    groups = (
+        eng.kv_groups(spec)
+        if hybrid
+        else [eng.KvGroup("full", sum(1 for a in spec.attention if a.kind != "linear"), None)]
+    )
+    per_block_layers = groups[0].layers
+    extras: dict = {
+        "engine": {
+            "name": "vllm", "version": job.engine_version, "family": fam.id, "mirrors": fam.mirrors,
+            "card_total_bytes": total, "card_total_source": total_src, "budget_bytes": budget,
+            "gpu_memory_utilization": util, "max_num_seqs": seqs, "max_num_batched_tokens": mnbt,
+            "weights_bytes": weights_bytes, "profile_peak_bytes": profile_peak,
+            "forward_peak_bytes": forward_bytes, "sampler_peak_bytes": sampler_bytes,
+            "non_torch_charged_bytes": charged, "cuda_graph_bytes": graph_bytes,
+            "cuda_graphs_in_budget": fam.graphs == "estimated", "cuda_graphs": n_graphs,
+            "kv_available_bytes": available, "kv_groups": len(groups),
+        },
+        "kv_pool_unclamped_bytes": available,
+        "kv_bytes_per_token_per_card": round(page * per_block_layers * len(groups) / job.block_size),
+    }  # fmt: skip
+    kv_pool = None
+    if available is not None and page > 0:
+        blocks = eng.num_blocks(available, page, per_block_layers)
+        kv_pool = ceil(blocks * page * per_block_layers)
+        tokens, conc = eng.printed_pool(fam, blocks, groups, job.block_size, job.context, mnbt)
+        extras.update(kv_pool_bytes=kv_pool, kv_blocks=blocks, kv_pool_tokens=tokens,
+                      max_concurrency_printed=conc, max_concurrency=min(seqs, int(conc)),
+                      max_context_at_concurrency=tokens // (job.concurrency or 1))  # fmt: skip
+    elif available is not None:
+        extras["kv_pool_bytes"] = max(available, 0)
     items = [
-        Item("weights", weights_bytes, "model show weight bytes / tp / pp"),
-        Item(
-            f"activation peak ({job.max_num_batched_tokens} batched tokens)",
-            activation_bytes,
-            "vLLM profiles one forward of max_num_batched_tokens; activations.inference_layer_transient_bytes",
-        ),
-        Item(
-            f"sampler logits ({job.max_num_seqs} seqs, fp32)",
-            sampler_bytes,
-            "max_num_seqs x vocab x 4",
-        ),
-    ]
-    kv_needed = ceil(kv_per_sequence * (job.concurrency or 0))
-    if kv_pool is not None:
+        Item("weights", weights_bytes, f"as vLLM holds them after load_model: {weights_note}"),
+        Item(f"profile-run peak ({peak_what.split(':')[0]})", profile_peak,
+             f"vLLM profiles its widest step before sizing the pool: {peak_what}; "
+             f"the other was {min(forward_bytes, sampler_bytes) / GiB:.2f} GiB"),
+        Item("non-torch memory charged to the budget", charged,
+             nt_src + (f"; + NCCL {nccl / GiB:.2f} GiB (initialised after the baseline)" if nccl and fam.charges_nccl else ""),
+             torch=False),
+    ]  # fmt: skip
+    if graph_charged:
         items.append(
-            Item(
-                f"KV cache pool ({job.kv_dtype}, block {job.block_size})",
-                max(kv_pool, 0),
-                "gpu_memory_utilization x card memory - weights - activation peak - non-torch (vLLM preallocates the rest)",
-            )
+            Item("CUDA graph estimate (subtracted)", graph_charged, graph_src, torch=False)
         )
-        if kv_pool <= 0 or (job.concurrency and kv_needed > kv_pool):
+    per_seq = kv.paged_kv_bytes_per_sequence(
+        page * per_block_layers * len(groups) / job.block_size, job.context, job.block_size
+    )
+    kv_needed = ceil(per_seq * (job.concurrency or 0))
+    if available is not None:
+        items.append(Item(
+            f"KV cache pool ({job.kv_dtype}, block {job.block_size})",
+            max(kv_pool or 0, 0),
+            f"budget {util:g} x {0 if total is None else total / GiB:.2f} GiB ({total_src}) - the terms above, in whole blocks",
+        ))  # fmt: skip
+        conc_ok = extras.get("max_concurrency_printed")
+        if (
+            available <= 0
+            or (job.concurrency and conc_ok is not None and job.concurrency > conc_ok)
+            or (conc_ok is not None and conc_ok < 1)
+        ):
             extras["kv_shortfall"] = (
-                f"vLLM's KV pool holds {max(kv_pool, 0) / GiB:.2f} GiB per card; "
+                f"vLLM's KV pool holds {max(available, 0) / GiB:.2f} GiB per card "
+                f"(at most {max(conc_ok or 0, 0):.2f} requests of {job.context:,} tokens); "
                 f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {kv_needed / GiB:.2f} GiB"
-                + (
-                    f"; weights, activation peak and non-torch memory exceed the vLLM budget by "
-                    f"{-kv_pool / GiB:.2f} GiB"
-                    if kv_pool < 0
-                    else ""
-                )
-            )
+                + (f"; weights, profile peak and non-torch memory exceed the vLLM budget by {-available / GiB:.2f} GiB"
+                   if available < 0 else "")
+            )  # fmt: skip
     else:
         items.append(Item("KV cache needed", kv_needed, "concurrency x context x KV per token"))
-    torch_total = sum(i.bytes for i in items)
-    runtime = [_context_item(defaults)]
-    if graph_pool_bytes:
-        runtime.append(
+    torch_total = sum(i.bytes for i in items if i.torch)
+    outside: list[Item] = []
+    if not fam.charges_context:
+        outside.append(Item("CUDA context before vLLM's baseline", int(rtd["context_gib"] * GiB),
+                            f"outside the budget: {rtd['context_source']}", torch=False))  # fmt: skip
+    if nccl and not fam.charges_nccl:
+        outside.append(Item("NCCL buffers (in the baseline, outside the budget)", nccl,
+                            "NCCL_BUFFSIZE 4 MiB x send/recv x channels + LL/LL128; default 300 MiB per communicator",
+                            torch=False))  # fmt: skip
+    if graph_bytes and not graph_charged:
+        outside.append(
             Item(
-                "CUDA graph pool",
-                graph_pool_bytes,
-                "vLLM graph capture; default 1 GiB",
+                "CUDA graphs (captured after the pool, outside the budget)",
+                graph_bytes,
+                graph_src,
                 torch=False,
             )
         )
-    if communicators:
-        runtime.append(_nccl_item(communicators, defaults))
-    card = CardLedger(
-        cards,
-        items + runtime,
-        torch_total,
-        torch_total + sum(i.bytes for i in runtime),
-        capacity,
-        "steady",
-        {"steady": torch_total},
+    # what the card holds: the budget's terms (the pool fills it to the last whole block) and
+    # what lies outside it
+    card_bytes = sum(i.bytes for i in items) + sum(i.bytes for i in outside)
+    if (
+        budget is not None
+        and total is not None
+        and card_bytes > total
+        and available is not None
+        and available > 0
+    ):
+        notes.append(
+            f"vLLM's budget {budget / GiB:.2f} GiB plus what lies outside it "
+            f"({sum(i.bytes for i in outside) / GiB:.2f} GiB: context, graphs) exceeds the card's "
+            f"{total / GiB:.2f} GiB: start-up fails (free memory below the requested budget) or graph capture runs out"
+        )
+    extras["notes"] = notes
+    card = CardLedger(cards, items + outside, torch_total, card_bytes, total if total is not None else capacity,
+                      "steady", {"steady": torch_total})  # fmt: skip
+    return card, extras
+
+
+def _sglang_card(
+    spec: ModelSpec,
+    job: ServeJob,
+    dims: Dims,
+    weights_bytes: int,
+    kv_split: int,
+    kv_dtype_bytes: int,
+    capacity: int | None,
+    communicators: int,
+    cards: list[int],
+    defaults: rt.RuntimeDefaults,
+    machine: MachineProfile,
+) -> tuple[CardLedger, dict]:
+    """SGLang (``ModelRunner.profile_max_num_token``): the free memory before the weights
+    (card total as torch reports it - CUDA context - NCCL) x mem_fraction_static holds the
+    weights and the KV pool; activations, the sampler and CUDA graphs must fit in the rest,
+    which SGLang does not profile.  Tokens: rest // cell size (one token's K and V over all
+    layers on this card)."""
+    tp = job.parallel.tp
+    notes: list[str] = []
+    sg = eng.data()["sglang"]
+    acc = machine.accelerators[0] if machine.accelerators else None
+    total, total_src = eng.runtime_total_bytes(
+        capacity, acc.product if acc else "", acc.memory_reserved_bytes if acc else None
     )
+    context = int(sg["context_gib"] * GiB)
+    nccl = rt.nccl_bytes(communicators, defaults) if communicators else 0
+    mfs = job.mem_fraction_static
+    free_before = None if total is None else total - context - nccl
+    pool = None if free_before is None else eng.sglang_kv_bytes(free_before, weights_bytes, mfs)
+    cell = page_bytes_per_layer(spec, 1, kv_dtype_bytes, kv_split) * sum(
+        1 for a in spec.attention if a.kind != "linear"
+    )
+    tokens = None if pool is None or cell <= 0 else max(0, int(pool // cell))
+    chunk = job.max_num_batched_tokens
+    forward = ceil(act.inference_layer_transient_bytes(dims, chunk) / tp)
+    _chunk_tier, max_bs = eng.sglang_tier(capacity, tp) if capacity else (chunk, 256)
+    graphs = (
+        eng.cuda_graph_bytes(
+            len(
+                [
+                    b
+                    for b in [
+                        1,
+                        2,
+                        4,
+                        8,
+                        12,
+                        *list(range(16, 257, 8)),
+                        *list(range(272, 512, 16)),
+                        *list(range(512, 1025, 32)),
+                    ]
+                    if b <= max_bs
+                ]
+            ),
+            dims.layers,
+        )
+        if job.cuda_graphs
+        else 0
+    )
+    reserve = None if free_before is None else free_before - int(free_before * mfs)
+    extras: dict = {"engine": {
+        "name": "sglang", "version": job.engine_version, "family": "sglang", "mirrors": sg["source"],
+        "card_total_bytes": total, "card_total_source": total_src, "free_before_weights_bytes": free_before,
+        "mem_fraction_static": mfs, "chunked_prefill_size": chunk, "weights_bytes": weights_bytes,
+        "kv_available_bytes": pool, "reserve_bytes": reserve, "forward_peak_bytes": forward,
+        "cuda_graph_bytes": graphs, "cuda_graph_max_bs": max_bs,
+    }, "kv_pool_unclamped_bytes": pool, "kv_bytes_per_token_per_card": round(cell)}  # fmt: skip
+    per_seq = cell * job.context
+    if pool is not None:
+        extras.update(kv_pool_bytes=max(pool, 0), kv_pool_tokens=tokens,
+                      max_concurrency_printed=(tokens or 0) / job.context,
+                      max_concurrency=int((tokens or 0) // job.context),
+                      max_context_at_concurrency=(tokens or 0) // (job.concurrency or 1))  # fmt: skip
+        if pool <= 0 or (job.concurrency and job.concurrency * per_seq > pool):
+            extras["kv_shortfall"] = (
+                f"SGLang's KV pool holds {max(pool, 0) / GiB:.2f} GiB per card ({tokens or 0:,} tokens); "
+                f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {(job.concurrency or 1) * per_seq / GiB:.2f} GiB"
+            )
+        if reserve is not None and forward + graphs > reserve:
+            notes.append(
+                f"SGLang leaves {reserve / GiB:.2f} GiB outside its static pool (1 - mem_fraction_static {mfs:g}); "
+                f"a {chunk:,}-token prefill ({forward / GiB:.2f} GiB) and CUDA graphs ({graphs / GiB:.2f} GiB) "
+                "need more: lower --mem-fraction-static or --max-num-batched-tokens (chunked_prefill_size)"
+            )
+    else:
+        notes.append("card memory unknown: SGLang's KV pool cannot be sized")
+    items = [
+        Item("weights", weights_bytes, "model show weight bytes / tp / pp"),
+        Item(f"KV cache pool ({job.kv_dtype}, mem_fraction_static {mfs:g})", max(pool or 0, 0),
+             f"free before the weights x mem_fraction_static - weights ({total_src} - context - NCCL)"),
+        Item(f"prefill activations ({chunk:,}-token chunk)", forward,
+             "activations.inference_layer_transient_bytes(chunked_prefill_size) / tp; outside the static pool"),
+    ]  # fmt: skip
+    outside = [Item("CUDA context", context, sg["context_source"], torch=False)]
+    if nccl:
+        outside.append(_nccl_item(communicators, defaults))
+    if graphs:
+        outside.append(Item(f"CUDA graphs (decode, batch sizes up to {max_bs})", graphs,
+                            "graphs x layers x the per-graph-layer figure of engines.toml (vLLM logs)", torch=False))  # fmt: skip
+    torch_total = sum(i.bytes for i in items)
+    card = CardLedger(cards, items + outside, torch_total, torch_total + sum(i.bytes for i in outside),
+                      total if total is not None else capacity, "steady", {"steady": torch_total})  # fmt: skip
     extras["notes"] = notes
     return card, extras
 

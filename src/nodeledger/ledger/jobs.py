@@ -12,7 +12,7 @@ class JobError(InputError):
     """A job option that makes no sense (tp not dividing heads, negative sizes, ...)."""
 
 
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "vllm", "sglang")
 PRECISIONS = ("bf16", "mixed")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
@@ -86,11 +86,15 @@ class ServeJob:
     parallel: Parallel = field(default_factory=Parallel)
     replicas: int = 1
     attention: str = "sdpa"
-    gpu_memory_utilization: float = 0.9  # vLLM default
+    # engine options: None = the engine's own default for its release and the card
+    # (ledger/engines.py resolve_serve_job fills them in before any term is computed)
+    engine_version: str | None = None
+    gpu_memory_utilization: float | None = None  # vLLM: 0.9, 0.92 from 0.20
     block_size: int = 16  # vLLM default KV block (tokens)
-    max_num_batched_tokens: int = 8192  # vLLM V1 default budget per step (chunked prefill)
-    max_num_seqs: int = 256  # vLLM default
-    cuda_graphs: bool = True  # vLLM captures CUDA graphs unless enforce_eager
+    max_num_batched_tokens: int | None = None  # vLLM/SGLang tokens per step (chunked prefill)
+    max_num_seqs: int | None = None  # vLLM: 256, or 1024 on >= 70 GiB cards (V1)
+    cuda_graphs: bool = True  # CUDA graphs are captured unless --enforce-eager
+    mem_fraction_static: float | None = None  # SGLang: weights + KV share of the free memory
     input_len: int | None = None  # prompt tokens per request (speed); None: context - output_len
     output_len: int | None = None  # generated tokens per request (speed); None: see lengths()
 
@@ -108,10 +112,10 @@ class ServeJob:
             raise JobError(
                 f"--new-tokens {self.new_tokens} must be smaller than --context {self.context}"
             )
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise JobError(
-                f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}"
-            )
+        for name in ("gpu_memory_utilization", "mem_fraction_static"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value <= 1:
+                raise JobError(f"--{name.replace('_', '-')} must be in (0, 1], got {value}")
         if self.parallel.dp != 1:
             raise JobError("--dp does not apply to serving; use --replicas")
 
@@ -233,9 +237,12 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("output_len", int, "serve", f"Generated tokens per request (speed; default {DEFAULT_OUTPUT_LEN}, at most half the context)."),
     JobOption("new_tokens", int, "serve", "hf engine: tokens generated after the prompt.", engine="hf"),
     JobOption("engine", str, "serve", " | ".join(ENGINES)),
-    JobOption("gpu_memory_utilization", float, "serve", "vLLM budget fraction (default 0.9).", engine="vllm"),
-    JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step (default 8192).", engine="vllm"),
-    JobOption("max_num_seqs", int, "serve", "vLLM sequences per step (default 256).", engine="vllm"),
+    JobOption("engine_version", str, "serve", "vllm | sglang release whose accounting to follow (default: the newest modelled; README).", engine="vllm,sglang"),
+    JobOption("gpu_memory_utilization", float, "serve", "vLLM budget fraction (default: the release's, 0.9 or 0.92).", engine="vllm"),
+    JobOption("mem_fraction_static", float, "serve", "SGLang share of free memory for weights + KV (default: SGLang's rule for the card).", engine="sglang"),
+    JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step / SGLang chunked_prefill_size (default: the engine's for the card).", engine="vllm,sglang"),
+    JobOption("max_num_seqs", int, "serve", "vLLM sequences per step (default: the release's for the card, 256 or 1024).", engine="vllm"),
+    JobOption("enforce_eager", bool, "serve", "vLLM/SGLang: no CUDA graphs (--enforce-eager / --disable-cuda-graph).", engine="vllm,sglang"),
     JobOption("micro_batch", int, "train", "Sequences per micro-batch per rank."),
     JobOption("seq", int, "train", "Training sequence length."),
     JobOption("grad_accum", int, "train", "Gradient accumulation steps."),
@@ -266,7 +273,9 @@ SERVE_OPTS = _group("serve")
 TRAIN_OPTS = _group("train")
 LORA_OPTS = _group("lora")
 LOAD_OPTS = _group("load")
-ENGINE_ONLY = {e: {o.name for o in JOB_OPTIONS if o.engine == e} for e in ENGINES}
+ENGINE_ONLY = {
+    e: {o.name for o in JOB_OPTIONS if o.engine and e in o.engine.split(",")} for e in ENGINES
+}
 
 
 def build_job(kind: str, o: dict):
@@ -286,7 +295,7 @@ def build_job(kind: str, o: dict):
         engine = o.get("engine") or "hf"
         _choice("engine", engine, ENGINES)
         other = set().union(*(v for e, v in ENGINE_ONLY.items() if e != engine))
-        wrong = sorted(given & other)
+        wrong = sorted((given & other) - ENGINE_ONLY[engine])
         if wrong:
             names = ", ".join("--" + w.replace("_", "-") for w in wrong)
             raise JobError(f"{names} does not apply to --engine {engine}")
@@ -332,9 +341,12 @@ def build_job(kind: str, o: dict):
             engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
             context=context, input_len=inp, output_len=outl, concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
             parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
-            gpu_memory_utilization=pick.get("gpu_memory_utilization", 0.9),
-            max_num_batched_tokens=pick.get("max_num_batched_tokens", 8192),
-            max_num_seqs=pick.get("max_num_seqs", 256),
+            engine_version=pick.get("engine_version"),
+            gpu_memory_utilization=pick.get("gpu_memory_utilization"),
+            mem_fraction_static=pick.get("mem_fraction_static"),
+            max_num_batched_tokens=pick.get("max_num_batched_tokens"),
+            max_num_seqs=pick.get("max_num_seqs"),
+            cuda_graphs=not pick.get("enforce_eager", False),
         )  # fmt: skip
     if kind == "load":
         return LoadJob(dtype=pick.get("dtype"), format=pick.get("load_format", "safetensors"),

@@ -83,6 +83,9 @@ class Accelerator(_Strict):
     vendor: Vendor
     product: str = Field(min_length=1)
     memory_bytes: _opt(PositiveInt) = None
+    # memory the driver keeps for itself (nvidia-smi -q "FB Memory Usage / Reserved"): the
+    # runtime (cudaMemGetInfo) sees memory_bytes - this; 0 when memory_bytes is already that
+    memory_reserved_bytes: _opt(NonNegInt) = None
     memory_bandwidth_gbps: _opt(PositiveFloat) = None
     bf16_dense_tflops: _opt(PositiveFloat) = None  # dense bf16/fp16 peak (no sparsity)
     fp8_dense_tflops: _opt(PositiveFloat) = None

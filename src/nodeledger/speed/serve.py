@@ -31,6 +31,7 @@ The binding resource is the largest of compute, memory bandwidth and card links 
 from __future__ import annotations
 
 from nodeledger.ledger import kv_cache as kv
+from nodeledger.ledger.build import resolve_job
 from nodeledger.ledger.jobs import ServeJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -126,7 +127,8 @@ def step(spec: ModelSpec, job: ServeJob, fig: dict, batch: float, input_len: int
     prefill_tokens = batch * input_len / max(1, output_len)
     # a prefill chunk holds at least one whole prompt, up to the step's token budget beside the
     # decoding batch; a step that carries one costs pass(B + chunk) instead of pass(B)
-    budget = max(1.0, job.max_num_batched_tokens - batch)
+    step_tokens = job.max_num_batched_tokens  # hf (None): a static batch prefills whole prompts
+    budget = max(1.0, (step_tokens if step_tokens is not None else batch * input_len) - batch)
     chunk = float(min(budget, max(input_len, prefill_tokens)))
     per_token_flops = W.prefill_flops(spec, input_len) / max(1, input_len)
     kv_dec = batch * W.kv_bytes_per_sequence(spec, ctx, job.kv_dtype)
@@ -195,6 +197,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     """The speed section of one serving replica.  ``concurrency``: the sequences served at once
     (None = the most that fit); ``max_concurrency``: the most that fit (the ledger's KV pool,
     capped by max_num_seqs), None if unknown."""
+    job, _ = resolve_job(job, machine, spec)  # the engine's defaults for its release and card
     cards = [a.index for a in machine.accelerators][: job.parallel.tp * job.parallel.pp]
     fig = inputs(machine, cards, fp8=job.dtype == "fp8", tp=job.parallel.tp, machines=machines)
     conc = concurrency if concurrency is not None else max_concurrency

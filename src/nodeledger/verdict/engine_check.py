@@ -14,35 +14,41 @@ from __future__ import annotations
 
 from nodeledger.units import GiB
 
-ACTIVATION_ITEMS = ("activation peak", "sampler logits")
-
-
-def _item(card, prefix: str) -> int:
-    return sum(i.bytes for i in card.items if i.name.startswith(prefix))
-
 
 def ledger_terms(ledger, job, tokens_per_request: int | None = None) -> dict:
-    """The vLLM ledger's per-card terms in GiB (None where the ledger does not know them).
-    Non-torch leaves the CUDA-graph pool out: vLLM captures graphs after sizing the KV cache and
-    prints them apart ("Graph capturing finished ... took"), so its row is compared alone."""
-    card = ledger.cards[0]
+    """The engine ledger's per-card terms in GiB, as the release in the job accounts them
+    (ledger/build.py ``_vllm_card`` / ``_sglang_card`` put them in ``extras["engine"]``);
+    None where the ledger does not know them."""
+    e = ledger.extras.get("engine") or {}
     ex = ledger.extras
-    graphs = _item(card, "CUDA graph pool")
-    non_torch = sum(i.bytes for i in card.items if not i.torch) - graphs
-    cap = card.capacity_bytes
-    pool = ex.get("kv_pool_unclamped_bytes", ex.get("kv_pool_bytes"))
+    g = lambda k: None if e.get(k) is None else e[k] / GiB  # noqa: E731
     per_request = tokens_per_request or job.context
+    conc = ex.get("max_concurrency_printed")
+    if (
+        tokens_per_request
+        and tokens_per_request != job.context
+        and ex.get("kv_pool_tokens") is not None
+    ):
+        conc = ex["kv_pool_tokens"] / per_request
+    if e.get("name") == "sglang":
+        return {
+            "total_gpu_memory_gib": g("card_total_bytes"),
+            "avail_before_weights_gb": g("free_before_weights_bytes"),
+            "weights_gib": g("weights_bytes"),
+            "kv_cache_gib": g("kv_available_bytes"),
+            "kv_tokens": ex.get("kv_pool_tokens"),
+        }
     return {
-        "total_gpu_memory_gib": None if cap is None else cap / GiB,
-        "budget_gib": None if cap is None else cap * job.gpu_memory_utilization / GiB,
-        "weights_gib": _item(card, "weights") / GiB,
-        "activation_peak_gib": sum(_item(card, p) for p in ACTIVATION_ITEMS) / GiB,
-        "non_torch_gib": non_torch / GiB,
-        "cuda_graph_gib": graphs / GiB,
-        "kv_cache_gib": None if pool is None else pool / GiB,
+        "total_gpu_memory_gib": g("card_total_bytes"),
+        "budget_gib": g("budget_bytes"),
+        "weights_gib": g("weights_bytes"),
+        "activation_peak_gib": g("profile_peak_bytes"),
+        "non_torch_gib": g("non_torch_charged_bytes"),
+        "cuda_graph_gib": g("cuda_graph_bytes"),
+        "kv_cache_gib": g("kv_available_bytes"),
         "kv_tokens": ex.get("kv_pool_tokens"),
-        "max_concurrency": None if ex.get("kv_pool_tokens") is None else ex["kv_pool_tokens"] / per_request,
-    }  # fmt: skip
+        "max_concurrency": conc,
+    }
 
 
 TERMS = (
@@ -51,13 +57,20 @@ TERMS = (
     ("weights_gib", "weights", "GiB"),
     ("activation_peak_gib", "activation peak of the profile run", "GiB"),
     ("non_torch_gib", "non-torch memory charged to the budget", "GiB"),
-    ("cuda_graph_gib", "CUDA graphs (captured after the KV pool)", "GiB"),
+    ("cuda_graph_gib", "CUDA graphs", "GiB"),
+    ("avail_before_weights_gb", "free memory before the weights (SGLang)", "GiB"),
     ("kv_cache_gib", "KV-cache pool", "GiB"),
     ("kv_tokens", "KV-cache pool", "tokens"),
     ("max_concurrency", "maximum concurrency at the context", "x"),
 )
 # the terms the pool is made of: the largest difference among them is where to look
-PARTS = ("budget_gib", "weights_gib", "activation_peak_gib", "non_torch_gib")
+PARTS = (
+    "budget_gib",
+    "weights_gib",
+    "activation_peak_gib",
+    "non_torch_gib",
+    "avail_before_weights_gb",
+)
 
 
 def _launch_differences(reported: dict, job) -> list[str]:
@@ -76,11 +89,31 @@ def _launch_differences(reported: dict, job) -> list[str]:
     util = reported.get("gpu_memory_utilization")
     if util is None:
         util = cfg.get("gpu_memory_utilization")
-    if util is not None and abs(util - job.gpu_memory_utilization) > 1e-6:
+    if (
+        util is not None
+        and job.gpu_memory_utilization is not None
+        and abs(util - job.gpu_memory_utilization) > 1e-6
+    ):
         out.append(f"the engine ran gpu_memory_utilization={util:g}, the job says "
                    f"--gpu-memory-utilization {job.gpu_memory_utilization:g}")  # fmt: skip
     if cfg.get("enforce_eager") is True and job.cuda_graphs:
-        out.append("the engine ran enforce_eager (no CUDA graphs); the ledger counts a graph pool")
+        out.append(
+            "the engine ran enforce_eager (no CUDA graphs); the job captures graphs: add --enforce-eager"
+        )
+    mfs = reported.get("mem_fraction_static")
+    if (
+        mfs is not None
+        and job.mem_fraction_static is not None
+        and abs(mfs - job.mem_fraction_static) > 1e-6
+    ):
+        out.append(
+            f"the engine ran mem_fraction_static={mfs:g}, the job says --mem-fraction-static {job.mem_fraction_static:g}"
+        )
+    v = reported.get("version")
+    if v and job.engine_version and v.split("+")[0] != job.engine_version.split("+")[0]:
+        out.append(
+            f"the log is from release {v}, the job follows {job.engine_version}'s accounting: add --engine-version {v.split('+')[0]}"
+        )
     at_least = cfg.get("tensor_parallel_size_at_least")
     if at_least and job.parallel.tp < at_least:
         out.append(f"the log shows ranks up to TP{at_least - 1}: at least --tp {at_least}")
@@ -100,14 +133,15 @@ def engine_check(ledger, job, reported: dict, spec=None) -> dict:
             e = reported.get("profile_weights_gib")
         if key == "cuda_graph_gib" and e is None:
             e = reported.get("cudagraph_budget_gib")
+        if reported.get("engine") == "sglang" and key == "weights_gib" and e is None:
+            e = reported.get("weights_gb")
+        if reported.get("engine") == "sglang" and key == "kv_cache_gib":
+            e = reported.get("kv_cache_gb")
         if key == "kv_tokens" and e is None and reported.get("gpu_blocks") is not None:
             e = reported["gpu_blocks"] * job.block_size
             note = f"the engine printed {reported['gpu_blocks']:,} blocks; x {job.block_size} tokens per block"
         if key == "max_concurrency" and per_request:
             what = f"maximum concurrency at {per_request:,} tokens per request (as the engine printed it)"
-            if spec is not None and any(layer.kind == "sliding" for layer in spec.attention):
-                note = ("vLLM V1 counts blocks per request per KV group: sliding-window layers hold "
-                        "fewer, which the ledger's tokens / context does not model")  # fmt: skip
         diff = None if e is None or n is None else n - e
         rows.append({"term": key, "what": what, "unit": unit, "engine": e, "ledger": n,
                      "difference": diff, "note": note,

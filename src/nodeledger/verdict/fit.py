@@ -17,7 +17,14 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from nodeledger.errors import NodeledgerError
-from nodeledger.ledger.build import Ledger, card_capacity, load_ledger, serve_ledger, train_ledger
+from nodeledger.ledger.build import (
+    Ledger,
+    card_capacity,
+    load_ledger,
+    resolve_job,
+    serve_ledger,
+    train_ledger,
+)
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme
 from nodeledger.machine.profile import MachineProfile
@@ -55,8 +62,21 @@ class FitResult:
     )  # every option the ledger used, defaults included
 
 
+_ENGINE_FIELDS = {
+    "hf": {"new_tokens"},
+    "vllm": {"engine_version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens",
+             "max_num_seqs", "cuda_graphs"},
+    "sglang": {"engine_version", "mem_fraction_static", "max_num_batched_tokens", "cuda_graphs"},
+}  # fmt: skip
+
+
 def job_options(job) -> dict:
+    """The options the ledger used; a serve job lists only its own engine's settings."""
     d = dataclasses.asdict(job)
+    if isinstance(job, ServeJob):
+        mine = _ENGINE_FIELDS.get(job.engine, set())
+        for k in set().union(*_ENGINE_FIELDS.values()) - mine:
+            d.pop(k, None)
     d.update(d.pop("parallel", None) or {})
     host = d.pop("host", None)
     if host and d.get("micro_batch") is not None:
@@ -165,14 +185,19 @@ def largest_serving(spec: ModelSpec, job: ServeJob, machine: MachineProfile) -> 
         out.update(max_concurrency_at_context=None, max_context_at_concurrency=None,
                    criterion="card memory unknown")  # fmt: skip
         return out
-    if job.engine == "vllm":
+    if job.engine in ("vllm", "sglang"):
         lg = ledger_for(spec, dataclasses.replace(job, concurrency=1), machine)
         pool_tokens = lg.extras.get("kv_pool_tokens") or 0
-        per_seq = -(-job.context // job.block_size) * job.block_size
+        name = "vLLM" if job.engine == "vllm" else "SGLang"
         out.update(
-            max_concurrency_at_context=min(job.max_num_seqs, pool_tokens // per_seq),
+            max_concurrency_at_context=lg.extras.get("max_concurrency") or 0,
             max_context_at_concurrency=min(cap_ctx, pool_tokens // b),
-            criterion="sequences whose KV fits vLLM's preallocated pool (max_num_seqs caps concurrency)",
+            criterion=f"sequences whose KV fits {name}'s preallocated pool"
+            + (
+                " (whole blocks per KV group; max_num_seqs caps concurrency)"
+                if job.engine == "vllm"
+                else ""
+            ),
         )
         return out
     conc = _largest(
@@ -198,6 +223,8 @@ def _capacity_unknown(job, machine: MachineProfile) -> bool:
 
 def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> FitResult:
     largest = None
+    if isinstance(job, ServeJob):
+        job, _ = resolve_job(job, machine, spec)
     if isinstance(job, ServeJob) and suggest:
         largest = largest_serving(spec, job, machine)
         if job.concurrency is None and largest["max_concurrency_at_context"]:

@@ -93,6 +93,8 @@ VLLM_PATTERNS: list[tuple[str, str, re.Pattern, Any]] = [
     ("version", "vLLM API server version", re.compile(r"vLLM API server version ([0-9][\w.+-]{0,40})"), str),
     ("version", "LLM engine (v", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([0-9][\w.+-]{0,40})\)"), str),
     ("version", "vLLM version", re.compile(r"\bvLLM version ([0-9][\w.+-]{0,40})"), str),
+    # 0.2x+ start-up banner (block-letter logo): "... █  version 0.31.0"
+    ("version", "█  version ", re.compile(r"█\s+version ([0-9][\w.+-]{0,40})"), str),
 ]  # fmt: skip
 # a new start-up begins on these lines: what an earlier one printed is dropped (the last wins)
 STARTUP_NEEDLES = ("vLLM API server version", "LLM engine (v")

@@ -1,0 +1,531 @@
+"""Serving engines as each release accounts memory at start-up (vLLM by version family, SGLang).
+
+The data — families, defaults by card, runtime figures, driver-reserved memory — is in
+``engines.toml`` beside this module, each entry with the vLLM file and function it mirrors.
+Here are the small pure functions that turn it into per-card terms:
+
+1. ``vllm_family(version)``: which accounting a release uses (baseline, what the budget covers,
+   graphs in or out, printed concurrency).
+2. ``runtime_total_bytes``: the card total as torch.cuda.mem_get_info reports it (vLLM's
+   ``total_gpu_memory``): the FB total minus what the driver reserves.
+3. ``resolve_serve_job``: the launch as the engine would run it — every option the user left
+   out takes that release's default for that card (``vllm/engine/arg_utils.py``).
+4. The profile-run terms (``sampler_peak_bytes``), CUDA-graph memory (``graph_capture_sizes``,
+   ``cuda_graph_bytes``), and the paged pool (``kv_groups``, ``num_blocks``,
+   ``max_concurrency``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from math import ceil
+
+from nodeledger.ledger.jobs import JobError, ServeJob
+from nodeledger.units import GiB, KiB, MiB
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@lru_cache(maxsize=1)
+def data() -> dict:
+    """engines.toml, parsed once."""
+    text = resources.files("nodeledger.ledger").joinpath("engines.toml").read_text("utf-8")
+    return tomllib.loads(text)
+
+
+_VERSION = re.compile(r"^\s*v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,4}))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """'0.15.0rc2.dev46+gc4e744dbd' -> (0, 15, 0); a release needs major.minor at least."""
+    m = _VERSION.match(text or "")
+    if not m:
+        raise JobError(f"--engine-version {text!r} is not a release number such as 0.11.0")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@dataclass(frozen=True)
+class VllmFamily:
+    id: str
+    first: str
+    last: str
+    engine: str
+    charges_context: bool
+    charges_nccl: bool
+    graphs: str
+    util_default: float
+    budget_round: str
+    sampler: str
+    sampler_rows: str
+    concurrency: str
+    graph_modes: int
+    graph_sizes: str
+    mirrors: str
+    sampler_bytes_per_element: float = 16.0
+    sampler_source: str = ""
+
+
+def vllm_version(version: str | None) -> str:
+    """The release a vLLM job assumes: the one given, else engines.toml's default."""
+    return version or data()["vllm"]["default_version"]
+
+
+_ENGINE_SUFFIX = re.compile(r"[-+ _]?(v[01])\s*$", re.IGNORECASE)
+
+
+def engine_choice(version: str) -> str | None:
+    """'0.7.1-v1' / '0.9.2 v0' -> 'V1' / 'V0' (the engine chosen with VLLM_USE_V1), else None."""
+    m = _ENGINE_SUFFIX.search(version or "")
+    return m.group(1).upper() if m and m.start() > 0 else None
+
+
+def vllm_family(version: str | None) -> VllmFamily:
+    """The accounting family of a vLLM release (engines.toml ``[[vllm.family]]``); a release
+    newer than the newest read falls in the last family, one older than 0.4 is refused.  A
+    suffix -v0 / -v1 picks the engine chosen with VLLM_USE_V1 where a release ships both (V1
+    opt-in 0.6.4-0.7.3 follows the V1 whole-card accounting; V0 opt-in 0.8.0-0.10.2 the V0
+    snapshot)."""
+    text = vllm_version(version)
+    v = parse_version(text)
+    fams = data()["vllm"]["family"]
+    if v < parse_version(fams[0]["first"]):
+        raise JobError(
+            f"--engine-version {version}: vLLM releases before {fams[0]['first']} are not modelled"
+        )
+    fam = next(f for f in fams if v <= parse_version(f["last"]) or f is fams[-1])
+    want = engine_choice(text)
+    if want and want != fam["engine"]:
+        if want == "V1" and (0, 6, 4) <= v <= (0, 7, 3):
+            fam = next(f for f in fams if f["id"] == "v1-whole-card")
+        elif want == "V0" and (0, 8, 0) <= v <= (0, 10, 2):
+            fam = next(f for f in fams if f["id"] == "v0-snapshot")
+        else:
+            raise JobError(
+                f"--engine-version {text}: vLLM {v[0]}.{v[1]}.{v[2]} does not ship the {want} engine"
+            )
+    return VllmFamily(**fam)
+
+
+# -- the card total as the runtime reports it --------------------------------------------------
+
+
+def reserved_bytes(product: str) -> tuple[int | None, str]:
+    """Driver-reserved memory of a card model (engines.toml ``[[reserved]]``), or None."""
+    p = (product or "").upper()
+    for r in data()["reserved"]:
+        if r["match"].upper() in p:
+            return r["mib"] * MiB, r["source"]
+    return None, "driver-reserved memory of this card model not known"
+
+
+def runtime_total_bytes(memory_bytes: int | None, product: str, reserved: int | None = None):
+    """(total, source): what torch.cuda.mem_get_info reports as the card total, which vLLM
+    budgets from (``MemorySnapshot.total_memory``): the FB total (nvidia-smi / NVML) minus the
+    driver's reserved memory (nvidia-smi -q "Reserved").  ``reserved`` from the machine
+    profile wins, then engines.toml by card model; unknown -> the FB total, said so."""
+    if memory_bytes is None:
+        return None, "card memory unknown"
+    if reserved is None:
+        reserved, where = reserved_bytes(product)
+    else:
+        where = "the profile's driver-reserved memory"
+    if reserved is None:
+        return memory_bytes, f"card total (driver-reserved memory unknown: {where})"
+    return (
+        memory_bytes - reserved,
+        f"card total - driver-reserved {reserved / MiB:.0f} MiB ({where})",
+    )
+
+
+# -- the launch as the engine runs it ----------------------------------------------------------
+
+
+def _in(version: tuple, entry: dict) -> bool:
+    return parse_version(entry["first"]) <= version <= parse_version(entry["last"])
+
+
+def v1_batch_defaults(version: str, product: str, total_bytes: int | None) -> tuple[int, int, str]:
+    """(max_num_batched_tokens, max_num_seqs, source) of `vllm serve` on this card for a V1
+    release (engines.toml ``[[vllm.defaults]]``); 0.10.1+ caps max_num_seqs at the tokens."""
+    v = parse_version(version)
+    entries = data()["vllm"]["defaults"]
+    entry = next((e for e in entries if _in(v, e)), entries[-1] if v > (0, 8, 0) else entries[0])
+    gib = (total_bytes or 0) / GiB
+    name = (product or "").upper()
+    pick = entry["otherwise"]
+    for t in entry["tiers"]:
+        if gib < t.get("min_total_gib", 0):
+            continue
+        if t.get("names") and not any(n.upper() in name for n in t["names"]):
+            continue
+        if any(x.upper() in name for x in t.get("exclude", ())):
+            continue
+        pick = t
+        break
+    return pick["max_num_batched_tokens"], pick["max_num_seqs"], entry["source"]
+
+
+def v0_max_num_batched_tokens(version: str, max_model_len: int) -> tuple[int, str]:
+    """V0 scheduler budget: chunked prefill is on by default above 32,768 tokens of context
+    (``use_long_context``), with a budget of 512 (to 0.6.4) or 2048 tokens (0.6.5+); without
+    it one step holds a whole prompt: max(max_model_len, 2048) (``SchedulerConfig``)."""
+    if max_model_len > 32768:
+        n = 512 if parse_version(version) <= (0, 6, 4) else 2048
+        return n, "V0 chunked prefill (max_model_len > 32768): SchedulerConfig default"
+    return max(max_model_len, 2048), "V0 without chunked prefill: max(max_model_len, 2048)"
+
+
+def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None = None):
+    """(job, settings): the job with every engine option it left out set to the engine's own
+    default for this release and card, and where each value came from."""
+    if job.engine == "sglang":
+        return resolve_sglang(job, total_bytes)
+    if job.engine != "vllm":
+        return job, {}
+    version = vllm_version(job.engine_version)
+    fam = vllm_family(version)
+    src = {"engine_version": "given" if job.engine_version else "nodeledger's default release"}
+    upd: dict = {"engine_version": version}
+    if job.gpu_memory_utilization is None:
+        upd["gpu_memory_utilization"] = fam.util_default
+        src["gpu_memory_utilization"] = f"vLLM {version} default"
+    if fam.engine == "V0":  # V0 (also VLLM_USE_V1=0 on 0.8-0.10)
+        if job.max_num_seqs is None:
+            upd["max_num_seqs"] = 256
+            src["max_num_seqs"] = "V0 default (SchedulerConfig)"
+        if job.max_num_batched_tokens is None:
+            upd["max_num_batched_tokens"], src["max_num_batched_tokens"] = (
+                v0_max_num_batched_tokens(version, job.context)
+            )
+    else:
+        mnbt, seqs, where = v1_batch_defaults(version, product, total_bytes)
+        if job.max_num_batched_tokens is None:
+            upd["max_num_batched_tokens"] = mnbt
+            src["max_num_batched_tokens"] = f"`vllm serve` default on this card ({where})"
+        if job.max_num_seqs is None:
+            tokens = upd.get("max_num_batched_tokens", job.max_num_batched_tokens)
+            capped = parse_version(version) >= (0, 10, 1)
+            upd["max_num_seqs"] = min(seqs, tokens) if capped else seqs
+            src["max_num_seqs"] = f"`vllm serve` default on this card ({where})"
+    for k in upd:
+        src.setdefault(k, "given")
+    return dataclasses.replace(job, **upd), {"family": fam.id, "sources": src}
+
+
+# -- profile-run terms -------------------------------------------------------------------------
+
+
+def sampler_rows(family: VllmFamily, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """Rows the profile run samples: V0 splits the dummy batch into max_num_seqs prompts and
+    samples one row each (``ModelRunner._dummy_run``); V1 0.8+ samples
+    min(max_num_seqs, max_num_batched_tokens) dummy requests (``_dummy_sampler_run``)."""
+    if family.sampler_rows == "max_num_seqs":
+        return max_num_seqs
+    return min(max_num_seqs, max_num_batched_tokens)
+
+
+def samples_on_rank(family: VllmFamily, rank: int) -> bool:
+    """V0 gathers logits to the driver rank only; V1 all-gathers, every rank samples."""
+    return family.sampler == "every" or rank == 0
+
+
+def _match(product: str, table: str):
+    p = (product or "").upper()
+    for r in data()[table]:
+        pats = r["match"] if isinstance(r["match"], list) else [r["match"]]
+        if any(x.upper() in p for x in pats):
+            return r
+    return None
+
+
+def sampler_model(version: str, moe_or_hybrid: bool) -> tuple[float, bool, str]:
+    """(bytes per rows x vocab element, Triton buffer, source) of the release's profile-run
+    sampler (engines.toml ``[[vllm.sampler]]``)."""
+    v = parse_version(version)
+    entries = data()["vllm"]["sampler"]
+    e = next((x for x in entries if _in(v, x)), entries[-1])
+    beta = e["beta"] if moe_or_hybrid or "dense_beta" not in e else e["dense_beta"]
+    return beta, e["triton_buffer"], e["source"]
+
+
+def card_sms(product: str) -> tuple[int, bool]:
+    """(streaming multiprocessors, known) of a card model; 128 when the model is not listed."""
+    r = _match(product, "sms")
+    return (r["sms"], True) if r else (128, False)
+
+
+def sampler_peak_bytes(
+    rows: int, vocab: int, bytes_per_element: float, sms: int = 0, hidden_live: int = 0
+) -> int:
+    """Peak of the profile run's sampler: rows x vocab x the bytes of the [rows, vocab]
+    tensors alive together at its widest moment, + the Triton sampler's fp32 buffer of
+    S x vocab (S = min(next power of two of min(SMs, rows), SMs); ``sms`` 0 = none), + the
+    hidden states the forward leaves alive (``hidden_live``)."""
+    buf = 0
+    if sms:
+        s = 1 << max(0, (min(sms, rows) - 1).bit_length())
+        buf = 4 * min(s, sms) * vocab
+    return ceil(rows * vocab * bytes_per_element) + buf + hidden_live
+
+
+def card_sm(product: str) -> int | None:
+    """Compute capability (x10, bucketed) of a card model from engines.toml ``[[arch]]``."""
+    r = _match(product, "arch")
+    return r["sm"] if r else None
+
+
+def _ru(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def mxfp4_backend(version: str, product: str) -> tuple[str, str]:
+    """(backend, why) vLLM's MXFP4 MoE path picks (``mxfp4.py:get_mxfp4_backend``): Marlin on
+    sm80-89 and on sm12x from 0.12; on sm90 Marlin up to 0.10 (torch 2.7.1 pinned), Triton
+    from 0.12 (bundled triton_kernels); FlashInfer TRT-LLM on sm100."""
+    sm = card_sm(product)
+    v = parse_version(version)
+    if sm is None:
+        return "marlin", "card model not known: Marlin layout assumed"
+    if sm == 90:
+        if v < (0, 12, 0):  # 0.11 uses Triton only where triton_kernels is installed (not by pip)
+            return (
+                "marlin",
+                "sm90 with vLLM <= 0.11 (Marlin; 0.11 + triton_kernels installed: Triton)",
+            )
+        return "triton", "sm90, vLLM >= 0.12 (triton_kernels bundled)"
+    if sm == 100:
+        return "flashinfer", "sm100 (FlashInfer TRT-LLM)"
+    return "marlin", f"sm{sm} (Marlin)"
+
+
+def mxfp4_expert_bytes(
+    backend: str, version: str, experts: int, hidden: int, inter: int, tp: int, layers: int
+) -> int:
+    """MXFP4 MoE experts as vLLM holds them after process_weights_after_loading, per card:
+    marlin      Ip = ru(I/tp, 128), Hp = ru(H, 256): E x (3 Ip Hp / 2 [4-bit] + 3 Ip Hp / 32
+                [e8m0] + 2 (2 Ip + Hp) [bf16 bias]) (``prepare_moe_fp4_layer_for_marlin``)
+    triton      Ip = ru(I/tp, 64): values E (2 Ip H / 2 + H Ip / 2) (0.19: both dims to 64),
+                swizzled scales E (ru(2Ip, 256) ru(H/32, 2) + ru(H, 256) ru(Ip/32, 2)), the
+                original scales kept E (2 Ip H / 32 + H Ip / 32), fp32 bias 4 E (2 Ip + H)
+    flashinfer  Ip = ru(I/tp, 256), Hp = ru(H, 256): E (3 Ip Hp / 2 + 3 Ip Hp / 32 + 4 (2 Ip + Hp) + 12)
+    Per-layer sums x MoE layers; read from the wheels 0.10.1-0.19.0, within 0.2 % of five logs."""
+    E, H = experts, hidden
+    if backend == "marlin":
+        ip, hp = _ru(inter // tp, 128), _ru(H, 256)
+        per = E * (3 * ip * hp // 2 + 3 * ip * hp // 32 + 2 * (2 * ip + hp))
+    elif backend == "flashinfer":
+        ip, hp = _ru(inter // tp, 256), _ru(H, 256)
+        per = E * (3 * ip * hp // 2 + 3 * ip * hp // 32 + 4 * (2 * ip + hp) + 12)
+    else:
+        ip = _ru(inter // tp, 64)
+        if parse_version(version) >= (0, 19, 0):
+            vals = E * (_ru(2 * ip, 64) * _ru(H // 2, 64) + _ru(H, 64) * _ru(ip // 2, 64))
+        else:
+            vals = E * (2 * ip * H // 2 + H * ip // 2)
+        swz = E * (_ru(2 * ip, 256) * _ru(H // 32, 2) + _ru(H, 256) * _ru(ip // 32, 2))
+        orig = E * (2 * ip * (H // 32) + H * (ip // 32))
+        per = vals + swz + orig + 4 * E * (2 * ip + H)
+    return per * layers
+
+
+# -- CUDA graphs ------------------------------------------------------------------------------
+
+
+def graph_capture_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """Decode batch sizes vLLM captures by default.
+    v0:      [1, 2, 4] + 8k up to the smallest >= max_num_seqs (worker/model_runner.py
+             _BATCH_SIZES_TO_CAPTURE; config.py _set_cudagraph_sizes)
+    v1_8:    [1, 2, 4] + range(8, N + 1, 8), N = min(2 x max_num_seqs, 512) (0.10.0+; 512 in
+             0.8-0.9), <= max_num_batched_tokens
+    v1_8_16: [1, 2, 4] + range(8, 256, 8) + range(256, N + 1, 16) (0.11.1+), same N."""
+    if rule == "v0":
+        top = max(1, max_num_seqs)
+        sizes = [s for s in [1, 2, 4, *list(range(8, 8193, 8))] if s < top]
+        nxt = next((s for s in [1, 2, 4, *list(range(8, 8193, 8))] if s >= top), None)
+        return sizes + ([nxt] if nxt else [])
+    n = min(2 * max_num_seqs, 512)
+    if rule == "v1_8":
+        sizes = [1, 2, 4, *list(range(8, n + 1, 8))]
+    else:
+        sizes = [1, 2, 4, *list(range(8, min(n + 1, 256), 8)), *list(range(256, n + 1, 16))]
+    return [s for s in sizes if s <= n and s <= max_num_batched_tokens]
+
+
+def cuda_graph_bytes(graphs: int, layers: int, vendor: str = "nvidia") -> int:
+    """Graph memory: graphs x decoder layers x memory per graph per layer (each graph holds
+    one launch of every kernel of every layer); engines.toml ``graph_kib_per_graph_layer``
+    from real start-up logs' "Graph capturing finished ... took X GiB"."""
+    rt = data()["vllm"]["runtime"]
+    per = rt["graph_kib_per_graph_layer_rocm" if vendor == "amd" else "graph_kib_per_graph_layer"]
+    return int(graphs * layers * per * KiB)
+
+
+# -- the paged pool ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    kind: str  # "full" or "sliding"
+    layers: int
+    window: int | None
+
+
+def kv_groups(spec) -> list[KvGroup]:
+    """The KV groups vLLM V1's hybrid allocator forms (``kv_cache_utils``): layers with the
+    same spec share a group; with full and sliding layers together, groups hold
+    min(layers per kind) layers each (``_get_kv_cache_groups_uniform_page_size``)."""
+    full = [a for a in spec.attention if a.kind in ("full", "mla")]
+    slide = [a for a in spec.attention if a.kind == "sliding"]
+    if not slide or not full:
+        n = len(full) + len(slide)
+        return [
+            KvGroup(
+                "full" if full else "sliding", n, slide[0].window if slide and not full else None
+            )
+        ]
+    size = min(len(full), len(slide))
+    out = [KvGroup("full", size, None) for _ in range(ceil(len(full) / size))]
+    out += [KvGroup("sliding", size, slide[0].window) for _ in range(ceil(len(slide) / size))]
+    return out
+
+
+def num_blocks(available: int, page_bytes_per_layer: float, layers_per_block: int) -> int:
+    """``get_num_blocks``: int(available // page_size // num_layers), at least 0; a page is one
+    block of one layer; hybrid models share each block across groups of equal size."""
+    if available <= 0 or page_bytes_per_layer <= 0:
+        return 0
+    return int(available // page_bytes_per_layer // layers_per_block)
+
+
+def blocks_per_request(
+    groups: list[KvGroup], max_model_len: int, block: int, max_num_batched_tokens: int
+) -> int:
+    """Blocks one max_model_len request holds, summed over groups (``max_memory_usage_bytes``):
+    full attention cdiv(len, block); sliding window cdiv(min(window - 1 + max_num_batched_tokens,
+    len), block) + 1 (``SlidingWindowSpec``)."""
+    total = 0
+    for g in groups:
+        if g.kind == "sliding" and g.window:
+            total += -(-min(g.window - 1 + max_num_batched_tokens, max_model_len) // block) + 1
+        else:
+            total += -(-max_model_len // block)
+    return total
+
+
+def printed_pool(
+    family: VllmFamily,
+    blocks: int,
+    groups: list[KvGroup],
+    block: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+) -> tuple[int, float]:
+    """(tokens, max concurrency) as vLLM prints them ("GPU KV cache size: N tokens", "Maximum
+    concurrency for L tokens per request: Xx").  tokens: blocks // groups x block
+    (``_report_kv_cache_config``), from 0.20.2 int(concurrency x max_model_len); concurrency:
+    tokens / L before 0.9.1, blocks / blocks per request after."""
+    tokens = blocks // len(groups) * block
+    if family.concurrency == "tokens":
+        return tokens, tokens / max_model_len
+    conc = blocks / max(1, blocks_per_request(groups, max_model_len, block, max_num_batched_tokens))
+    if family.concurrency == "blocks_tokens":
+        tokens = int(conc * max_model_len)
+    return tokens, conc
+
+
+# -- SGLang ---------------------------------------------------------------------------------
+
+
+def sglang_tier(gpu_mem_bytes: int, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks for the card (engines.toml
+    ``[sglang] tiers`` by nvidia-smi's memory.total; the tp >= 4 figure at tp >= 4)."""
+    gib = gpu_mem_bytes / GiB
+    for t in data()["sglang"]["tiers"]:
+        if gib < t["below_gib"]:
+            return t["chunked_prefill_size"], t[
+                "cuda_graph_max_bs_tp4" if tp >= 4 else "cuda_graph_max_bs"
+            ]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def sglang_piecewise_graph_tokens(max_tokens: int) -> list[int]:
+    """Token sizes of SGLang's piecewise prefill graphs (0.5.10+): range(4,33,4) +
+    range(48,257,16) + range(288,513,32) + range(576,1025,64) + range(1280,4097,256) +
+    range(4608, max+1, 512), cut at max_tokens (chunked_prefill_size)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))  # fmt: skip
+    return [s for s in sizes if s <= max_tokens]
+
+
+def sglang_mem_fraction_static(
+    version: str, gpu_mem_bytes: int, tp: int, pp: int = 1, mla: bool = False
+) -> tuple[float, str]:
+    """SGLang's default --mem-fraction-static: round((gpu_mem - reserved) / gpu_mem, 3), with
+    gpu_mem = nvidia-smi memory.total (MiB).  0.5.x: reserved = 512 + max(chunked, 2048) x 1.5
+    + cuda_graph_max_bs x 2 + tp x pp / 8 x 1024 (+ piecewise prefill graphs: 8 MiB per size,
+    1.5 GiB for MLA, from 0.5.10), at least 10 GiB above 60 GiB of card
+    (``_handle_gpu_memory_settings``); 0.4.x: the reserved table (``__post_init__``)."""
+    mib = gpu_mem_bytes / MiB
+    sg = data()["sglang"]
+    v = parse_version(version)
+    if v <= parse_version(sg["legacy_last"]):
+        t = next(t for t in sg["legacy_tiers"] if mib / 1024 < t["below_gib"])
+        reserved = (t["a"] + tp * pp * t["b"]) * 1024
+        how = f"0.4.x table: ({t['a']:g} + {tp * pp} x {t['b']:g}) x 1024 MiB reserved"
+    else:
+        chunk, max_bs = sglang_tier(gpu_mem_bytes, tp)
+        reserved = 512 + max(chunk, 2048) * 1.5 + max_bs * 2 + tp * pp / 8 * 1024
+        if v >= (0, 5, 10):
+            reserved += 1536 if mla else 8 * len(sglang_piecewise_graph_tokens(chunk))
+        if mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        how = f"reserved {reserved:,.0f} MiB (chunked {chunk}, graph max bs {max_bs}, tp {tp})"
+    return round((mib - reserved) / mib, 3), f"SGLang {version} default: {how} of {mib:,.0f} MiB"
+
+
+def sglang_kv_bytes(
+    free_before_weights: int, weights_loaded: int, mem_fraction_static: float
+) -> int:
+    """SGLang's pool (``profile_max_num_token``): rest = free after the weights - free before
+    the weights x (1 - mem_fraction_static) = free_before x mfs - weights as loaded."""
+    return int(free_before_weights * mem_fraction_static) - weights_loaded
+
+
+def resolve_sglang(job: ServeJob, gpu_mem_bytes: int | None, mla: bool = False):
+    """(job, settings) with SGLang's defaults for the card filled in."""
+    version = job.engine_version or data()["sglang"]["default_version"]
+    upd: dict = {"engine_version": version}
+    src = {"engine_version": "given" if job.engine_version else "nodeledger's default release"}
+    if gpu_mem_bytes:
+        chunk, _ = sglang_tier(gpu_mem_bytes, job.parallel.tp)
+        if job.max_num_batched_tokens is None:
+            upd["max_num_batched_tokens"], src["max_num_batched_tokens"] = (
+                chunk,
+                "SGLang chunked_prefill_size for the card",
+            )
+        if job.mem_fraction_static is None:
+            upd["mem_fraction_static"], src["mem_fraction_static"] = sglang_mem_fraction_static(
+                version, gpu_mem_bytes, job.parallel.tp, job.parallel.pp, mla
+            )
+    elif job.max_num_batched_tokens is None:
+        upd["max_num_batched_tokens"], src["max_num_batched_tokens"] = (
+            8192,
+            "SGLang default (card unknown)",
+        )
+    if job.mem_fraction_static is None and "mem_fraction_static" not in upd:
+        fallback = 0.88 if parse_version(version) < (0, 5, 23) else 0.95
+        upd["mem_fraction_static"], src["mem_fraction_static"] = (
+            fallback,
+            "SGLang default when the card memory is unknown",
+        )
+    for k in upd:
+        src.setdefault(k, "given")
+    return dataclasses.replace(job, **upd), {"family": "sglang", "sources": src}
