@@ -28,6 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from nodeledger.ledger.build import resolve_job
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
 from nodeledger.machine.profile import (
@@ -167,7 +168,8 @@ def predict(case: dict) -> float | None:
     prompts = case.get("num_prompts")
     job = ServeJob(engine="vllm", dtype=case.get("dtype") if case.get("dtype") not in (None, "bf16") else None,
                    context=inp + out, concurrency=None, parallel=Parallel(tp=tp, pp=pp),
-                   input_len=inp, output_len=out)  # fmt: skip
+                   input_len=inp, output_len=out, engine_version=case.get("engine_version"))  # fmt: skip
+    job, _ = resolve_job(job, m, spec)  # the release's defaults for this card (max_num_seqs, ...)
     if m.accelerators[0].memory_bytes is None:
         most = None
     else:
