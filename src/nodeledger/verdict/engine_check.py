@@ -166,11 +166,21 @@ def engine_check(ledger, job, reported: dict, spec=None) -> dict:
     if (
         pool["difference"] is not None
         and abs(pool["difference"]) >= 0.05
+        and abs(pool["relative"] or 0) >= 0.02  # within 2 %: agreement, nothing to look for
         and (explained < 0.5 * abs(pool["difference"]))
     ):
+        knob = (
+            "--mem-fraction-static"
+            if reported.get("engine") == "sglang"
+            else "--gpu-memory-utilization"
+        )
+        cause = (
+            f"the launch differs: {out['launch_differences'][0]}"
+            if out["launch_differences"]
+            else f"the card total or the budget (not printed here) differs — check --machine (the card) and {knob}"
+        )
         out["look_first"] = (
             f"KV-cache pool: {pool['ledger']:.2f} vs {pool['engine']:.2f} GiB per card, and the "
-            "terms the log prints do not explain it: the card total or the budget (not printed "
-            "here) differs — check --machine (the card) and --gpu-memory-utilization"
+            f"terms the log prints do not explain it: {cause}"
         )
     return out
