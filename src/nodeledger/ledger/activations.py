@@ -289,11 +289,6 @@ def inference_logits_bytes(d: Dims, rows: int) -> int:
     return rows * d.vocab * 6
 
 
-def sampler_logits_bytes(d: Dims, sequences: int) -> int:
-    """vLLM's sampler: fp32 logits of the sampled positions, max_num_seqs x vocab x 4."""
-    return sequences * d.vocab * 4
-
-
 def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str) -> int:
     """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
     of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its

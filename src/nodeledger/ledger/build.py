@@ -442,19 +442,6 @@ def vllm_kv_pool_bytes(budget: int | None, torch_fixed: int, non_torch: int) -> 
     return None if budget is None else budget - torch_fixed - non_torch
 
 
-def page_bytes_per_layer(
-    spec: ModelSpec, block_size: int, kv_dtype_bytes: int, split: int
-) -> float:
-    """One block of one attention layer on one card (``AttentionSpec.page_size_bytes``: 2 x
-    block x kv heads x head dim x dtype; MLA 1 x block x latent), averaged over the layers that
-    hold a paged cache."""
-    layers = [a for a in spec.attention if a.kind != "linear"]
-    if not layers:
-        return 0.0
-    elems = sum(kv.kv_elements_per_token(a) for a in layers) / len(layers)
-    return elems * kv_dtype_bytes * block_size / split
-
-
 def _vllm_card(
     spec: ModelSpec,
     job: ServeJob,
@@ -530,7 +517,7 @@ def _vllm_card(
     graph_charged = graph_bytes if fam.graphs == "estimated" else 0
     torch_fixed = weights_bytes + profile_peak
     available = vllm_kv_pool_bytes(budget, torch_fixed, charged + graph_charged)
-    page = page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
+    page = kv.paged_page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
     hybrid = fam.concurrency != "tokens"
     groups = (
         eng.kv_groups(spec)
@@ -669,7 +656,7 @@ def _sglang_card(
     mfs = job.mem_fraction_static
     free_before = None if total is None else total - context - nccl
     pool = None if free_before is None else eng.sglang_kv_bytes(free_before, weights_bytes, mfs)
-    cell = page_bytes_per_layer(spec, 1, kv_dtype_bytes, kv_split) * sum(
+    cell = kv.paged_page_bytes_per_layer(spec, 1, kv_dtype_bytes, kv_split) * sum(
         1 for a in spec.attention if a.kind != "linear"
     )
     tokens = None if pool is None or cell <= 0 else max(0, int(pool // cell))

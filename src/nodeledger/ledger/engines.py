@@ -69,8 +69,6 @@ class VllmFamily:
     graph_modes: int
     graph_sizes: str
     mirrors: str
-    sampler_bytes_per_element: float = 16.0
-    sampler_source: str = ""
 
 
 def vllm_version(version: str | None) -> str:

@@ -111,12 +111,17 @@ def cache_growth_bytes_per_card(
     return ceil(widest_layer * dtype_bytes * context_tokens * sequences / tp)
 
 
-def paged_kv_bytes_per_token_per_card(
+def paged_page_bytes_per_layer(
     spec: ModelSpec, block_size: int, dtype_bytes: int, split: int
 ) -> float:
-    """vLLM paged cache: bytes of one token on one card, taken from one block of ``block_size``
-    tokens (kv_bytes_per_sequence(block) / block) / split (fractional: not rounded)."""
-    return (kv_bytes_per_sequence(spec, block_size, dtype_bytes) / block_size) / split
+    """vLLM paged cache: one block of one attention layer on one card
+    (``AttentionSpec.page_size_bytes``: 2 x block x kv heads x head dim x dtype; MLA 1 x block x
+    latent), averaged over the layers that hold a paged cache, / split (fractional)."""
+    layers = [a for a in spec.attention if a.kind != "linear"]
+    if not layers:
+        return 0.0
+    elems = sum(kv_elements_per_token(a) for a in layers) / len(layers)
+    return elems * dtype_bytes * block_size / split
 
 
 def paged_kv_bytes_per_sequence(per_token: float, context_tokens: int, block_size: int) -> float:

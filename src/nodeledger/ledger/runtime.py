@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeledger.units import GiB, MiB
+from nodeledger.units import MiB
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,6 @@ class RuntimeDefaults:
     # boxes) for the Simple protocol, plus LL/LL128 buffers; default 300 MiB per communicator
     # (NCCL docs, environment variables NCCL_BUFFSIZE / NCCL_MAX_NCHANNELS).
     nccl_per_communicator_bytes: int = 300 * MiB
-    # vLLM CUDA graph capture pool (vLLM logs "Graph capturing finished ... took X GiB";
-    # typically 0.3-1 GiB); default 1 GiB when graphs are captured.
-    vllm_cuda_graph_bytes: int = 1 * GiB
 
 
 DEFAULTS = RuntimeDefaults()
@@ -68,11 +65,6 @@ def cublas_workspace_bytes(d: RuntimeDefaults = DEFAULTS, training: bool = False
     return d.cublas_workspace_bytes
 
 
-def cuda_graph_bytes(cuda_graphs: bool, d: RuntimeDefaults = DEFAULTS) -> int:
-    """vLLM's CUDA graph capture pool: 1 GiB by default when graphs are captured, else 0."""
-    return d.vllm_cuda_graph_bytes if cuda_graphs else 0
-
-
 def serving_communicators(cards_per_replica: int) -> int:
     """One communicator (tp/pp group) per replica that spans more than one card."""
     return 1 if cards_per_replica > 1 else 0
@@ -81,12 +73,3 @@ def serving_communicators(cards_per_replica: int) -> int:
 def training_communicators(tp: int, pp: int, dp: int) -> int:
     """One communicator per parallel dimension wider than one card (tp, dp, pp groups)."""
     return (1 if tp > 1 else 0) + (1 if dp > 1 else 0) + (1 if pp > 1 else 0)
-
-
-def vllm_non_torch_bytes(
-    graph_pool_bytes: int, communicators: int, d: RuntimeDefaults = DEFAULTS
-) -> int:
-    """What vLLM's memory budget loses outside torch: context + CUDA graph pool + NCCL."""
-    return (
-        d.context_bytes + graph_pool_bytes + (nccl_bytes(communicators, d) if communicators else 0)
-    )
