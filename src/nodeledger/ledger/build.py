@@ -106,9 +106,9 @@ def _context_item(defaults: rt.RuntimeDefaults) -> Item:
     )
 
 
-def _nccl_item(communicators: int, defaults: rt.RuntimeDefaults) -> Item:
+def _nccl_item(communicators: int, defaults: rt.RuntimeDefaults, name: str | None = None) -> Item:
     return Item(
-        f"NCCL/RCCL/HCCL buffers ({communicators} communicator(s))",
+        name or f"NCCL/RCCL/HCCL buffers ({communicators} communicator(s))",
         rt.nccl_bytes(communicators, defaults),
         "NCCL_BUFFSIZE 4 MiB x send/recv x channels + LL/LL128; default 300 MiB per communicator",
         torch=False,
@@ -213,6 +213,19 @@ def _serve_scheme(spec: ModelSpec, dtype: str | None) -> Scheme:
     return scheme_for(dtype, spec) if dtype else config_scheme(spec)
 
 
+def _first_card(machine: MachineProfile) -> tuple[str, str, int | None]:
+    """(product, vendor, driver-reserved bytes) of the machine's first card, which the engine
+    rules read (all cards of a replica are taken as the first one)."""
+    acc = machine.accelerators[0] if machine.accelerators else None
+    return (acc.product, acc.vendor, acc.memory_reserved_bytes) if acc else ("", "nvidia", None)
+
+
+def _runtime_total(machine: MachineProfile, capacity: int | None) -> tuple[int | None, str]:
+    """engines.runtime_total_bytes of the first card at ``capacity`` bytes."""
+    product, _, reserved = _first_card(machine)
+    return eng.runtime_total_bytes(capacity, product, reserved)
+
+
 def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2) -> int:
     """vLLM's rotary cos/sin cache, one per model, on every card: max_position_embeddings x
     rotary dim (cos and sin halves) x model dtype (``RotaryEmbedding._compute_cos_sin_cache``);
@@ -233,9 +246,8 @@ def vllm_weights_as_loaded(
     share = weights_bytes_per_card(wb.total_bytes, cards)
     how = "checkpoint bytes / tp / pp"
     if scheme.name == "mxfp4" and d.moe_layers and wb.by_part_bytes.get("routed_experts"):
-        acc = machine.accelerators[0] if machine.accelerators else None
         version = eng.vllm_version(job.engine_version)
-        backend, why = eng.mxfp4_backend(version, acc.product if acc else "")
+        backend, why = eng.mxfp4_backend(version, _first_card(machine)[0])
         experts = eng.mxfp4_expert_bytes(backend, version, d.experts, d.hidden, d.moe_intermediate,
                                          job.parallel.tp, ceil(d.moe_layers / job.parallel.pp))  # fmt: skip
         share = (
@@ -253,17 +265,12 @@ def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None =
     filled in (ledger/engines.py ``resolve_serve_job``); idempotent."""
     if job.engine == "hf":
         return job, {}
-    acc = machine.accelerators[0] if machine.accelerators else None
-    n = job.parallel.tp * job.parallel.pp * job.replicas
+    capacity = card_capacity(machine, job.parallel.tp * job.parallel.pp * job.replicas)
     if job.engine == "sglang":
         mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
-        return eng.resolve_sglang(job, card_capacity(machine, n), mla)
-    total, _ = eng.runtime_total_bytes(
-        card_capacity(machine, n),
-        acc.product if acc else "",
-        acc.memory_reserved_bytes if acc else None,
-    )
-    return eng.resolve_serve_job(job, acc.product if acc else "", total)
+        return eng.resolve_sglang(job, capacity, mla)
+    total, _ = _runtime_total(machine, capacity)
+    return eng.resolve_serve_job(job, _first_card(machine)[0], total)
 
 
 def serve_ledger(
@@ -467,12 +474,8 @@ def _vllm_card(
     notes: list[str] = []
     fam = eng.vllm_family(job.engine_version)
     rtd = eng.data()["vllm"]["runtime"]
-    acc = machine.accelerators[0] if machine.accelerators else None
-    product = acc.product if acc else ""
-    vendor = acc.vendor if acc else "nvidia"
-    total, total_src = eng.runtime_total_bytes(
-        capacity, product, acc.memory_reserved_bytes if acc else None
-    )
+    product, vendor, _ = _first_card(machine)
+    total, total_src = _runtime_total(machine, capacity)
     util = job.gpu_memory_utilization
     budget = vllm_budget_bytes(total, util, fam.budget_round)
     if budget is None:
@@ -525,6 +528,7 @@ def _vllm_card(
         else [eng.KvGroup("full", sum(1 for a in spec.attention if a.kind != "linear"), None)]
     )
     per_block_layers = groups[0].layers
+    per_token = page * per_block_layers * len(groups) / job.block_size
     extras: dict = {
         "engine": {
             "name": "vllm", "version": job.engine_version, "family": fam.id, "mirrors": fam.mirrors,
@@ -537,7 +541,7 @@ def _vllm_card(
             "kv_available_bytes": available, "kv_groups": len(groups),
         },
         "kv_pool_unclamped_bytes": available,
-        "kv_bytes_per_token_per_card": round(page * per_block_layers * len(groups) / job.block_size),
+        "kv_bytes_per_token_per_card": round(per_token),
     }  # fmt: skip
     kv_pool = None
     if available is not None and page > 0:
@@ -562,9 +566,7 @@ def _vllm_card(
         items.append(
             Item("CUDA graph estimate (subtracted)", graph_charged, graph_src, torch=False)
         )
-    per_seq = kv.paged_kv_bytes_per_sequence(
-        page * per_block_layers * len(groups) / job.block_size, job.context, job.block_size
-    )
+    per_seq = kv.paged_kv_bytes_per_sequence(per_token, job.context, job.block_size)
     kv_needed = ceil(per_seq * (job.concurrency or 0))
     if available is not None:
         items.append(Item(
@@ -593,9 +595,11 @@ def _vllm_card(
         outside.append(Item("CUDA context before vLLM's baseline", int(rtd["context_gib"] * GiB),
                             f"outside the budget: {rtd['context_source']}", torch=False))  # fmt: skip
     if nccl and not fam.charges_nccl:
-        outside.append(Item("NCCL buffers (in the baseline, outside the budget)", nccl,
-                            "NCCL_BUFFSIZE 4 MiB x send/recv x channels + LL/LL128; default 300 MiB per communicator",
-                            torch=False))  # fmt: skip
+        outside.append(
+            _nccl_item(
+                communicators, defaults, "NCCL buffers (in the baseline, outside the budget)"
+            )
+        )
     if graph_bytes and not graph_charged:
         outside.append(
             Item(
@@ -647,10 +651,7 @@ def _sglang_card(
     tp = job.parallel.tp
     notes: list[str] = []
     sg = eng.data()["sglang"]
-    acc = machine.accelerators[0] if machine.accelerators else None
-    total, total_src = eng.runtime_total_bytes(
-        capacity, acc.product if acc else "", acc.memory_reserved_bytes if acc else None
-    )
+    total, total_src = _runtime_total(machine, capacity)
     context = int(sg["context_gib"] * GiB)
     nccl = rt.nccl_bytes(communicators, defaults) if communicators else 0
     mfs = job.mem_fraction_static
@@ -664,25 +665,7 @@ def _sglang_card(
     forward = ceil(act.inference_layer_transient_bytes(dims, chunk) / tp)
     _chunk_tier, max_bs = eng.sglang_tier(capacity, tp) if capacity else (chunk, 256)
     graphs = (
-        eng.cuda_graph_bytes(
-            len(
-                [
-                    b
-                    for b in [
-                        1,
-                        2,
-                        4,
-                        8,
-                        12,
-                        *list(range(16, 257, 8)),
-                        *list(range(272, 512, 16)),
-                        *list(range(512, 1025, 32)),
-                    ]
-                    if b <= max_bs
-                ]
-            ),
-            dims.layers,
-        )
+        eng.cuda_graph_bytes(len(eng.sglang_decode_graph_sizes(max_bs)), dims.layers)
         if job.cuda_graphs
         else 0
     )

@@ -454,6 +454,14 @@ def sglang_tier(gpu_mem_bytes: int, tp: int) -> tuple[int, int]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def sglang_decode_graph_sizes(max_bs: int) -> list[int]:
+    """Decode batch sizes SGLang captures (``cuda_graph_runner.get_batch_sizes_to_capture``,
+    0.5.x): [1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512, 1025, 32),
+    cut at cuda_graph_max_bs."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 1025, 32)]
+    return [b for b in sizes if b <= max_bs]
+
+
 def sglang_piecewise_graph_tokens(max_tokens: int) -> list[int]:
     """Token sizes of SGLang's piecewise prefill graphs (0.5.10+): range(4,33,4) +
     range(48,257,16) + range(288,513,32) + range(576,1025,64) + range(1280,4097,256) +
