@@ -28,7 +28,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from nodeledger.ledger.build import resolve_job
 from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
 from nodeledger.machine.profile import (
@@ -169,12 +168,11 @@ def predict(case: dict) -> float | None:
     job = ServeJob(engine="vllm", dtype=case.get("dtype") if case.get("dtype") not in (None, "bf16") else None,
                    context=inp + out, concurrency=None, parallel=Parallel(tp=tp, pp=pp),
                    input_len=inp, output_len=out, engine_version=case.get("engine_version"))  # fmt: skip
-    job, _ = resolve_job(job, m, spec)  # the release's defaults for this card (max_num_seqs, ...)
     if m.accelerators[0].memory_bytes is None:
         most = None
     else:
+        # the ledger's pool: vLLM's at most max_num_seqs (the release's default for the card)
         most = largest_serving(spec, job, m).get("max_concurrency_at_context")
-        most = None if most is None else min(most, job.max_num_seqs)
     want = conc if conc is not None else (int(prompts) if prompts else most)
     if most is not None and want is not None:
         want = min(want, most)

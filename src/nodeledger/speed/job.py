@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from nodeledger.ledger.build import resolve_job
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -29,10 +28,7 @@ def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines
     if isinstance(job, ServeJob):
         inp, out = job.lengths()
         largest = extras.get("largest") or {}
-        most = largest.get("max_concurrency_at_context")
-        job, _ = resolve_job(job, machine, spec)
-        if job.engine == "vllm" and most is not None:
-            most = min(most, job.max_num_seqs)
+        most = largest.get("max_concurrency_at_context")  # vLLM: already capped at max_num_seqs
         d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines)
         d["kind"] = "serve"
         return d
