@@ -138,3 +138,80 @@ def test_engine_options_belong_to_their_engine():
     assert (
         "gpu_memory_utilization" not in d["job_options"] and "max_num_seqs" not in d["job_options"]
     )
+
+
+def _weights(lg) -> int:
+    return next(i.bytes for i in lg.cards[0].items if i.name == "weights")
+
+
+def test_dense_quantised_linears_as_vllm_loads_them():
+    from nodeledger.ledger.weights import Scheme
+
+    fp8_block = Scheme("fp8", block=(128, 128))
+    # below sm89 (A100) block scales become bf16 [K/128, N]: 2 x 4096 x 32 - 4 x 32 x 32
+    assert eng.vllm_linear_delta_bytes(fp8_block, "layers.*.self_attn.q_proj.weight",
+                                       4096, 4096, 1, 80, "nvidia", "0.11.0") == 2 * 4096 * 32 - 4 * 32 * 32  # fmt: skip
+    # sm89/sm90 run fp8 natively: as the checkpoint
+    assert (
+        eng.vllm_linear_delta_bytes(
+            fp8_block, "q_proj.weight", 4096, 4096, 1, 90, "nvidia", "0.11.0"
+        )
+        == 0
+    )
+    # ROCm pads rows of 4096 fp8 values (a multiple of 512 B) by 256 values; o_proj is row-parallel
+    assert eng.vllm_linear_delta_bytes(fp8_block, "layers.*.self_attn.o_proj.weight",
+                                       4096, 4096, 2, None, "amd", "0.11.0") == 4096 * 256  # fmt: skip
+    assert eng.vllm_linear_delta_bytes(fp8_block, "layers.*.self_attn.o_proj.weight",
+                                       4096, 4096, 16, None, "amd", "0.11.0") == 0  # 256 B rows  # fmt: skip
+    gptq = Scheme("int4", group_size=128, g_idx=True)
+    # Marlin (A100) drops the packed zero points and g_idx; sm90 Machete keeps them
+    drop = eng.vllm_linear_delta_bytes(
+        gptq, "mlp.gate_proj.weight", 14336, 4096, 1, 80, "nvidia", "0.11.0"
+    )
+    assert drop == -(32 * 14336 * 4 // 8) - 4 * 4096
+    assert (
+        eng.vllm_linear_delta_bytes(
+            gptq, "mlp.gate_proj.weight", 14336, 4096, 1, 90, "nvidia", "0.11.0"
+        )
+        == 0
+    )
+    awq = Scheme("int4", group_size=128, g_idx=False)
+    assert (
+        eng.vllm_linear_delta_bytes(
+            awq, "mlp.gate_proj.weight", 14336, 4096, 1, 80, "nvidia", "0.11.0"
+        )
+        == 0
+    )
+
+
+def test_fp8_weights_grow_on_an_a100_and_not_on_an_h100(llama):
+    a100 = _weights(
+        serve(llama, card("NVIDIA A100-SXM4-80GB", 80), dtype="fp8", engine_version="0.11.0")
+    )
+    h100 = _weights(
+        serve(llama, card("NVIDIA H100 80GB HBM3", 80), dtype="fp8", engine_version="0.11.0")
+    )
+    # 1.5 % of the linear bytes: bf16 group-wise scales (2 B per 128 weights) in place of fp32 block ones
+    assert 0.08 * GiB < a100 - h100 < 0.12 * GiB
+
+
+def test_pipeline_stages_carry_the_embeddings_and_the_head(llama):
+    from nodeledger.ledger.build import pipeline_stage_layers
+
+    assert pipeline_stage_layers(32, 4) == [8, 8, 8, 8]
+    assert pipeline_stage_layers(30, 4) == [
+        7,
+        8,
+        8,
+        7,
+    ]  # vLLM get_pp_indices: remainder before the last
+    one = _weights(
+        serve(llama, card("NVIDIA H100 80GB HBM3", 80, n=4), engine_version="0.6.3", pp=4)
+    )
+    # the first stage: 8 of 32 layers + the whole 128256 x 4096 bf16 embedding, where an even
+    # quarter holds a quarter of the embedding and of the lm_head: half a table more, and the
+    # rotary cache (131072 x 128 x 2 B) whole on every stage
+    even = (
+        _weights(serve(llama, card("NVIDIA H100 80GB HBM3", 80, n=1), engine_version="0.6.3")) / 4
+    )
+    assert one - even == pytest.approx(0.5 * 128256 * 4096 * 2 + 0.75 * 131072 * 128 * 2, rel=0.01)

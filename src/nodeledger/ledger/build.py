@@ -22,10 +22,10 @@ from nodeledger.ledger import model_state
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.dims import Dims, dims_of
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
-from nodeledger.ledger.weights import Scheme, config_scheme, scheme_for, weight_bytes
+from nodeledger.ledger.weights import Scheme, config_scheme, converted, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import GiB
+from nodeledger.units import GiB, MiB
 
 
 @dataclass
@@ -208,6 +208,44 @@ def weights_bytes_per_card(total_bytes: int, cards: int) -> int:
     return ceil(total_bytes / cards)
 
 
+def pipeline_stage_layers(layers: int, pp: int) -> list[int]:
+    """Decoder layers per pipeline stage as vLLM assigns them (``distributed/utils.py
+    get_pp_indices``): layers // pp each, the remainder one apiece to the stages before the
+    last, from the second-to-last backwards."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def weights_share_bytes(
+    spec: ModelSpec, wb, tp: int, pp: int, excluded: int = 0
+) -> tuple[int, str]:
+    """(bytes, how) of the weights on the heaviest card of a tp x pp replica, leaving out
+    ``excluded`` layer bytes (counted by the caller).  pp 1: ceil(bytes / tp).  pp > 1: each
+    stage holds its layers (pipeline_stage_layers, at the mean bytes per layer), the first
+    stage the embeddings and the last the lm_head -- with tied embeddings the last stage holds
+    its own embedding table too (vLLM's LlamaModel builds embed_tokens on the last rank when
+    tie_word_embeddings) -- divided by tp."""
+    total = wb.total_bytes - excluded
+    if pp == 1:
+        return weights_bytes_per_card(total, tp), "checkpoint bytes / tp"
+    emb = wb.by_part_bytes.get("embeddings", 0)
+    head = wb.by_part_bytes.get("lm_head", 0)
+    last_head = head or (emb if spec.tied_embeddings else 0)
+    per_layer = (total - emb - head) / max(1, spec.num_layers)
+    parts = pipeline_stage_layers(spec.num_layers, pp)
+    stages = [n * per_layer + (emb if i == 0 else 0) + (last_head if i == pp - 1 else 0)
+              for i, n in enumerate(parts)]  # fmt: skip
+    k = max(range(pp), key=lambda i: stages[i])
+    return ceil(stages[k] / tp), (
+        f"pipeline stage {k} of {pp} ({parts[k]} layers"
+        + (" + embeddings" if k == 0 else "")
+        + (" + lm_head" if k == pp - 1 else "")
+        + ") / tp"
+    )
+
+
 def _serve_scheme(spec: ModelSpec, dtype: str | None) -> Scheme:
     """The weight scheme a serve/load job names, else the one the config declares."""
     return scheme_for(dtype, spec) if dtype else config_scheme(spec)
@@ -243,21 +281,51 @@ def vllm_weights_as_loaded(
     share, with MXFP4 MoE experts in the layout of the backend the card gets
     (engines.mxfp4_expert_bytes: padding, repacked scales), plus the rotary cache."""
     d = dims_of(spec)
-    share = weights_bytes_per_card(wb.total_bytes, cards)
-    how = "checkpoint bytes / tp / pp"
+    share, how = weights_share_bytes(spec, wb, job.parallel.tp, job.parallel.pp)
     if scheme.name == "mxfp4" and d.moe_layers and wb.by_part_bytes.get("routed_experts"):
         version = eng.vllm_version(job.engine_version)
         backend, why = eng.mxfp4_backend(version, _first_card(machine)[0])
         experts = eng.mxfp4_expert_bytes(backend, version, d.experts, d.hidden, d.moe_intermediate,
                                          job.parallel.tp, ceil(d.moe_layers / job.parallel.pp))  # fmt: skip
-        share = (
-            weights_bytes_per_card(wb.total_bytes - wb.by_part_bytes["routed_experts"], cards)
-            + experts
+        rest, how = weights_share_bytes(
+            spec, wb, job.parallel.tp, job.parallel.pp, wb.by_part_bytes["routed_experts"]
         )
-        how = (
-            f"non-expert checkpoint bytes / tp / pp + MXFP4 experts in the {backend} layout ({why})"
-        )
+        share = rest + experts
+        how = f"non-expert {how} + MXFP4 experts in the {backend} layout ({why})"
+    delta, dense_how = _quant_linear_delta(spec, job, machine, scheme)
+    if delta:
+        share += delta
+        how += dense_how
     return share + rope_cache_bytes(spec), how + " + rotary cos/sin cache"
+
+
+def _quant_linear_delta(
+    spec: ModelSpec, job: ServeJob, machine: MachineProfile, scheme: Scheme
+) -> tuple[int, str]:
+    """(bytes, how): the dense quantised linears' difference between vLLM's loaded layout and
+    the checkpoint share, summed over one card's layers (engines.vllm_linear_delta_bytes;
+    MoE experts other than MXFP4 are taken as the checkpoint: not read)."""
+    if scheme.name not in ("fp8", "int4"):
+        return 0, ""
+    product, vendor, _ = _first_card(machine)
+    sm = eng.card_sm(product)
+    version = eng.vllm_version(job.engine_version)
+    tp, pp = job.parallel.tp, job.parallel.pp
+    total = 0
+    for t in spec.tensors:
+        if t.module == "expert" or not converted(t, scheme):
+            continue
+        per = eng.vllm_linear_delta_bytes(scheme, t.name, t.shape[-2], t.shape[-1], tp, sm,
+                                          vendor, version)  # fmt: skip
+        total += per * t.count
+    total = ceil(total / pp)
+    if not total:
+        return 0, ""
+    if scheme.name == "fp8":
+        why = "ROCm row padding" if vendor == "amd" else f"sm{sm}: Marlin scales in the model dtype"
+    else:
+        why = "Marlin drops GPTQ zero points and g_idx"
+    return total, f" {'+' if total > 0 else '-'} {why} ({abs(total) / MiB:,.0f} MiB)"
 
 
 def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
@@ -296,8 +364,8 @@ def serve_ledger(
     scheme = _serve_scheme(spec, job.dtype)
     wb = weight_bytes(spec, scheme)
     checkpoint_bytes = wb.total_bytes
-    weights_bytes = weights_bytes_per_card(checkpoint_bytes, cards_per_replica)
-    weights_note = ""
+    weights_bytes, weights_note = weights_share_bytes(spec, wb, tp, pp)
+    weights_note = weights_note if pp > 1 else ""
     if job.engine == "vllm":
         weights_bytes, weights_note = vllm_weights_as_loaded(
             spec, job, machine, scheme, wb, cards_per_replica
@@ -316,12 +384,12 @@ def serve_ledger(
             )
         card = _hf_card(
             spec, job, dims, scheme, weights_bytes, kv_dtype_bytes, kv_split, capacity,
-            communicators, cards, defaults,
+            communicators, cards, defaults, weights_how=weights_note,
         )  # fmt: skip
     elif job.engine == "sglang":
         card, extras = _sglang_card(
             spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
-            cards, defaults, machine,
+            cards, defaults, machine, weights_how=weights_note,
         )  # fmt: skip
         notes.extend(extras.pop("notes", []))
         extras["engine"]["settings"] = engine_settings
@@ -356,6 +424,7 @@ def _hf_card(
     communicators: int,
     cards: list[int],
     defaults: rt.RuntimeDefaults,
+    weights_how: str = "",
 ) -> CardLedger:
     """transformers generate(): phases prefill (whole-prompt KV + prefill activations) and
     decode (full KV + torch.cat growth + one token's layer transient)."""
@@ -379,7 +448,7 @@ def _hf_card(
         Item(
             f"weights ({scheme.label()})",
             weights_bytes,
-            f"model show weight bytes / {tp * job.parallel.pp} cards ({scheme.source or scheme.name})",
+            f"model show weight bytes, {weights_how or f'/ {tp} cards'} ({scheme.source or scheme.name})",
         ),
         Item(
             f"KV cache, {sequences} x {job.context} tokens ({job.kv_dtype})",
@@ -642,6 +711,7 @@ def _sglang_card(
     cards: list[int],
     defaults: rt.RuntimeDefaults,
     machine: MachineProfile,
+    weights_how: str = "",
 ) -> tuple[CardLedger, dict]:
     """SGLang (``ModelRunner.profile_max_num_token``): the free memory before the weights
     (card total as torch reports it - CUDA context - NCCL) x mem_fraction_static holds the
@@ -697,7 +767,7 @@ def _sglang_card(
     else:
         notes.append("card memory unknown: SGLang's KV pool cannot be sized")
     items = [
-        Item("weights", weights_bytes, "model show weight bytes / tp / pp"),
+        Item("weights", weights_bytes, f"model show weight bytes, {weights_how or '/ tp'}"),
         Item(f"KV cache pool ({job.kv_dtype}, mem_fraction_static {mfs:g})", max(pool or 0, 0),
              f"free before the weights x mem_fraction_static - weights ({total_src} - context - NCCL)"),
         Item(f"prefill activations ({chunk:,}-token chunk)", forward,

@@ -304,6 +304,54 @@ def mxfp4_backend(version: str, product: str) -> tuple[str, str]:
     return "marlin", f"sm{sm} (Marlin)"
 
 
+_ROW_PARALLEL = ("o_proj", "down_proj", "out_proj", "dense", "fc2", "c_proj", "w2", "wo")
+
+
+def vllm_linear_delta_bytes(
+    scheme, name: str, out: int, inp: int, tp: int, sm: int | None, vendor: str, version: str
+) -> int:
+    """Bytes one card holds for one dense quantised linear [out, inp] beyond what its share of
+    the checkpoint holds, after vLLM's process_weights_after_loading (engines.toml
+    ``[vllm.quant]``; per card: column-parallel linears split ``out`` by tp, row-parallel
+    ones -- o_proj, down_proj ... -- split ``inp``):
+
+    1. fp8, NVIDIA below sm89 (Marlin W8A16): scales become the model dtype (2 B), per output
+       channel for a per-tensor checkpoint (2 N - 4) or group-wise [K / block_k, N] for a block
+       checkpoint (2 N ceil(K / bk) - 4 ceil(N / bn) ceil(K / bk)).
+    2. fp8 on ROCm: a row of K fp8 values with K a multiple of 512 keeps 256 more (N x 256).
+    3. GPTQ int4 through Marlin (not sm90 Machete): the packed zero points are dropped
+       (- groups x N x bits / 8) and, without desc_act, g_idx too (- 4 K / tp); with desc_act
+       the card keeps the sorted g_idx and its sort indices (int32 [K] each).
+    4. AWQ, int8, nf4, mxfp4 dense and sm90 Machete: as the checkpoint (0).
+    A card whose compute capability is not known is taken as the checkpoint (0)."""
+    q = data()["vllm"]["quant"]
+    row = name.rsplit(".", 2)[-2] in _ROW_PARALLEL if "." in name else False
+    n, k = (out, inp // tp) if row else (out // tp, inp)
+    if scheme.name == "fp8":
+        if vendor == "amd":
+            return n * q["rocm_fp8_pad_values"] if k % q["rocm_fp8_pad_row_multiple"] == 0 else 0
+        if sm is None or sm >= q["fp8_marlin_below_sm"]:
+            return 0
+        if scheme.block:
+            bn, bk = scheme.block
+            return 2 * n * ceil(k / bk) - 4 * ceil(n / bn) * ceil(k / bk)
+        return 2 * n - 4
+    if scheme.name == "int4" and scheme.g_idx and vendor == "nvidia" and sm is not None:
+        machete = (
+            sm == q["machete_sm"]
+            and scheme.bits == 4
+            and scheme.group_size in q["machete_groups"]
+            and parse_version(version) >= parse_version(q["machete_first"])
+        )
+        if machete:
+            return 0
+        groups = 1 if scheme.group_size <= 0 else ceil(k / scheme.group_size)
+        zeros = groups * n * scheme.bits // 8
+        gidx_share = 4 * inp // tp  # what the checkpoint share already counts
+        return -zeros + (8 * k - gidx_share if scheme.act_order else -gidx_share)
+    return 0
+
+
 def mxfp4_expert_bytes(
     backend: str, version: str, experts: int, hidden: int, inter: int, tp: int, layers: int
 ) -> int:

@@ -50,6 +50,7 @@ class Scheme:
     group_size: int = 128  # int4 group size; -1 = one group per output channel
     bits: int = 4
     g_idx: bool = True  # GPTQ stores an int32 g_idx per input feature; AWQ does not
+    act_order: bool = False  # GPTQ desc_act: the g_idx permutes the input features
     double_quant: bool = True  # nf4: bitsandbytes bnb_4bit_use_double_quant
     skip: tuple[str, ...] = ()  # modules_to_not_convert patterns (without the "model." prefix)
     source: str = ""
@@ -71,7 +72,7 @@ class WeightBytes:
     by_part_bytes: dict[str, int] = field(default_factory=dict)
 
 
-def _converted(t: TensorGroup, scheme: Scheme) -> bool:
+def converted(t: TensorGroup, scheme: Scheme) -> bool:
     if t.kind != "linear" or t.module not in QUANTISABLE_MODULES or t.keep_fp32:
         return False
     return not any(fnmatch.fnmatchcase(t.name, pat + "*") for pat in scheme.skip)
@@ -130,7 +131,7 @@ def bytes_mxfp4(t: TensorGroup) -> int:
 def tensor_bytes(t: TensorGroup, scheme: Scheme) -> int:
     if scheme.name in BYTES_PER_ELEMENT:
         return bytes_plain(t, scheme.name)
-    if not _converted(t, scheme):
+    if not converted(t, scheme):
         return bytes_plain(t, scheme.base)
     if scheme.name == "fp8":
         return bytes_fp8(t, scheme.block)
@@ -209,9 +210,9 @@ def config_scheme(spec: ModelSpec) -> Scheme:
             src += (
                 " (defaults applied: " + ", ".join(f"{k}={v}" for k, v in qc.defaults.items()) + ")"
             )
-        return Scheme(
-            "int4", base, group_size=group, bits=bits, g_idx=method == "gptq", skip=skip, source=src
-        )
+        return Scheme("int4", base, group_size=group, bits=bits, g_idx=method == "gptq",
+                      act_order=method == "gptq" and qc.bool("desc_act", False), skip=skip,
+                      source=src)  # fmt: skip
     if method == "bitsandbytes":
         four, eight = qc.bool("load_in_4bit", False), qc.bool("load_in_8bit", False)
         if four and eight:
