@@ -89,8 +89,9 @@ def predict(case: dict, reported: dict) -> dict:
     spec = model_of(case["model_local"])
     tp = int(case.get("tp") or 1)
     total, reserved, where = card_total_bytes(case, reported)
-    if total is None:
-        raise LookupError(where)
+    weights_only = total is None
+    if weights_only:  # the weights as loaded do not depend on the card total: compare them alone
+        total, reserved, where = 1024 * GiB, 0, f"weights only: {where}"
     q = (case.get("quantization") or "").lower()
     dtype = next((v for k, v in QUANT.items() if k in q), None)
     kv = "fp8" if "fp8" in (case.get("kv_cache_dtype") or "") else "bf16"
@@ -104,7 +105,7 @@ def predict(case: dict, reported: dict) -> dict:
     version, assumed = version_of(case, reported)
     opt = lambda k, cast: None if case.get(k) in (None, "") else cast(case[k])  # noqa: E731
     job = ServeJob(engine="vllm", dtype=dtype, kv_dtype=kv, context=ctx, concurrency=1,
-                   parallel=Parallel(tp=tp), engine_version=version,
+                   parallel=Parallel(tp=tp, pp=int(case.get("pp") or 1)), engine_version=version,
                    gpu_memory_utilization=opt("gpu_memory_utilization", float),
                    max_num_seqs=opt("max_num_seqs", int),
                    max_num_batched_tokens=opt("max_num_batched_tokens", int),
@@ -112,12 +113,15 @@ def predict(case: dict, reported: dict) -> dict:
     m = MachineProfile(name="case", accelerators=[
         Accelerator(index=i, vendor="amd" if "amd" in (case.get("gpu") or "").lower() else "nvidia",
                     product=case.get("gpu") or "card", memory_bytes=total, memory_reserved_bytes=reserved)
-        for i in range(tp)])  # fmt: skip
+        for i in range(tp * int(case.get("pp") or 1))])  # fmt: skip
     lg = serve_ledger(spec, job, m)
     card = lg.cards[0]
     weights = next(i.bytes for i in card.items if i.name == "weights")
     ex = lg.extras
     e = ex["engine"]
+    if weights_only:
+        return {"weights_gib": weights / GiB, "card_total": where, "family": e["family"],
+                "version": f"{e['version']}{'?' if assumed else ''}"}  # fmt: skip
     return {
         "weights_gib": weights / GiB,
         "kv_cache_gib": None if e["kv_available_bytes"] is None else e["kv_available_bytes"] / GiB,
