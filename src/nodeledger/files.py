@@ -68,3 +68,32 @@ def read_user_text(path: str, what: str, limit: int = USER_FILE_LIMIT) -> str:
     if len(text) > limit:  # it grew after the size check (a live log)
         raise InputError(f"{path}: more than {limit // MiB} MiB, larger than any {what}")
     return text
+
+
+LOG_END_BYTES = (
+    8 * MiB
+)  # a server's start-up lines fit in a log's first (or, after a restart, last) 8 MiB
+
+
+def read_log_ends(path: str, what: str, end_bytes: int = LOG_END_BYTES) -> tuple[str, bool]:
+    """(text, cut) of a log that may be large and still growing (a running server's): a
+    regular file of any size, read as its first and last ``end_bytes`` bytes (the whole file
+    when it is smaller than both together; the tail starts at a line boundary), so memory stays
+    bounded whatever the log has grown to.  ``cut`` says the middle was skipped."""
+    check_user_file(path, what, limit=1 << 62)
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= 2 * end_bytes:
+                raw, cut = fh.read(2 * end_bytes), False
+            else:
+                head = fh.read(end_bytes)
+                fh.seek(size - end_bytes)
+                tail = fh.read(end_bytes)
+                tail = tail[tail.find(b"\n") + 1 :]
+                raw, cut = head + b"\n" + tail, True
+    except OSError as exc:
+        if not os.path.exists(path):
+            raise InputError(f"{path}: no such {what}") from None
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return raw.decode("utf-8", errors="replace"), cut

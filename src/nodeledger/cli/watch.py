@@ -4,7 +4,8 @@ nodeledger.watch).
 Exit codes of `watch` (a gate for a job's first minutes):
   0  watched; nothing failed (verification passed, pending or not asked)
   2  bad input (one line naming the problem)
-  3  verification failed: sharding not happening / extra contexts / above plan
+  3  verification failed: sharding not happening / extra contexts / above plan / the
+     engine log's KV-cache pool differs from the plan (--engine-log)
   4  no sample: no backend could read any card
   5  an idle card was found and --fail-on-idle was given
 """
@@ -202,6 +203,15 @@ _SHARED = [
 @click.option(
     "--fail-on-idle", "fail_on_idle", is_flag=True, help="Exit 5 when an idle card was found."
 )
+@click.option(
+    "--engine-log",
+    "engine_log",
+    metavar="FILE",
+    help="The running vLLM/SGLang server's log (with --job serve --engine vllm|sglang): its "
+    "KV-cache pool, as the engine sized it at start-up, is checked against the plan's "
+    "(a difference beyond --tolerance fails verification; the plan follows the release the "
+    "log prints). Read at the end of the watch, first and last 8 MiB only.",
+)
 @json_option
 @_sampled_and_verified
 @job_options
@@ -223,6 +233,7 @@ def watch(
     tolerance=0.1,
     tolerance_gib=1.0,
     timeout=5.0,
+    engine_log=None,
     as_json=False,
     **job_opts,
 ) -> None:
@@ -242,6 +253,9 @@ def watch(
         "tolerance_bytes": int(tolerance_gib * GiB),
         "idle_window": idle_window,
     }
+    engine_check = None
+    if engine_log is not None:
+        engine_check = _engine_log_checker(engine_log, model, job, job_opts, machine, tolerance)
     if replay:
         from nodeledger.watch.record import read_stream
 
@@ -256,7 +270,8 @@ def watch(
             an.feed(s)
             if (fail_fast and an.ever_failed) or (samples is not None and an.n >= samples):
                 break
-        _finish(an, header, expect, as_json, fail_on_idle, source=f"replay of {replay}")
+        _finish(an, header, expect, as_json, fail_on_idle, source=f"replay of {replay}",
+                engine_check=engine_check)  # fmt: skip
         return
     from nodeledger.watch.backends import open_backend
     from nodeledger.watch.watcher import Watcher
@@ -305,7 +320,61 @@ def watch(
     finally:
         b.close()
     _finish(an, header, expect, as_json, fail_on_idle,
-            source=f"{b.name}, every {interval:g} s" + (f", recorded to {record}" if record else ""))  # fmt: skip
+            source=f"{b.name}, every {interval:g} s" + (f", recorded to {record}" if record else ""),
+            engine_check=engine_check)  # fmt: skip
+
+
+def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
+    """Check the options now (one line, exit 2, before anything is watched) and return the
+    function that reads the log at the end of the watch and sets its KV pool beside the
+    plan's: (summary, finding or None) for the watch's cards."""
+    engine = job_opts.get("engine") or "hf"
+    if job != "serve" or engine == "hf" or not model:
+        raise InputError("--engine-log applies to --job serve --engine vllm|sglang with --model")
+    from nodeledger.files import read_log_ends
+
+    what = ("vLLM" if engine == "vllm" else "SGLang") + " server log"
+    if path != "-" and not Path(path).exists():
+        raise InputError(f"--engine-log {path}: no such file")
+    if path == "-":
+        raise InputError(
+            "--engine-log reads a file (the log the server writes), not standard input"
+        )
+    read_log_ends(path, what)  # readable now: a bad path is refused before the watch starts
+
+    def check(cards: list[int]):
+        from nodeledger.errors import NodeledgerError
+        from nodeledger.ledger.build import resolve_job
+        from nodeledger.ledger.jobs import build_job
+        from nodeledger.machine import resolve_machine
+        from nodeledger.machine.parsers import parse_kind
+        from nodeledger.model import load_model
+        from nodeledger.verdict.engine_check import engine_check
+        from nodeledger.verdict.fit import fit
+        from nodeledger.watch.engine_log import kv_pool_finding, kv_pool_summary
+
+        try:  # what the watch collected is kept whatever the log holds by now
+            text, cut = read_log_ends(path, what)
+            reported = parse_kind(f"{engine}-log", text)
+        except NodeledgerError as exc:
+            return {"file": path, "notes": [f"the engine log could not be used: {exc}"]}, None
+        opts = dict(job_opts)
+        if reported.get("version") and not opts.get("engine_version"):
+            opts["engine_version"] = reported["version"].split("+")[0]
+        job_obj = build_job("serve", opts)
+        profile = resolve_machine(machine)
+        spec, _ = load_model(model)
+        job_obj, _ = resolve_job(job_obj, profile, spec)
+        res = fit(spec, job_obj, profile)
+        chk = engine_check(res.ledger, job_obj, reported, spec)
+        summary = kv_pool_summary(chk, path, cut)
+        if reported.get("version") and not job_opts.get("engine_version"):
+            summary["notes"].append(
+                f"the plan follows release {reported['version']}, which the log prints"
+            )
+        return summary, kv_pool_finding(chk, cards, tolerance)
+
+    return check
 
 
 def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
@@ -324,10 +393,17 @@ def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
     return 0, None
 
 
-def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str) -> None:
+def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str,
+            engine_check=None) -> None:  # fmt: skip
     s = an.summary()
     s["cards_seen"] = an.cards_seen
     s["source"] = source
+    if engine_check is not None:
+        groups = (expect or {}).get("groups") or [{}]
+        s["engine_log"], finding = engine_check(groups[0].get("cards") or [])
+        if finding is not None:
+            s["verify"]["findings"].append(finding)
+            s["verify"]["status"] = "failed"
     s["plan"] = (expect or {}).get("source")
     s["notes"] = header.get("notes", [])
     code, why = _exit_code(s, fail_on_idle)
@@ -430,6 +506,22 @@ def _render_summary(s: dict, header: dict) -> None:
                   _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),
                   "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
     con.print(t)
+    el = s.get("engine_log")
+    if el:
+        pg, pt = el.get("pool_gib") or {}, el.get("pool_tokens") or {}
+        fmt = lambda v, f: "unknown" if v is None else format(v, f)  # noqa: E731
+        if pg or pt:
+            con.print(
+                f"engine log {el['file']} ({el.get('engine')} {el.get('version') or 'release not printed'}): "
+                f"KV-cache pool {fmt(pg.get('engine'), ',.2f')} GiB / {fmt(pt.get('engine'), ',.0f')} "
+                f"tokens per card as the engine printed it; the plan {fmt(pg.get('plan'), ',.2f')} GiB / "
+                f"{fmt(pt.get('plan'), ',.0f')} tokens (ledger)",
+                markup=False,
+            )
+        for d in el.get("launch_differences") or []:
+            con.print(f"  launch: {d}", markup=False)
+        for n in el.get("notes") or []:
+            con.print(f"  note: {n}", markup=False)
     v = s["verify"]
     con.print(f"verify: {v['status']}", markup=False)
     for f in v["findings"]:

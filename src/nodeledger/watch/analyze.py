@@ -81,7 +81,7 @@ MAX_OWNERS = 32  # owners remembered per card (summary), oldest dropped
 HIST_MAX = 2048  # samples kept for the idle window (time-trimmed too): a stream of samples at
 # one timestamp, or sampled faster than IDLE_WINDOW_S / HIST_MAX, keeps its last HIST_MAX
 
-VERIFY_RULES = ("sharding not happening", "extra contexts", "above plan")
+VERIFY_RULES = ("sharding not happening", "extra contexts", "above plan", "engine pool vs plan")
 
 
 def g(n: float | int | None) -> str:
