@@ -26,8 +26,15 @@ def test_tp_bytes_per_token_qwen3_32b_tp2():
 def test_dp_bytes_per_step():
     g = p = 16e9
     assert comm.dp_bytes_per_step(g, p, 8, "none") == pytest.approx(2 * 7 / 8 * g)
-    assert comm.dp_bytes_per_step(g, p, 8, "zero2") == pytest.approx(2 * 7 / 8 * g)
-    assert comm.dp_bytes_per_step(g, p, 8, "zero3") == pytest.approx(3 * 7 / 8 * p)
+    # ZeRO-2: a reduce-scatter of the gradients per micro-batch, one all-gather of the params
+    assert comm.dp_bytes_per_step(g, p, 8, "zero2") == pytest.approx(7 / 8 * g + 7 / 8 * p)
+    # ZeRO-3 / FSDP: all-gather in forward and backward + reduce-scatter, every micro-batch
+    assert comm.dp_bytes_per_step(g, p, 8, "zero3") == pytest.approx(7 / 8 * (2 * p + g))
+    assert comm.dp_bytes_per_step(g, p, 8, "fsdp", grad_accum=8) == pytest.approx(
+        8 * 7 / 8 * (2 * p + g)
+    )
+    # DDP / ZeRO-1 all-reduce once per step whatever the accumulation (no_sync)
+    assert comm.dp_bytes_per_step(g, p, 8, "none", grad_accum=8) == pytest.approx(2 * 7 / 8 * g)
 
 
 def test_flops_and_seconds():

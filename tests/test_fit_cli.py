@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cli_json, run_cli
+from conftest import cli_json, run_cli, shared_models_or_skip
 
 
 def _one_line_exit_2(proc, expected):
@@ -40,10 +40,42 @@ def test_32b_full_finetune_alone_cannot_and_sharded_fits():
     alone = cli_json("fit", "qwen3-32b", "--job", "train", "--seq", "2048")
     assert alone["verdict"]["tier"] == "cannot"
     assert alone["verdict"]["binding"] == "card memory"
-    assert any("zero3" in s["change"] for s in alone["verdict"]["suggestions"])
-    sharded = cli_json("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "zero3",
-                       "--checkpointing", "full", "--seq", "2048")  # fmt: skip
+    assert any("--shard fsdp" in s["change"] and "--precision bf16" in s["change"]
+               for s in alone["verdict"]["suggestions"])  # fmt: skip
+    # DeepSpeed's ZeRO-3 (18 B per parameter / 8) cannot; pure-bf16 FSDP2 (8 B / 8) can
+    z3 = cli_json("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "zero3",
+                  "--checkpointing", "full", "--seq", "2048")  # fmt: skip
+    assert z3["verdict"]["tier"] == "cannot"
+    assert z3["extras"]["framework"]["framework"] == "deepspeed"
+    sharded = cli_json("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "fsdp",
+                       "--precision", "bf16", "--checkpointing", "full", "--seq", "2048")  # fmt: skip
     assert sharded["verdict"]["tier"] in ("fits", "tight")
+
+
+def test_fit_names_the_framework_and_layout_on_its_first_line():
+    p = run_cli("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "zero3")
+    first = p.stdout.replace("\n", " ")
+    assert "assumes framework deepspeed (implied by --shard zero3)" in first
+    assert "fp32 master weights" in first and "2.25 B of model state per parameter" in first
+
+
+def test_search_finds_non_power_of_two_dp_and_lists_tight_layouts():
+    d = cli_json("fit", "qwen3-32b", "--job", "train", "--search")
+    best = d["search"]["best"]
+    assert any("--dp 7 " in x["options"] and x["tier"] == "fits" for x in best)
+    assert any(x["tier"] == "tight" for x in best)
+
+
+def test_lora_takes_peft_defaults_and_fused_phi3_names():
+    d = cli_json("fit", "qwen3-8b", "--job", "lora")  # rank 8 and q_proj, v_proj: PEFT's
+    assert d["extras"]["lora"] == {"targets": ["q_proj", "v_proj"], "targets_source":
+                                   "PEFT's default for the model type", "rank": 8,
+                                   "adapter_dtype": "fp32"}  # fmt: skip
+    phi = shared_models_or_skip() / "Phi-3-mini-4k-instruct"
+    ok = cli_json("fit", str(phi), "--job", "lora", "--lora-targets", "qkv_proj,gate_up_proj")
+    assert ok["extras"]["lora"]["targets"] == ["qkv_proj", "gate_up_proj"]
+    p = run_cli("fit", str(phi), "--job", "lora")  # phi3 is not in PEFT's table: it raises
+    assert p.returncode == 2 and "PEFT has no default LoRA target modules" in p.stderr
 
 
 def test_suggestions_are_rechecked():
@@ -75,7 +107,6 @@ def test_two_concurrent_62gb_loads_bind_host_ram():
         (["--job", "dance"], "--job 'dance' is not one of"),
         (["--job", "train", "--optimizer", "lion"], "--optimizer 'lion' is not one of"),
         (["--job", "train", "--shard", "zero3"], "--shard zero3 needs --dp > 1"),
-        (["--job", "lora"], "--job lora needs --rank"),
         (
             ["--job", "serve", "--context", "100", "--new-tokens", "200"],
             "--new-tokens 200 must be smaller",

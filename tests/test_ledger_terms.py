@@ -3,9 +3,11 @@ benchmarks/accuracy/measured.json; the accuracy bar itself is checked by the ben
 
 from __future__ import annotations
 
+import pytest
+
 from nodeledger.ledger import model_state
 from nodeledger.ledger.build import serve_ledger, train_ledger
-from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
+from nodeledger.ledger.jobs import JobError, Parallel, ServeJob, TrainJob
 from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
 
@@ -40,7 +42,8 @@ def test_hf_prefill_cache_is_whole_prompt():
 
 def test_lora_trainable_params_qkvo_r16():
     spec, _ = load_model("meta-llama/Llama-3.1-8B")
-    job = TrainJob(rank=16, micro_batch=1, seq=512)
+    job = TrainJob(rank=16, micro_batch=1, seq=512,
+                   lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"))  # fmt: skip
     # per layer r x (in + out): q 4096+4096, k 4096+1024, v 4096+1024, o 4096+4096
     assert model_state.trainable_params(spec, job) == 32 * 16 * (8192 + 5120 + 5120 + 8192)
     # peft keeps adapters in fp32: grads 4 B, AdamW states 8 B per trainable parameter
@@ -48,17 +51,66 @@ def test_lora_trainable_params_qkvo_r16():
     assert model_state.optimizer_state_bytes_per_card(
         spec, job
     ) == 8 * model_state.trainable_params(spec, job)
+    # --adapter-dtype bf16 (autocast_adapter_dtype=False): 2 B and 4 B
+    bf = TrainJob(rank=16, lora_targets=job.lora_targets, adapter_dtype="bf16")
+    assert model_state.grad_bytes_per_card(spec, bf) == 2 * model_state.trainable_params(spec, bf)
 
 
-def test_zero3_shards_params_grads_and_states():
+def test_lora_defaults_are_peft_s():
+    """No --lora-targets: PEFT's default target modules for the model type (q_proj and v_proj
+    for llama); a type PEFT has none for is refused, as PEFT raises."""
+    spec, _ = load_model("meta-llama/Llama-3.1-8B")
+    job = TrainJob(rank=8)
+    assert model_state.lora_target_names(spec, job) == ("q_proj", "v_proj")
+    assert model_state.trainable_params(spec, job) == 32 * 8 * (8192 + 5120)
+    moe, _ = load_model("qwen3-30b-a3b")
+    with pytest.raises(
+        JobError, match="PEFT has no default LoRA target modules for model_type 'qwen3_moe'"
+    ):
+        model_state.lora_target_names(moe, job)
+
+
+def test_framework_layouts_per_parameter():
+    """Bytes of model state per parameter per card, each framework's data (frameworks.toml)."""
+    from nodeledger.ledger import frameworks
+
     spec, _ = load_model("Qwen/Qwen3-32B")
-    one = TrainJob(micro_batch=1, seq=1024, shard="zero1", parallel=Parallel(dp=2))
-    three = TrainJob(micro_batch=1, seq=1024, shard="zero3", parallel=Parallel(dp=8))
     n = spec.params_total()
-    assert model_state.optimizer_state_bytes_per_card(spec, one) == 2 * n * 2 // 2
-    assert model_state.param_bytes_per_card(spec, one) == 2 * n
-    assert model_state.param_bytes_per_card(spec, three) == -(-2 * n // 8)
-    assert model_state.grad_bytes_per_card(spec, three) == -(-2 * n // 8)
+    ms = model_state
+
+    def state(job):
+        return (ms.param_bytes_per_card(spec, job) + ms.grad_bytes_per_card(spec, job)
+                + ms.master_bytes_per_card(spec, job) + ms.grad_partition_bytes_per_card(spec, job)
+                + ms.optimizer_state_bytes_per_card(spec, job) + ms.grad_bucket_bytes_per_card(spec, job))  # fmt: skip
+
+    # DeepSpeed ZeRO-3 (bf16 mode): its estimator's 18 B / dp; ZeRO-1/2: 2 + 2 + 16 / dp
+    z3 = TrainJob(shard="zero3", parallel=Parallel(dp=8))
+    assert z3.framework == "deepspeed" and z3.precision == "bf16" and z3.optimizer_impl == "fused"
+    assert ms.grad_bytes_per_card(spec, z3) == 0
+    assert state(z3) == pytest.approx(18 * n / 8, abs=8)
+    z1 = TrainJob(shard="zero1", parallel=Parallel(dp=2))
+    assert state(z1) == pytest.approx((4 + 16 / 2) * n, abs=8)
+    # FSDP2: torchtitan's fp32 parameters + bf16 MixedPrecisionPolicy by default, 16 B / dp;
+    # pure bf16 8 B / dp
+    f = TrainJob(shard="fsdp", parallel=Parallel(dp=8))
+    assert f.framework == "fsdp2" and f.precision == "mixed"
+    assert state(f) == pytest.approx(16 * n / 8, abs=8)
+    fb = TrainJob(shard="fsdp", precision="bf16", parallel=Parallel(dp=8))
+    assert state(fb) == pytest.approx(8 * n / 8, abs=8)
+    assert ms.param_bytes_per_card(spec, fb) == -(-2 * n // 8)
+    # Megatron: 18 B, distributed optimizer (--shard zero1) 6 + 12 / d (its docs' table)
+    mg = TrainJob(framework="megatron", shard="zero1", parallel=Parallel(dp=8))
+    assert state(mg) == pytest.approx((6 + 12 / 8) * n, abs=8)
+    assert state(TrainJob(framework="megatron")) == pytest.approx(18 * n, abs=8)
+    # DDP: the reducer's buckets are a second copy of the gradients (dp > 1)
+    ddp = TrainJob(parallel=Parallel(dp=2))
+    assert ms.grad_bucket_bytes_per_card(spec, ddp) == ms.grad_bytes_per_card(spec, ddp) == 2 * n
+    assert ms.grad_bucket_bytes_per_card(spec, TrainJob()) == 0
+    # HF Trainer hands --shard fsdp to FSDP1 with accelerate's fp32 upcast
+    hf = TrainJob(framework="hf-trainer", shard="fsdp", parallel=Parallel(dp=8))
+    assert frameworks.layout(hf).framework == "fsdp1" and frameworks.layout(hf).precision == "mixed"
+    with pytest.raises(JobError, match="--framework ddp does not take --shard zero3"):
+        TrainJob(framework="ddp", shard="zero3", parallel=Parallel(dp=8))
 
 
 def test_total_adds_only_non_torch_items():
@@ -166,11 +218,13 @@ def test_state_offload_and_gather_terms():
     n = spec.params_total()
     zero3 = TrainJob(shard="zero3", offload="params", grad_accum=4, parallel=Parallel(dp=8))
     zero2 = TrainJob(shard="zero2", parallel=Parallel(dp=8))
-    assert model_state.gathered_layer_param_bytes(spec, zero3) == 2 * (2 * n // 64)
+    body = n - model_state._root_params(spec)  # the root unit (embeddings, norm, lm_head) apart
+    assert model_state.gathered_layer_param_bytes(spec, zero3) == 2 * (2 * body // 64)
     assert model_state.gathered_layer_param_bytes(spec, zero2) == 0
     assert model_state.offloaded_optimizer_host_bytes(spec, zero3) == 16 * n
     assert model_state.offloaded_param_host_bytes(spec, zero3) == -(-2 * n // 8) * 8
-    assert model_state.accumulated_grad_bytes(spec, zero3) == -(-2 * n // 8)
+    # DeepSpeed ZeRO-3 reduces straight into its fp32 partition: no full-size gradients held
+    assert model_state.accumulated_grad_bytes(spec, zero3) == 0
     assert model_state.accumulated_grad_bytes(spec, zero2) == 0  # grad_accum 1
 
 
@@ -210,3 +264,21 @@ def test_train_phases_sum_their_terms():
         "optimizer step": 1000 + 200 + 9 + 1,
         "backward (embedding grad)": 1000 + 200 + 5 + 1,
     }
+
+
+def test_tensor_parallel_keeps_layer_inputs_whole_without_sequence_parallelism():
+    """TP alone splits what column/row-parallel linears split; the checkpointed layer inputs
+    (2 h per token per layer) stay whole on every rank unless --sequence-parallel."""
+    from nodeledger.ledger.build import saved_activation_bytes_per_card
+    from nodeledger.ledger.dims import dims_of
+
+    spec, _ = load_model("Qwen/Qwen3-32B")
+    d = dims_of(spec)
+    tp = TrainJob(micro_batch=32, seq=2048, checkpointing="full", parallel=Parallel(tp=8))
+    sp = TrainJob(micro_batch=32, seq=2048, checkpointing="full", parallel=Parallel(tp=8),
+                  sequence_parallel=True)  # fmt: skip
+    inputs = 64 * 32 * 2048 * 5120 * 2  # layers x tokens x hidden x bf16 = 40 GiB
+    assert saved_activation_bytes_per_card(d, tp)[0] == inputs
+    assert saved_activation_bytes_per_card(d, sp)[0] == inputs // 8
+    with pytest.raises(JobError, match="--sequence-parallel needs --tp > 1"):
+        TrainJob(sequence_parallel=True)

@@ -18,7 +18,7 @@ from nodeledger.watch.record import read_stream
 GiB = 2**30
 STREAMS = FIXTURES / "watch"
 FSDP = ["--model", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "fsdp",
-        "--checkpointing", "full"]  # fmt: skip
+        "--precision", "bf16", "--checkpointing", "full"]  # fmt: skip
 
 
 def replay(name: str, *args: str, capsys) -> tuple[int, dict]:

@@ -85,6 +85,9 @@ def fit_cmd(
         job_obj, _ = resolve_job(job_obj, profile, spec)
     result = fit(spec, job_obj, profile)
     data = _fit_json(result, src, profile, job)
+    from nodeledger.ledger.runtime import provenance
+
+    data["runtime"] = provenance(profile.accelerators[0].vendor if profile.accelerators else "")
     from nodeledger.speed.job import job_speed
 
     data["speed"] = job_speed(spec, job_obj, profile, result.ledger.extras)
@@ -171,9 +174,14 @@ def _render_fit(d: dict[str, Any]) -> None:
     con = console()
     v = d["verdict"]
     colour = {"fits": "green", "tight": "yellow", "cannot": "red"}.get(v["tier"], "white")
+    fw = (d.get("extras") or {}).get("framework")
+    assumes = f" — assumes {escape(fw['assumed'])}" if fw else ""
+    caveat = (d.get("runtime") or {}).get("caveat")
+    if caveat:
+        assumes += f"; {escape(caveat)}"
     con.print(
         f"[bold]{escape(d['model'])}[/bold] --job {d['job']} on {escape(d['machine'])}: "
-        f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {escape(v['reason'])}"
+        f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {escape(v['reason'])}{assumes}"
     )
     basis = ", ".join(f"{k}={v}" for k, v in d.get("job_options", {}).items())
     if basis:
@@ -246,7 +254,7 @@ def _render_fit(d: dict[str, Any]) -> None:
     if "search" in d:
         sr = d["search"]
         st = Table(
-            title=f"Layouts that fit ({sr['tried']:,} tried, {sr['lifeboat']} lifeboat card(s) kept free)"
+            title=f"Layouts that fit, then tight ones ({sr['tried']:,} tried, {sr['lifeboat']} lifeboat card(s) kept free)"
         )
         for col in ("options", "tier", "per card", "host", "what you get"):
             st.add_column(col)

@@ -168,7 +168,7 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
         for r in rep["workloads"]:
             if r.get("claim") and r.get("model_state"):
                 con.print(
-                    f"{r['id']}: claim: {r['claim']}.\n  ledger: {render.state_line(r['model_state'])}",
+                    f"{r['id']}: claim: {r['claim']}.\n  ledger: {render.state_line(r['model_state'], r.get('framework'), r.get('claim_check'))}",
                     markup=False,
                 )
         b = Table(title="Bottleneck ranking (workloads each resource binds)")

@@ -138,6 +138,38 @@ def checkpointed_inputs_bytes(d: Dims, layers: int, tokens: int) -> int:
     return layers * 2 * d.hidden * tokens
 
 
+def tp_replicated_bytes(
+    d: Dims,
+    micro_batch: int,
+    seq: int,
+    checkpointing: str,
+    layers: int,
+    lora_targets: tuple[str, ...] | None = None,
+) -> tuple[int, int]:
+    """(held, one recomputed layer): the part of the saved activations that tensor parallelism
+    without sequence parallelism keeps whole on every TP rank (Korthikanti et al. 2022,
+    "Reducing activation recomputation", 4.1, Table 2: the 10 s b h of the 34 s b h per layer
+    that TP alone does not divide).  Column-parallel q/k/v/gate/up split their outputs and
+    row-parallel o/down their inputs, but the layer input, the norms (derivation 1: 14h + 8
+    per token) and the full-width input each column-parallel linear keeps are whole:
+      full checkpointing  every checkpointed layer input (2h per token, all of it)
+      otherwise           the norms' share of each layer; LoRA: 2 (4h + 4) plus the fp32 input
+                          cast (4h) of each adapted q/k/v/gate/up projection."""
+    tokens = micro_batch * seq
+    if lora_targets is not None:
+        per = 2 * (4 * d.hidden + 4) + sum(
+            4 * d.hidden
+            for t in lora_targets
+            if t in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+        )
+    else:
+        per = saved_norms_bytes_per_token(d)
+    layer = per * tokens
+    if checkpointing == "full":
+        return checkpointed_inputs_bytes(d, layers, tokens), layer
+    return layers * layer, 0
+
+
 def saved_lora_activations_bytes(
     d: Dims,
     micro_batch: int,

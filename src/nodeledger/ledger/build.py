@@ -17,8 +17,8 @@ from math import ceil
 
 from nodeledger.ledger import activations as act
 from nodeledger.ledger import engines as eng
+from nodeledger.ledger import frameworks, model_state
 from nodeledger.ledger import kv_cache as kv
-from nodeledger.ledger import model_state
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.dims import Dims, dims_of
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
@@ -793,8 +793,10 @@ def check_lora_targets(spec: ModelSpec, job: TrainJob) -> None:
     """Raise JobError when a LoRA job's targets match no linear module of the model."""
     if job.is_lora and not model_state.lora_targets(spec, job):
         names = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
+        given = "--lora-targets" if job.lora_targets is not None else "PEFT's default targets"
         raise JobError(
-            f"--lora-targets {','.join(job.lora_targets)} matches no linear module; the model has: "
+            f"{given} {','.join(model_state.lora_target_names(spec, job))} "
+            f"{'matches' if job.lora_targets is not None else 'match'} no linear module; the model has: "
             + ", ".join(names)
         )
 
@@ -802,25 +804,38 @@ def check_lora_targets(spec: ModelSpec, job: TrainJob) -> None:
 def _checkpoints_fp32_inputs(job: TrainJob) -> bool:
     """Mixed precision, full fine-tune, full checkpointing: autocast keeps the residual stream
     in fp32, so the checkpointed layer inputs are 4h, not 2h."""
-    return job.precision == "mixed" and not job.is_lora and job.checkpointing == "full"
+    return frameworks.layout(job).autocast and not job.is_lora and job.checkpointing == "full"
 
 
-def saved_activation_bytes_per_card(dims: Dims, job: TrainJob) -> tuple[int, int]:
+def saved_activation_bytes_per_card(
+    dims: Dims, job: TrainJob, targets: tuple[str, ...] | None = None
+) -> tuple[int, int]:
     """(activations held at the end of forward, one recomputed layer) on one card:
-    activations.saved_activations_bytes (LoRA: saved_lora_activations_bytes) for the layers of
-    one pipeline stage, / tp, held x 2 when the checkpointed inputs are fp32
+    activations.saved_activations_bytes (LoRA: saved_lora_activations_bytes, ``targets`` the
+    adapted modules) for the layers of one pipeline stage; tensor parallelism divides by tp
+    what it splits, and the part it keeps whole on every rank (activations.tp_replicated_bytes)
+    only with --sequence-parallel; held x 2 when the checkpointed inputs are fp32
     (``_checkpoints_fp32_inputs``)."""
     parallel = job.parallel
+    layers = round(dims.layers / parallel.pp)
     if job.is_lora:
         held, recompute = act.saved_lora_activations_bytes(
             dims, job.micro_batch, job.seq, job.attention, job.checkpointing,
-            job.lora_targets, job.rank, parallel.pp,
+            targets, job.rank, parallel.pp,
         )  # fmt: skip
     else:
         held, recompute = act.saved_activations_bytes(
             dims, job.micro_batch, job.seq, job.attention, job.checkpointing, 1 / parallel.pp
         )
-    held, recompute = ceil(held / parallel.tp), ceil(recompute / parallel.tp)
+    if parallel.tp > 1:
+        rep_held, rep_layer = act.tp_replicated_bytes(
+            dims, job.micro_batch, job.seq, job.checkpointing, layers,
+            targets if job.is_lora else None,
+        )  # fmt: skip
+        rep_held, rep_layer = min(rep_held, held), min(rep_layer, recompute)
+        keep = parallel.tp if job.sequence_parallel else 1
+        held = ceil((held - rep_held) / parallel.tp + rep_held / keep)
+        recompute = ceil((recompute - rep_layer) / parallel.tp + rep_layer / keep)
     if _checkpoints_fp32_inputs(job):
         held *= 2
     return held, recompute
@@ -836,9 +851,10 @@ def autocast_cache_bytes_per_card(spec: ModelSpec, dims: Dims, job: TrainJob) ->
 
 
 def embedding_grad_bytes_per_card(dims: Dims, job: TrainJob) -> int:
-    """bf16 full fine-tune: the fp32 dense embedding gradient built at the end of backward,
+    """Full fine-tune computing on bf16 parameters (every layout but torch.autocast's): the fp32
+    dense embedding gradient built at the end of backward,
     ceil(activations.embedding_grad_transient_bytes / tp); 0 otherwise."""
-    if job.precision == "bf16" and not job.is_lora:
+    if not frameworks.layout(job).autocast and not job.is_lora:  # bf16 compute parameters
         return ceil(act.embedding_grad_transient_bytes(dims) / job.parallel.tp)
     return 0
 
@@ -891,7 +907,15 @@ def train_ledger(
     optimizer_offloaded = job.offload in ("optimizer", "params")
     params_offloaded = job.offload == "params"
 
+    layout = frameworks.layout(job)
+    targets = model_state.lora_target_names(spec, job) if job.is_lora else None
     weights_bytes = 0 if params_offloaded else model_state.param_bytes_per_card(spec, job)
+    master_bytes = 0 if optimizer_offloaded else model_state.master_bytes_per_card(spec, job)
+    partition_bytes = (
+        0 if optimizer_offloaded else model_state.grad_partition_bytes_per_card(spec, job)
+    )
+    bucket_bytes = model_state.grad_bucket_bytes_per_card(spec, job)
+    root_bytes = model_state.root_unit_bytes(spec, job)
     grads_bytes = model_state.grad_bytes_per_card(spec, job)
     accumulated_grads_bytes = model_state.accumulated_grad_bytes(spec, job)
     optimizer_bytes = (
@@ -901,27 +925,28 @@ def train_ledger(
         0 if optimizer_offloaded else model_state.optimizer_step_temp_bytes(spec, job)
     )
     gathered_bytes = model_state.gathered_layer_param_bytes(spec, job)
-    held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job)
+    held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job, targets)
     autocast_bytes = autocast_cache_bytes_per_card(spec, dims, job)
     loss_saved_bytes = ceil(act.loss_saved_bytes(dims, tokens) / parallel.tp)
     loss_peak_bytes = ceil(act.loss_transient_bytes(dims, tokens) / parallel.tp)
     workspace_bytes = rt.cublas_workspace_bytes(defaults, training=True)
 
+    fw_src = f"{layout.framework} layout: {layout.text} (ledger/frameworks.toml)"
     items = [
         Item(
             "parameters" + (" (frozen base + adapters)" if job.is_lora else ""),
             weights_bytes,
-            "model_state.param_bytes_per_card: params x dtype / tp / pp (/ dp under ZeRO-3/FSDP)",
+            f"model_state.param_bytes_per_card: params x {layout.param} B / tp / pp (/ dp from the stage that shards them); {fw_src}",
         ),
         Item(
             "gradients",
             grads_bytes,
-            "model_state.grad_bytes_per_card: trainable params x dtype (/ dp under ZeRO-2/3)",
+            f"model_state.grad_bytes_per_card: trainable params x {layout.grad} B (/ dp from the stage that shards them)",
         ),
         Item(
             f"optimizer states ({job.optimizer})",
             optimizer_bytes,
-            "model_state.optimizer_state_bytes_per_card (PyTorch keeps states in the parameter dtype)",
+            f"model_state.optimizer_state_bytes_per_card: states in {model_state._state_elem(job)} B elements",
         ),
         Item(
             f"optimizer step temporaries ({job.optimizer_impl})",
@@ -939,6 +964,18 @@ def train_ledger(
             "activations.loss_transient_bytes: 10 x vocab per token",
         ),
     ]
+    for name, value, how in (
+        ("fp32 master weights", master_bytes,
+         "model_state.master_bytes_per_card: 4 B per trainable parameter (/ dp from ZeRO-1)"),
+        ("fp32 gradient partition", partition_bytes,
+         "model_state.grad_partition_bytes_per_card: DeepSpeed's fp32 gradients the optimizer steps on"),
+        ("DDP gradient buckets", bucket_bytes,
+         "model_state.grad_bucket_bytes_per_card: gradient_as_bucket_view=False keeps a second copy"),
+        ("FSDP root unit gathered (embeddings, lm_head)", root_bytes,
+         "model_state.root_unit_bytes: the root is not resharded after forward"),
+    ):  # fmt: skip
+        if value:
+            items.append(Item(name, value, how))
     if recompute_bytes:
         items.append(
             Item(
@@ -971,10 +1008,14 @@ def train_ledger(
         )
     )
     phases = train_phases(
-        resident_bytes=weights_bytes + optimizer_bytes + gathered_bytes,
+        resident_bytes=weights_bytes
+        + optimizer_bytes
+        + gathered_bytes
+        + master_bytes
+        + bucket_bytes,
         accumulated_grads_bytes=accumulated_grads_bytes,
-        grads_bytes=grads_bytes,
-        autocast_bytes=autocast_bytes,
+        grads_bytes=grads_bytes + partition_bytes,
+        autocast_bytes=autocast_bytes + root_bytes,
         held_bytes=held_bytes,
         loss_peak_bytes=loss_peak_bytes,
         backward_extra_bytes=act.loss_backward_bytes(
@@ -993,7 +1034,33 @@ def train_ledger(
         defaults,
         checkpointed=job.checkpointing != "none",
     )
-    return Ledger(_train_kind(job), [card], _host(_train_host_items(spec, job), machine))
+    lg = Ledger(_train_kind(job), [card], _host(_train_host_items(spec, job), machine))
+    lg.extras["framework"] = {
+        "framework": job.framework,
+        "layout_of": layout.framework,
+        "framework_source": job.framework_source,
+        "precision": job.precision,
+        "precision_source": job.precision_source,
+        "layout": layout.text,
+        "layout_precision": layout.precision,
+        "note": layout.note,
+        "sequence_parallel": job.sequence_parallel if job.parallel.tp > 1 else None,
+        "state_bytes_per_param": frameworks.layout(job).state_bytes_per_param(
+            frameworks.STAGE[job.shard], job.parallel.dp
+        ),
+        "assumed": frameworks.describe(job),
+        "source": layout.source,
+    }
+    if job.is_lora:
+        lg.extras["lora"] = {
+            "targets": list(targets or ()),
+            "targets_source": "given"
+            if job.lora_targets is not None
+            else "PEFT's default for the model type",
+            "rank": job.rank,
+            "adapter_dtype": job.adapter_dtype,
+        }
+    return lg
 
 
 def _train_kind(job: TrainJob) -> str:

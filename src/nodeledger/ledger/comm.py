@@ -13,9 +13,11 @@ Derivations:
   (3) Tensor parallel (Megatron-LM, Shoeybi et al. 2019, section 3): each transformer layer
       all-reduces its activations twice in the forward pass (after attention, after the MLP)
       and twice in the backward pass; the buffer is tokens x hidden x element bytes.
-  (4) Data parallel: DDP, ZeRO-1 and ZeRO-2 move 2 (n-1)/n of the gradient bytes per step;
-      ZeRO-3 / FSDP move 3 (n-1)/n of the parameter bytes (an all-gather in the forward, one in
-      the backward, a reduce-scatter of the gradients): ZeRO, Rajbhandari et al. 2020, 7.2-7.3.
+  (4) Data parallel: DDP and ZeRO-1 move 2 (n-1)/n of the gradient bytes per step; ZeRO-2
+      reduce-scatters the gradients each micro-batch and gathers the parameters once; ZeRO-3 /
+      FSDP move (n-1)/n of the parameter bytes twice (an all-gather in the forward, one in the
+      backward) and of the gradient bytes once (a reduce-scatter) per micro-batch: ZeRO,
+      Rajbhandari et al. 2020, 7.2-7.3; FSDP re-gathers every micro-batch.
   (5) Compute per token: 2 N FLOPs forward, 6 N forward + backward (Kaplan et al. 2020, "Scaling
       laws", 2.1), N the parameters active per token; full activation recomputation adds one
       forward: 8 N (Korthikanti et al. 2022, "Reducing activation recomputation", 4).
@@ -45,10 +47,28 @@ def tp_bytes_per_token(hidden: int, layers: int, tp: int, elem_bytes: int, backw
     return layers * allreduces * ring_allreduce_bytes_per_rank(hidden * elem_bytes, tp)
 
 
-def dp_bytes_per_step(grad_bytes: float, param_bytes: float, dp: int, shard: str) -> float:
-    """(4): gradient sync of one optimizer step, per rank."""
+def dp_bytes_per_step(
+    grad_bytes: float, param_bytes: float, dp: int, shard: str, grad_accum: int = 1
+) -> float:
+    """(4): data-parallel traffic of one optimizer step (``grad_accum`` micro-batches), per
+    rank; ``param_bytes`` the parameters as gathered (frozen LoRA base included),
+    ``grad_bytes`` the gradients as reduced (LoRA: the adapters').
+      ZeRO-3 / FSDP   every micro-batch all-gathers the parameters in forward and again in
+                      backward and reduce-scatters the gradients (FSDP re-gathers per
+                      micro-batch; accumulation does not amortise it): ga x (2 AG(P) + RS(G))
+      ZeRO-2 / FSDP   the gradients are reduce-scattered every micro-batch, the updated
+        SHARD_GRAD_OP parameters all-gathered once: ga x RS(G) + AG(P)
+      DDP, ZeRO-1     one all-reduce of the gradients per step (no_sync while accumulating,
+                      as accelerate / HF Trainer do): AR(G)"""
     if shard in ("zero3", "fsdp", "fsdp_hybrid"):
-        return 3 * gather_bytes_per_rank(param_bytes, dp)
+        per_micro = 2 * gather_bytes_per_rank(param_bytes, dp) + gather_bytes_per_rank(
+            grad_bytes, dp
+        )
+        return grad_accum * per_micro
+    if shard in ("zero2", "fsdp_grad_op"):
+        return grad_accum * gather_bytes_per_rank(grad_bytes, dp) + gather_bytes_per_rank(
+            param_bytes, dp
+        )
     return ring_allreduce_bytes_per_rank(grad_bytes, dp)
 
 

@@ -3,6 +3,7 @@ raises JobError naming the option, so the CLI can print one line and exit 2."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from nodeledger.errors import InputError
@@ -19,6 +20,37 @@ OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 CHECKPOINTING = ("none", "selective", "full")
 ATTENTION = ("sdpa", "eager", "math")  # math: SDPA's composite fallback (fp32 scores)
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op", "fsdp_hybrid")
+# training frameworks (ledger/frameworks.toml): which --shard values each takes, its default
+# precision; "auto" = the framework --shard implies (zero* DeepSpeed, fsdp* FSDP2, none DDP)
+FRAMEWORKS = ("auto", "ddp", "fsdp1", "fsdp2", "deepspeed", "megatron", "hf-trainer")
+FRAMEWORK_SHARDS = {
+    "ddp": ("none",),
+    "fsdp1": ("fsdp", "fsdp_grad_op", "fsdp_hybrid"),
+    "fsdp2": ("fsdp", "fsdp_grad_op", "fsdp_hybrid"),
+    "deepspeed": ("none", "zero1", "zero2", "zero3"),
+    "megatron": ("none", "zero1"),
+    "hf-trainer": SHARDING,
+}
+# each framework's precision when --precision is not given (sources in frameworks.toml)
+FRAMEWORK_PRECISION = {"ddp": "bf16", "fsdp1": "mixed", "fsdp2": "mixed", "deepspeed": "bf16",
+                       "megatron": "bf16", "hf-trainer": "bf16"}  # fmt: skip
+# the AdamW implementation each framework steps with when --optimizer-impl is not given:
+# DeepSpeed's FusedAdam and Megatron's (Apex / Transformer Engine) FusedAdam are fused;
+# torch.optim.AdamW picks foreach on CUDA tensors by default
+FRAMEWORK_OPTIMIZER_IMPL = {"ddp": "foreach", "fsdp1": "foreach", "fsdp2": "foreach",
+                            "deepspeed": "fused", "megatron": "fused", "hf-trainer": "foreach"}  # fmt: skip
+ADAPTER_DTYPES = ("fp32", "bf16")
+
+
+def default_framework(shard: str) -> str:
+    """The framework a --shard value implies when --framework is not given."""
+    if shard.startswith("zero"):
+        return "deepspeed"
+    if shard.startswith("fsdp"):
+        return "fsdp2"
+    return "ddp"
+
+
 OFFLOAD = ("none", "optimizer", "params")
 LOAD_FORMATS = ("safetensors", "bin")
 LOAD_STRATEGIES = ("every_rank", "rank0", "meta")
@@ -133,9 +165,10 @@ class ServeJob:
 @dataclass(frozen=True)
 class TrainJob:
     kind = "train"
-    precision: str = "bf16"
+    # None: the framework's default (FRAMEWORK_PRECISION); filled in on construction
+    precision: str | None = None
     optimizer: str = "adamw"
-    optimizer_impl: str = "foreach"
+    optimizer_impl: str | None = None  # None: the framework's (FRAMEWORK_OPTIMIZER_IMPL)
     micro_batch: int = 1
     seq: int = 2048
     grad_accum: int = 1
@@ -147,10 +180,53 @@ class TrainJob:
     host: HostSide = field(default_factory=HostSide)
     # LoRA / QLoRA (kind "lora" / "qlora" when rank is set)
     rank: int | None = None
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    # None: PEFT's default target modules for the model type (model_state.lora_targets)
+    lora_targets: tuple[str, ...] | None = None
     qlora: bool = False
+    adapter_dtype: str = (
+        "fp32"  # PEFT autocast_adapter_dtype=True (its default) keeps adapters fp32
+    )
+    framework: str = "auto"
+    sequence_parallel: bool = False  # Megatron SP: TP ranks keep 1/tp of the layer inputs
+    # how framework / precision / optimizer_impl were chosen ("given", or the default that
+    # chose them)
+    framework_source: str = ""
+    precision_source: str = ""
+    optimizer_impl_source: str = ""
 
     def __post_init__(self) -> None:
+        _choice("framework", self.framework, FRAMEWORKS)
+        _choice("shard", self.shard, SHARDING)
+        if self.framework == "auto":
+            object.__setattr__(self, "framework", default_framework(self.shard))
+            object.__setattr__(self, "framework_source", f"implied by --shard {self.shard}")
+        elif not self.framework_source:
+            object.__setattr__(self, "framework_source", "given")
+        if self.shard not in FRAMEWORK_SHARDS[self.framework]:
+            raise JobError(
+                f"--framework {self.framework} does not take --shard {self.shard} (it takes "
+                f"{', '.join(FRAMEWORK_SHARDS[self.framework])})"
+            )
+        if self.precision is None:
+            object.__setattr__(self, "precision", FRAMEWORK_PRECISION[self.framework])
+            object.__setattr__(self, "precision_source", f"{self.framework}'s default")
+        elif not self.precision_source:
+            object.__setattr__(self, "precision_source", "given")
+        if self.optimizer_impl is None:
+            impl = FRAMEWORK_OPTIMIZER_IMPL[self.framework]
+            if self.optimizer not in ("adamw", "sgd") or (
+                self.framework == "hf-trainer" and self.shard.startswith("zero")
+            ):
+                impl = "fused" if self.optimizer in ("adamw", "sgd") else "foreach"
+            object.__setattr__(self, "optimizer_impl", impl)
+            object.__setattr__(self, "optimizer_impl_source", f"{self.framework}'s default")
+        elif not self.optimizer_impl_source:
+            object.__setattr__(self, "optimizer_impl_source", "given")
+        _choice("adapter_dtype", self.adapter_dtype, ADAPTER_DTYPES)
+        if self.sequence_parallel and self.parallel.tp == 1:
+            raise JobError(
+                "--sequence-parallel needs --tp > 1 (it splits the layer inputs across TP ranks)"
+            )
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
@@ -185,6 +261,22 @@ class TrainJob:
     @property
     def is_lora(self) -> bool:
         return self.rank is not None
+
+    def rechoose(self, **changes) -> TrainJob:
+        """This job with ``changes``, the framework, precision and optimizer implementation
+        the user did not give chosen again for the new layout (a search or a suggestion that
+        changes --shard changes the framework it implies)."""
+        again = {}
+        if self.framework_source != "given" and "framework" not in changes:
+            again.update(framework="auto", framework_source="")
+        if self.precision_source != "given" and "precision" not in changes:
+            again.update(precision=None, precision_source="")
+        if self.optimizer_impl_source != "given" and "optimizer_impl" not in changes:
+            again.update(optimizer_impl=None, optimizer_impl_source="")
+        for k in ("framework", "precision", "optimizer_impl"):
+            if k in changes:
+                again[f"{k}_source"] = "given"
+        return dataclasses.replace(self, **again, **changes)
 
 
 @dataclass(frozen=True)
@@ -246,7 +338,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("micro_batch", int, "train", "Sequences per micro-batch per rank."),
     JobOption("seq", int, "train", "Training sequence length."),
     JobOption("grad_accum", int, "train", "Gradient accumulation steps."),
-    JobOption("precision", str, "train", "bf16 (pure) | mixed (fp32 master + bf16 autocast)."),
+    JobOption("framework", str, "train", "ddp | fsdp1 | fsdp2 | deepspeed | megatron | hf-trainer: whose state layout (default: the one --shard implies: zero* deepspeed, fsdp* fsdp2, none ddp)."),
+    JobOption("precision", str, "train", "bf16 | mixed: pure bf16, or fp32 parameters/master with bf16 compute (default: the framework's; README)."),
+    JobOption("sequence_parallel", bool, "train", "Megatron sequence parallelism with --tp: layer inputs split across TP ranks (without it each TP rank holds them whole)."),
     JobOption("optimizer", str, "train", " | ".join(OPTIMIZERS)),
     JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS)),
     JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
@@ -255,8 +349,9 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("offload", str, "train", " | ".join(OFFLOAD)),
     JobOption("workers", int, "train", "DataLoader workers per rank."),
     JobOption("prefetch", int, "train", "DataLoader prefetch_factor."),
-    JobOption("rank", int, "lora", "LoRA rank."),
-    JobOption("lora_targets", str, "lora", "Comma-separated module names (default q,k,v,o_proj)."),
+    JobOption("rank", int, "lora", "LoRA rank (default 8, PEFT's; --job qlora too)."),
+    JobOption("lora_targets", str, "lora", "Comma-separated module names (default: PEFT's target modules for the model type)."),
+    JobOption("adapter_dtype", str, "lora", "fp32 (PEFT's autocast_adapter_dtype default) | bf16 (autocast_adapter_dtype=False)."),
     JobOption("load_format", str, "load", "load: " + " | ".join(LOAD_FORMATS), flag="--format"),
     JobOption("load_strategy", str, "load", "load: " + " | ".join(LOAD_STRATEGIES)),
     JobOption("ranks", int, "load", "load: processes on this host that load."),
@@ -351,8 +446,6 @@ def build_job(kind: str, o: dict):
     if kind == "load":
         return LoadJob(dtype=pick.get("dtype"), format=pick.get("load_format", "safetensors"),
                        strategy=pick.get("load_strategy", "every_rank"), ranks=pick.get("ranks", 1))  # fmt: skip
-    if kind in ("lora", "qlora") and "rank" not in pick:
-        raise JobError(f"--job {kind} needs --rank")
     if "dtype" in pick:
         raise JobError("--dtype does not apply to training; use --precision bf16|mixed")
     targets = None
@@ -365,12 +458,15 @@ def build_job(kind: str, o: dict):
             "--prefetch needs --workers > 0 (PyTorch's DataLoader refuses it without workers)"
         )
     return TrainJob(
-        precision=pick.get("precision", "bf16"), optimizer=pick.get("optimizer", "adamw"),
-        optimizer_impl=pick.get("optimizer_impl", "foreach"), micro_batch=pick.get("micro_batch", 1),
+        optimizer=pick.get("optimizer", "adamw"),
+        optimizer_impl=pick.get("optimizer_impl"), micro_batch=pick.get("micro_batch", 1),
         seq=pick.get("seq", 2048), grad_accum=pick.get("grad_accum", 1),
         checkpointing=pick.get("checkpointing", "none"), attention=pick.get("attention", "sdpa"),
         shard=pick.get("shard", "none"), offload=pick.get("offload", "none"), parallel=par,
         host=HostSide(workers=pick.get("workers", 0), prefetch=pick.get("prefetch", 2)),
-        rank=pick.get("rank"), qlora=kind == "qlora",
+        rank=pick.get("rank", 8) if kind in ("lora", "qlora") else None, qlora=kind == "qlora",
+        framework=pick.get("framework", "auto"), precision=pick.get("precision"),
+        sequence_parallel=bool(pick.get("sequence_parallel", False)),
+        adapter_dtype=pick.get("adapter_dtype", "fp32"),
         **({"lora_targets": targets} if targets else {}),
     )  # fmt: skip

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from math import ceil
 
-from nodeledger.ledger.jobs import TrainJob
+from nodeledger.ledger import frameworks as fw
+from nodeledger.ledger.jobs import JobError, TrainJob
 from nodeledger.ledger.weights import Scheme, weight_bytes
 from nodeledger.model.spec import ModelSpec, TensorGroup
 
 PARAM_BYTES = {"bf16": 2, "mixed": 4}
-# peft keeps LoRA adapter weights in fp32 over a bf16/fp16 base (get_peft_model's
-# autocast_adapter_dtype=True, the default since peft 0.12): weights, grads and states fp32.
-LORA_ADAPTER_BYTES = 4
+ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
 
 
 # ZeRO-Offload's host side: fp32 master weights (4) + Adam m (4) + v (4) + the fp32 gradient
@@ -36,13 +35,19 @@ OFFLOAD_BYTES_PER_PARAM = 16
 
 
 def shard_factor(job: TrainJob, what: str) -> int:
-    """How many dp ranks share ``what`` ("params", "grads", "optimizer")."""
-    dp = job.parallel.dp
-    level = {
-        "none": 0, "zero1": 1, "zero2": 2, "fsdp_grad_op": 2, "zero3": 3, "fsdp": 3, "fsdp_hybrid": 3,
-    }[job.shard]  # fmt: skip
-    need = {"optimizer": 1, "grads": 2, "params": 3}[what]
-    return dp if level >= need else 1
+    """How many dp ranks share ``what`` ("params", "grads", "optimizer", "master",
+    "grad_partition"): dp from the stage the framework's layout shards it at
+    (frameworks.toml), else 1."""
+    lay = fw.layout(job)
+    frm = {"params": lay.param_from, "grads": lay.grad_from, "optimizer": lay.state_from,
+           "master": lay.master_from, "grad_partition": lay.grad_partition_from}[what]  # fmt: skip
+    return job.parallel.dp if fw.STAGE[job.shard] >= frm else 1
+
+
+def _adapter_bytes(job: TrainJob) -> int:
+    """PEFT adapters' element size: fp32 with autocast_adapter_dtype=True (PEFT's default since
+    0.12), the base's bf16 with autocast_adapter_dtype=False (--adapter-dtype bf16)."""
+    return ADAPTER_BYTES[job.adapter_dtype]
 
 
 def trainable_params(spec: ModelSpec, job: TrainJob) -> int:
@@ -53,41 +58,89 @@ def trainable_params(spec: ModelSpec, job: TrainJob) -> int:
     return sum(job.rank * (t.shape[-1] + t.shape[-2]) * t.count for t in lora_targets(spec, job))
 
 
+def lora_target_names(spec: ModelSpec, job: TrainJob) -> tuple[str, ...]:
+    """``--lora-targets`` as given, else PEFT's default target modules for the model type
+    (frameworks.toml [peft.lora_targets]); a type PEFT has no default for is a JobError, as
+    PEFT itself raises."""
+    if job.lora_targets is not None:
+        return job.lora_targets
+    table = fw.data()["peft"]["lora_targets"]
+    names = table.get(spec.model_type)
+    if names is None:
+        have = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
+        raise JobError(
+            f"PEFT has no default LoRA target modules for model_type {spec.model_type!r} (it "
+            f"raises 'Please specify target_modules'): give --lora-targets, e.g. from "
+            + ", ".join(have)
+        )
+    return tuple(names)
+
+
 def lora_targets(spec: ModelSpec, job: TrainJob) -> list[TensorGroup]:
     """The linear tensor groups whose name ends in ``.<target>.weight`` (peft target_modules)."""
-    targets = tuple(f".{name}.weight" for name in job.lora_targets)
+    targets = tuple(f".{name}.weight" for name in lora_target_names(spec, job))
     return [t for t in spec.tensors if t.kind == "linear" and t.name.endswith(targets)]
 
 
 def param_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
-    """Weights resident on one card: params x dtype (PARAM_BYTES) / tp / pp, / dp under
-    ZeRO-3/FSDP.  LoRA: frozen base at bf16 (QLoRA: NF4 with double quant), sharded likewise,
-    + adapters in fp32 (LORA_ADAPTER_BYTES, peft's autocast_adapter_dtype) / tp / pp."""
+    """Weights resident on one card: params x the layout's parameter bytes (frameworks.toml)
+    / tp / pp, / dp from the stage that shards them.  LoRA: frozen base at bf16 (QLoRA: NF4
+    with double quant), sharded likewise, + adapters in their dtype (_adapter_bytes) / tp / pp."""
     split = job.parallel.tp * job.parallel.pp
     if job.is_lora:
         base = weight_bytes(spec, Scheme("nf4") if job.qlora else Scheme("bf16")).total_bytes
-        adapters = trainable_params(spec, job) * LORA_ADAPTER_BYTES
+        adapters = trainable_params(spec, job) * _adapter_bytes(job)
         return ceil(base / split / shard_factor(job, "params")) + ceil(adapters / split)
-    full = spec.params_total() * PARAM_BYTES[job.precision]
+    full = spec.params_total() * fw.layout(job).param
     return ceil(full / split / shard_factor(job, "params"))
 
 
+def master_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
+    """The fp32 master copy a framework keeps beside bf16 parameters (DeepSpeed's bf16 mode,
+    Megatron): trainable params x 4 / tp / pp, / dp from the stage that shards it; 0 where the
+    parameters are themselves the master (PyTorch, FSDP)."""
+    lay = fw.layout(job)
+    split = job.parallel.tp * job.parallel.pp * shard_factor(job, "master")
+    return ceil(trainable_params(spec, job) * lay.master / split)
+
+
 def grad_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
-    """Gradients in the parameter dtype (trainable parameters only; LoRA adapters fp32):
-    trainable params x dtype / tp / pp, / dp under ZeRO-2/3."""
+    """Gradients in the layout's dtype (trainable parameters only; LoRA adapters in theirs)
+    / tp / pp, / dp from the stage that shards them; 0 where the stage reduces them straight
+    into a partition (DeepSpeed ZeRO-3)."""
+    lay = fw.layout(job)
+    if fw.STAGE[job.shard] >= lay.grad_absent_from:
+        return 0
     split = job.parallel.tp * job.parallel.pp
-    dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
+    dtype = _adapter_bytes(job) if job.is_lora else lay.grad
     return ceil(trainable_params(spec, job) * dtype / split / shard_factor(job, "grads"))
 
 
+def grad_partition_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
+    """DeepSpeed's fp32 gradient partition the optimizer steps on: trainable params x 4 / tp /
+    pp / dp (ZeRO >= 1); 0 for the other frameworks."""
+    lay = fw.layout(job)
+    split = job.parallel.tp * job.parallel.pp * shard_factor(job, "grad_partition")
+    return ceil(trainable_params(spec, job) * lay.grad_partition / split)
+
+
+def grad_bucket_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
+    """DDP's reducer buckets: with gradient_as_bucket_view=False (the default) they hold a
+    second copy of every gradient (dp > 1): the gradient bytes again; 0 otherwise."""
+    if not fw.layout(job).grad_buckets or job.parallel.dp <= 1:
+        return 0
+    return grad_bytes_per_card(spec, job)
+
+
 def optimizer_state_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
-    """Optimizer states for the trainable parameters / tp / pp, / dp under ZeRO stage >= 1.
+    """Optimizer states for the trainable parameters / tp / pp, / dp from the stage that
+    shards them, in the layout's state dtype (LoRA: the adapters').
 
     AdamW: exp_avg + exp_avg_sq, 2 x params x dtype; AdamW8bit: two uint8 states + one fp32
     absmax per 256-value block each, 2 x (params + 4 x ceil(params / 256)); SGD momentum:
     params x dtype; Adafactor: ``adafactor_state_bytes`` (sources in the module docstring)."""
     params = trainable_params(spec, job)
-    dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
+    dtype = _state_elem(job)
     if job.optimizer == "adamw":
         states = 2 * params * dtype
     elif job.optimizer == "adamw8bit":
@@ -98,6 +151,15 @@ def optimizer_state_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
         states = adafactor_state_bytes(spec, job)
     split = job.parallel.tp * job.parallel.pp
     return ceil(states / split / shard_factor(job, "optimizer"))
+
+
+def _state_elem(job: TrainJob) -> int:
+    """Element size of the optimizer states: the layout's (fp32 beside a master copy); LoRA
+    adapters' own dtype unless the framework keeps an fp32 master."""
+    lay = fw.layout(job)
+    if job.is_lora and not lay.master:
+        return _adapter_bytes(job)
+    return lay.state_elem
 
 
 def adafactor_state_bytes(spec: ModelSpec, job: TrainJob) -> int:
@@ -130,7 +192,7 @@ def optimizer_step_temp_bytes(spec: ModelSpec, job: TrainJob) -> int:
         return 0
     if job.optimizer == "sgd" and job.optimizer_impl != "forloop":
         return 0
-    dtype = LORA_ADAPTER_BYTES if job.is_lora else PARAM_BYTES[job.precision]
+    dtype = _state_elem(job)
     split = job.parallel.tp * job.parallel.pp * shard_factor(job, "optimizer")
     if job.optimizer_impl == "fused":
         return 0
@@ -143,7 +205,7 @@ def optimizer_step_temp_bytes(spec: ModelSpec, job: TrainJob) -> int:
 def autocast_cache_bytes(spec: ModelSpec, job: TrainJob) -> int:
     """Mixed precision: bf16 copies of the weights autocast casts for matmuls (linear layers
     and the lm_head; embeddings are looked up in fp32)."""
-    if job.precision != "mixed" or job.is_lora:
+    if not fw.layout(job).autocast or job.is_lora:
         return 0
     linear = sum(t.numel for t in spec.tensors if t.kind in ("linear", "lm_head"))
     return ceil(linear * 2 / (job.parallel.tp * job.parallel.pp * shard_factor(job, "params")))
@@ -155,13 +217,38 @@ def accumulated_grad_bytes(spec: ModelSpec, job: TrainJob) -> int:
     return grad_bytes_per_card(spec, job) if job.grad_accum > 1 else 0
 
 
+ROOT_PARTS = ("embeddings", "lm_head")
+
+
+def _root_params(spec: ModelSpec) -> int:
+    return sum(t.numel for t in spec.tensors if t.part in ROOT_PARTS or t.name == "norm.weight")
+
+
 def gathered_layer_param_bytes(spec: ModelSpec, job: TrainJob) -> int:
-    """ZeRO-3/FSDP all-gather one layer (and prefetch the next) unsharded:
-    2 x ceil(params x dtype // layers / tp); 0 when parameters are not sharded."""
+    """ZeRO-3/FSDP all-gather one decoder layer (and prefetch the next) unsharded, in the
+    layout's compute dtype (FSDP's MixedPrecisionPolicy param_dtype): 2 x ceil(layer params x
+    gathered_elem / tp), the layer's parameters being the model's without the root unit
+    (embeddings, final norm, lm_head); 0 when parameters are not sharded.  LoRA: the frozen
+    base in bf16."""
     if shard_factor(job, "params") <= 1:
         return 0
-    per_layer = spec.params_total() * PARAM_BYTES[job.precision] // max(1, spec.num_layers)
+    elem = 2 if job.is_lora else fw.layout(job).gathered_elem
+    body = spec.params_total() - _root_params(spec)
+    per_layer = body * elem // max(1, spec.num_layers)
     return 2 * ceil(per_layer / job.parallel.tp)
+
+
+def root_unit_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """FSDP's root unit (embeddings, final norm, lm_head): the root is not resharded after
+    forward (fully_shard: reshard_after_forward is False for the root; FSDP1 likewise), so its
+    parameters stay all-gathered in the compute dtype from the lm_head's forward through the
+    backward: root params x gathered_elem / tp; 0 when parameters are not sharded or the
+    framework reshards (DeepSpeed gathers the embeddings like any layer)."""
+    lay = fw.layout(job)
+    if shard_factor(job, "params") <= 1 or not lay.root_unsharded:
+        return 0
+    elem = 2 if job.is_lora else lay.gathered_elem
+    return ceil(_root_params(spec) * elem / job.parallel.tp)
 
 
 def offloaded_optimizer_host_bytes(spec: ModelSpec, job: TrainJob) -> int:

@@ -73,3 +73,30 @@ def serving_communicators(cards_per_replica: int) -> int:
 def training_communicators(tp: int, pp: int, dp: int) -> int:
     """One communicator per parallel dimension wider than one card (tp, dp, pp groups)."""
     return (1 if tp > 1 else 0) + (1 if dp > 1 else 0) + (1 if pp > 1 else 0)
+
+
+def provenance(vendor: str) -> dict:
+    """Where the runtime constants that apply to a ``vendor``'s cards were measured
+    (runtimes.toml): {"vendor", "runtime", "measured", "caveat"}; ``caveat`` is the phrase a
+    verdict line carries when they were not measured on that vendor's runtime."""
+    import sys
+    from importlib import resources
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    table = tomllib.loads(
+        resources.files("nodeledger.ledger").joinpath("runtimes.toml").read_text("utf-8")
+    )
+    v = (vendor or "nvidia").lower()
+    entry = table.get(v)
+    if entry is None:
+        return {"vendor": v, "runtime": "unknown", "measured": False,
+                "caveat": f"runtime constants assumed from {table['nvidia']['source']} (vendor {v!r} not known)"}  # fmt: skip
+    if entry["measured"]:
+        return {"vendor": v, "runtime": entry["runtime"], "measured": True, "caveat": ""}
+    base = table[entry["assumed_from"]]
+    return {"vendor": v, "runtime": entry["runtime"], "measured": False,
+            "caveat": (f"runtime constants (context, allocator reserve) assumed from {base['runtime']} on "
+                       f"{base['source'].split(':')[0]}; not measured on {entry['runtime']}")}  # fmt: skip

@@ -77,12 +77,23 @@ def _embed_head(
 
 
 def _gated_mlp(
-    b: TensorList, name: str, part: Part, hidden: int, inter: int, count: int, bias=False
+    b: TensorList,
+    name: str,
+    part: Part,
+    hidden: int,
+    inter: int,
+    count: int,
+    bias=False,
+    fused: bool = False,
 ) -> None:
-    """SwiGLU/GeGLU MLP: gate_proj, up_proj (hidden->inter), down_proj (inter->hidden)."""
+    """SwiGLU/GeGLU MLP: gate_proj, up_proj (hidden->inter), down_proj (inter->hidden);
+    ``fused``: one gate_up_proj (hidden->2 inter), as transformers' Phi3MLP builds it."""
     mod = {"dense_mlp": "mlp", "shared_experts": "shared", "routed_experts": "expert"}[part]
-    b.linear(f"{name}.gate_proj", part, inter, hidden, count, bias, mod)
-    b.linear(f"{name}.up_proj", part, inter, hidden, count, bias, mod)
+    if fused:
+        b.linear(f"{name}.gate_up_proj", part, 2 * inter, hidden, count, bias, mod)
+    else:
+        b.linear(f"{name}.gate_proj", part, inter, hidden, count, bias, mod)
+        b.linear(f"{name}.up_proj", part, inter, hidden, count, bias, mod)
     b.linear(f"{name}.down_proj", part, hidden, inter, count, bias, mod)
 
 
@@ -98,12 +109,22 @@ class _Attn:
     sinks: bool = False  # gpt_oss: one learned sink logit per head
 
 
-def _gqa_attention(b: TensorList, hidden: int, a: _Attn, count: int) -> None:
+def _gqa_attention(b: TensorList, hidden: int, a: _Attn, count: int, fused: bool = False) -> None:
+    """q, k, v and o projections; ``fused``: one qkv_proj (hidden -> q + 2 kv), as
+    transformers' Phi3Attention builds it."""
     q_out = a.heads * a.head_dim * (2 if a.q_gate else 1)
     kv_out = a.kv_heads * a.head_dim
-    b.linear("layers.*.self_attn.q_proj", "attention", q_out, hidden, count, a.qkv_bias, "attn")
-    b.linear("layers.*.self_attn.k_proj", "attention", kv_out, hidden, count, a.qkv_bias, "attn")
-    b.linear("layers.*.self_attn.v_proj", "attention", kv_out, hidden, count, a.qkv_bias, "attn")
+    if fused:
+        b.linear("layers.*.self_attn.qkv_proj", "attention", q_out + 2 * kv_out, hidden, count,
+                 a.qkv_bias, "attn")  # fmt: skip
+    else:
+        b.linear("layers.*.self_attn.q_proj", "attention", q_out, hidden, count, a.qkv_bias, "attn")
+        b.linear(
+            "layers.*.self_attn.k_proj", "attention", kv_out, hidden, count, a.qkv_bias, "attn"
+        )
+        b.linear(
+            "layers.*.self_attn.v_proj", "attention", kv_out, hidden, count, a.qkv_bias, "attn"
+        )
     b.linear(
         "layers.*.self_attn.o_proj",
         "attention",
@@ -271,7 +292,8 @@ def _llama_like(c: ConfigReader, family: str) -> ModelSpec:
     _embed_head(b, vocab, hidden, tied)
     b.norm("norm", hidden, 1)
     b.norm("layers.*.layernorm", hidden, n_layers * d.norms_per_layer)
-    _gqa_attention(b, hidden, attn, n_layers)
+    fused = family == "phi3"  # Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+    _gqa_attention(b, hidden, attn, n_layers, fused)
 
     moe = None
     if family == "mixtral":
@@ -285,9 +307,8 @@ def _llama_like(c: ConfigReader, family: str) -> ModelSpec:
         moe = _qwen_moe(c, b, hidden, n_layers, shared=family == "qwen2_moe")
     else:
         mlp_bias = c.bool(d.mlp_bias_key, False) if d.mlp_bias_key else False
-        _gated_mlp(
-            b, "layers.*.mlp", "dense_mlp", hidden, c.int("intermediate_size"), n_layers, mlp_bias
-        )
+        _gated_mlp(b, "layers.*.mlp", "dense_mlp", hidden, c.int("intermediate_size"), n_layers,
+                   mlp_bias, fused)  # fmt: skip
 
     sliding_default = None
     if family == "gemma2":  # Gemma2: every other layer (even index) is sliding

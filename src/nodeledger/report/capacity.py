@@ -14,9 +14,10 @@ the same figures.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from nodeledger.errors import InputError
-from nodeledger.ledger.build import load_ledger
+from nodeledger.ledger.build import load_ledger, train_ledger
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
@@ -164,6 +165,9 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         resources.append(disk_resource(spec, job, machine))
     if isinstance(job, TrainJob):
         row["model_state"] = model_state(lg)
+        row["framework"] = lg.extras.get("framework")
+        if w.claim and not job.is_lora:
+            row["claim_check"] = claim_check(spec, job, machine, w.claim)
     if need and need > len(machine.accelerators) - 1 and w.machines == 1:
         row["lifeboat"] = (
             f"uses all {len(machine.accelerators)} cards: no lifeboat card while it runs "
@@ -233,7 +237,46 @@ def disk_resource(spec: ModelSpec, job, machine: MachineProfile) -> dict:
                      f"{rate:,.2f} GB/s ({src.split(' (')[0]})")  # fmt: skip
 
 
-STATE_ITEMS = ("parameters", "gradients", "optimizer states")
+STATE_ITEMS = ("parameters", "gradients", "optimizer states", "fp32 master weights",
+               "fp32 gradient partition", "DDP gradient buckets")  # fmt: skip
+# the framework layouts a full fine-tune's claim is checked under: (framework, --shard it takes
+# for a sharded job, --precision; None = the framework's default)
+CLAIM_LAYOUTS = (("deepspeed", "zero3", None), ("fsdp2", "fsdp", None), ("fsdp2", "fsdp", "bf16"),
+                 ("fsdp1", "fsdp", None), ("megatron", "zero1", None), ("hf-trainer", "fsdp", None))  # fmt: skip
+_CLAIM_RANGE = re.compile(r"(\d+(?:\.\d+)?)\s*[-–]\s*(\d+(?:\.\d+)?)\s*GB per card")
+
+
+def claim_check(spec: ModelSpec, job: TrainJob, machine: MachineProfile, claim: str) -> dict:
+    """A field claim about a sharded full fine-tune ("16-30 GB per card sharded over 8") held
+    against the model state per card under each framework's default layout (CLAIM_LAYOUTS,
+    ledger/frameworks.toml), each re-computed by the ledger; which layouts, if any, fall in the
+    claimed range (GB = 10^9 B, as the claim writes it)."""
+    m = _CLAIM_RANGE.search(claim)
+    lo, hi = (float(m.group(1)), float(m.group(2))) if m else (None, None)
+    rows = []
+    for fw, shard, prec in CLAIM_LAYOUTS:
+        changes = {"framework": fw, "shard": shard if job.shard != "none" else "none"}
+        if prec:
+            changes["precision"] = prec
+        try:
+            cand = job.rechoose(**changes)
+            lg = train_ledger(spec, cand, machine)
+        except InputError:
+            continue
+        ms = model_state(lg)
+        v = fit(spec, cand, machine).verdict
+        gb = ms["per_card_bytes"] / 1e9
+        rows.append({
+            "framework": fw if fw == lg.extras["framework"]["layout_of"] else f"{fw} ({lg.extras['framework']['layout_of']})",
+            "shard": cand.shard, "precision": lg.extras["framework"]["layout_precision"],
+            "layout": lg.extras["framework"]["layout"],
+            "state_per_card_bytes": ms["per_card_bytes"],
+            "busiest_card_total_bytes": ms["busiest_card_total_bytes"], "tier": v.tier,
+            "in_claimed_range": None if lo is None else lo <= gb <= hi,
+        })  # fmt: skip
+    hits = [r for r in rows if r["in_claimed_range"]]
+    return {"range_gb": None if lo is None else [lo, hi], "layouts": rows,
+            "reaching": [f"{r['framework']} --shard {r['shard']} --precision {r['precision']}" for r in hits]}  # fmt: skip
 
 
 def model_state(lg) -> dict:

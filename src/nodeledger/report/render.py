@@ -101,7 +101,8 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
         if r.get("lifeboat"):
             L.append(f"- {r['id']}: {r['lifeboat']}")
         if r.get("claim") and r.get("model_state"):
-            L.append(f"- {r['id']}: claim: {r['claim']}. Ledger: {state_line(r['model_state'])}")
+            L.append(f"- {r['id']}: claim: {r['claim']}. Ledger: "
+                     f"{state_line(r['model_state'], r.get('framework'), r.get('claim_check'))}")  # fmt: skip
     L += ["", "## Bottleneck ranking", "",
           "| resource | cannot | tight | worst demand / capacity (memory: used / size; links, network: traffic / compute time) | unknown | workloads |",
           "|---|---|---|---|---|---|"]  # fmt: skip
@@ -135,14 +136,32 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
     return "\n".join(L)
 
 
-def state_line(ms: dict) -> str:
+def state_line(ms: dict, fw: dict | None = None, check: dict | None = None) -> str:
+    """The ledger's model state beside a claim: under the workload's framework layout, then the
+    per-card state under each framework's default layout and which reach the claimed range."""
     it = ms["items"]
-    return (
-        f"parameters {_gib(it['parameters'])} + gradients {_gib(it['gradients'])} + optimizer "
-        f"states {_gib(it['optimizer states'])} = {_gib(ms['total_bytes'])} over "
-        f"{ms['cards']} cards; {_gib(ms['per_card_bytes'])} of state per card, "
+    other = sum(
+        v for k, v in it.items() if k not in ("parameters", "gradients", "optimizer states")
+    )
+    line = (
+        (f"{fw['framework']} ({fw['framework_source']}), {fw['layout']}: " if fw else "")
+        + f"parameters {_gib(it['parameters'])} + gradients {_gib(it['gradients'])} + optimizer "
+        f"states {_gib(it['optimizer states'])}"
+        + (f" + master weights / partitions / buckets {_gib(other)}" if other else "")
+        + f" = {_gib(ms['total_bytes'])} over {ms['cards']} cards; {_gib(ms['per_card_bytes'])} of state per card, "
         f"{_gib(ms['busiest_card_total_bytes'])} in all on the busiest card"
     )
+    if check and check.get("layouts"):
+        per = "; ".join(
+            f"{r['framework']} {r['precision']}: {r['state_per_card_bytes'] / 1e9:,.1f} GB ({r['tier']})"
+            for r in check["layouts"]
+        )
+        rng = check.get("range_gb")
+        reach = ", ".join(check["reaching"]) or "none"
+        line += f". State per card by framework default layout: {per}" + (
+            f"; in the claimed {rng[0]:g}-{rng[1]:g} GB: {reach}" if rng else ""
+        )
+    return line
 
 
 # -- HTML ------------------------------------------------------------------------------------
@@ -267,7 +286,7 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
             f"<td>{escape(r['binding'] or '')}</td><td>{escape(r['reason'])}"
             + (f"<br><span class='small'>{escape(r['lifeboat'])}</span>" if r.get("lifeboat") else "")
             + (f"<br><span class='small'>claim: {escape(r['claim'])}. Ledger: "
-               f"{escape(state_line(r['model_state']))}</span>" if r.get("claim") and r.get("model_state") else "")
+               f"{escape(state_line(r['model_state'], r.get('framework'), r.get('claim_check')))}</span>" if r.get("claim") and r.get("model_state") else "")
             + f"</td><td>{escape(_expect(r))}</td></tr>"
         )  # fmt: skip
     P.append("</table>")

@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from nodeledger.ledger import comm, model_state
+from nodeledger.ledger import comm, frameworks, model_state
 from nodeledger.ledger.jobs import TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -99,12 +99,10 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     dp_bw = None
     dp_bytes = 0.0
     if dp > 1:
-        grad_elem = 4 if job.precision == "mixed" else 2
+        grad_elem = frameworks.layout(job).reduce_elem
         grads = model_state.trainable_params(spec, job) * grad_elem / (tp * pp)
-        params = spec.params_total() * 2 / (tp * pp)
-        dp_bytes = comm.dp_bytes_per_step(
-            grads, params, dp, job.shard if not job.is_lora else "none"
-        )
+        params = spec.params_total() * 2 / (tp * pp)  # gathered in bf16 (frozen base too)
+        dp_bytes = comm.dp_bytes_per_step(grads, params, dp, job.shard, job.grad_accum)
         if machines > 1 and not crosses_tp:
             net, _ = F.network_busbw(machine)
             rings = max(1, min(tp * pp, per_machine))  # DP rings crossing the same NICs at once

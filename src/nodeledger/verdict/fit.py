@@ -82,8 +82,10 @@ def job_options(job) -> dict:
     if host and d.get("micro_batch") is not None:
         d.update(workers=host["workers"], prefetch=host["prefetch"])
     if not getattr(job, "is_lora", False):
-        for k in ("lora_targets", "rank", "qlora"):
+        for k in ("lora_targets", "rank", "qlora", "adapter_dtype"):
             d.pop(k, None)
+    for k in ("framework_source", "precision_source"):  # the verdict line says how they were chosen
+        d.pop(k, None)
     return d
 
 
@@ -297,18 +299,24 @@ def _variants(job, machine: MachineProfile):
             )
         dp = n // (p.tp * p.pp)
         if dp > 1:
-            for shard in ("zero2", "zero3"):
+            for shard in ("zero2", "zero3", "fsdp"):
                 if shard != job.shard:
                     yield (
                         f"--shard {shard} --dp {dp}",
-                        _variant(job, shard=shard, parallel=dataclasses.replace(p, dp=dp)),
+                        _rechosen(job, shard=shard, parallel=dataclasses.replace(p, dp=dp)),
                     )
+            for shard in ("zero3", "fsdp"):
+                yield (
+                    f"--shard {shard} --dp {dp} --checkpointing full",
+                    _rechosen(job, shard=shard, checkpointing="full",
+                              parallel=dataclasses.replace(p, dp=dp)),
+                )  # fmt: skip
+            # FSDP2's default is fp32 parameters: pure bf16 is a choice to name
             yield (
-                f"--shard zero3 --dp {dp} --checkpointing full",
-                _variant(
-                    job, shard="zero3", checkpointing="full", parallel=dataclasses.replace(p, dp=dp)
-                ),
-            )
+                f"--shard fsdp --dp {dp} --checkpointing full --precision bf16 (pure bf16 FSDP2: no fp32 master weights)",
+                _rechosen(job, shard="fsdp", checkpointing="full", precision="bf16",
+                          parallel=dataclasses.replace(p, dp=dp)),
+            )  # fmt: skip
         if job.optimizer == "adamw":
             yield "--optimizer adamw8bit", _variant(job, optimizer="adamw8bit")
         if not job.is_lora:
@@ -325,6 +333,16 @@ def _variants(job, machine: MachineProfile):
         yield "--load-strategy meta", _variant(job, strategy="meta")
         if job.format == "bin":
             yield "--format safetensors", _variant(job, format="safetensors")
+
+
+def _rechosen(job, **changes):
+    """job.rechoose(**changes), or None when the combination is not a valid job."""
+    from nodeledger.ledger.jobs import JobError
+
+    try:
+        return job.rechoose(**changes)
+    except JobError:
+        return None
 
 
 def suggestions(spec, job, machine, v: Verdict, limit: int = 5) -> list[dict]:

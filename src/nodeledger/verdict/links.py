@@ -30,7 +30,7 @@ least L/pp times smaller than TP traffic.
 
 from __future__ import annotations
 
-from nodeledger.ledger import comm, model_state
+from nodeledger.ledger import comm, frameworks, model_state
 from nodeledger.ledger.jobs import LoadJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -69,13 +69,11 @@ def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dic
     dp_b = dp_step = 0.0
     if training and dp > 1:
         trainable = model_state.trainable_params(spec, job)
-        grad_elem = 4 if job.precision == "mixed" else 2
+        grad_elem = frameworks.layout(job).reduce_elem
         grads = trainable * grad_elem / (tp * pp)
-        params = spec.params_total() * 2 / (tp * pp)
+        params = spec.params_total() * 2 / (tp * pp)  # gathered in bf16 (frozen base too)
         tokens_per_step = job.micro_batch * job.seq * job.grad_accum
-        dp_step = comm.dp_bytes_per_step(
-            grads, params, dp, job.shard if not job.is_lora else "none"
-        )
+        dp_step = comm.dp_bytes_per_step(grads, params, dp, job.shard, job.grad_accum)
         dp_b = dp_step / tokens_per_step
     per_machine = max(1, len(machine.accelerators))
     crosses_tp = machines > 1 and tp > per_machine

@@ -4,7 +4,8 @@ that fit, and rank them.
 Ranking is a stated preference order, not a throughput model:
   training: most tokens per optimizer step across the box (micro_batch x seq x dp), then the
             least recomputation (none < selective < full), then the lowest sharding stage, then
-            the lowest TP (each of these costs communication or compute);
+            the lowest TP and PP (each of these costs communication or compute), then mixed
+            precision over pure bf16 (fp32 master weights), then the fused optimizer;
   serving:  most concurrent sequences across the box at the requested context with every
             card in the "fits" tier, keeping the lifeboat card free (replicas = (cards -
             lifeboat) // cards per replica), then the lowest TP.
@@ -16,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from nodeledger.errors import InputError
-from nodeledger.ledger.jobs import Parallel, ServeJob, TrainJob
+from nodeledger.ledger.jobs import FRAMEWORK_SHARDS, Parallel, ServeJob, TrainJob, default_framework
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.verdict.fit import _largest, largest_serving, ledger_for, verdict_of
@@ -27,7 +28,9 @@ def _tier(spec, job, n: int, machine) -> str:
 
 
 CKPT_COST = {"none": 0, "selective": 1, "full": 2}
-SHARD_ORDER = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+SHARD_ORDER = {"none": 0, "zero1": 1, "zero2": 2, "fsdp_grad_op": 2, "zero3": 3, "fsdp": 3,
+               "fsdp_hybrid": 3}  # fmt: skip
+TIER_ORDER = {"fits": 1, "tight": 0}
 
 
 @dataclass
@@ -40,39 +43,74 @@ class Layout:
     detail: str
 
 
-def _train_layouts(job: TrainJob, cards: int):
-    for tp in (1, 2, 4, 8):
-        for dp in range(1, cards // tp + 1):
-            for shard in ("none", "zero1", "zero2", "zero3"):
-                if shard != "none" and dp == 1:
-                    continue
-                for mb in (1, 2, 4, 8, 16, 32):
-                    for ckpt in ("none", "selective", "full"):
-                        yield dataclasses.replace(
-                            job, micro_batch=mb, checkpointing=ckpt, shard=shard, offload="none",
-                            parallel=Parallel(tp=tp, pp=1, dp=dp),
-                        )  # fmt: skip
+def _divisors(n: int, most: int) -> list[int]:
+    return [d for d in range(1, min(n, most) + 1) if n % d == 0]
+
+
+def _train_layouts(spec: ModelSpec, job: TrainJob, cards: int):
+    """Every layout on up to ``cards`` cards: tp dividing the attention heads (and KV heads),
+    pp dividing the layers (with --shard none / zero1 only, as the ledger requires), every dp
+    from 1 to what is left (not only powers of two), each sharding stage the job's framework
+    takes (no --framework: DeepSpeed's ZeRO stages and FSDP2's full sharding), micro-batch,
+    checkpointing and the optimizer implementation.  A framework, precision or optimizer
+    implementation the user did not give is re-chosen for each candidate's --shard."""
+    heads = spec.num_attention_heads or 1
+    kv = getattr(spec, "num_key_value_heads", None) or heads
+    tps = [t for t in _divisors(heads, cards) if kv % t == 0 or t % kv == 0]
+    pps = [p for p in _divisors(max(1, spec.num_layers), min(cards, 4))]
+    if job.framework_source == "given":
+        shards = FRAMEWORK_SHARDS[job.framework]
+    else:
+        shards = ("none", "zero1", "zero2", "zero3", "fsdp")
+    impls = (job.optimizer_impl,) if job.optimizer not in ("adamw", "sgd") else ("foreach", "fused")
+    given_fw = job.framework if job.framework_source == "given" else None
+    precs = (job.precision,) if job.precision_source == "given" else ("bf16", "mixed")
+    for tp in tps:
+        for pp in pps:
+            for dp in range(1, cards // (tp * pp) + 1):
+                for shard in shards:
+                    if (shard != "none" and dp == 1) or (pp > 1 and shard not in ("none", "zero1")):
+                        continue
+                    fw = given_fw or default_framework(shard)
+                    for prec in precs:
+                        if fw in ("deepspeed", "megatron") and prec == "mixed" and len(precs) > 1:
+                            continue  # the same layout as their bf16 mode
+                        for impl in impls:
+                            for mb in (1, 2, 4, 8, 16, 32):
+                                for ckpt in ("none", "selective", "full"):
+                                    try:
+                                        yield job.rechoose(
+                                            micro_batch=mb, checkpointing=ckpt, shard=shard,
+                                            offload="none", optimizer_impl=impl, precision=prec,
+                                            parallel=Parallel(tp=tp, pp=pp, dp=dp),
+                                        )  # fmt: skip
+                                    except InputError:
+                                        continue
 
 
 def _train_score(cand: TrainJob) -> tuple:
     """The ranking of the module docstring, computed from the layout alone."""
     p = cand.parallel
     tokens = cand.micro_batch * cand.seq * p.dp
-    return (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp)
+    return (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp, -p.pp,
+            cand.precision == "mixed", cand.optimizer_impl == "fused")  # fmt: skip
 
 
 def search_train(
     spec: ModelSpec, job: TrainJob, machine: MachineProfile, top: int = 5, lifeboat: int = 1
 ):
-    """The ``top`` best layouts that fit, and how many layouts the search covers.
+    """The ``top`` best layouts that fit (tier "fits"), then the best ``top`` that are tight
+    (marked), and how many layouts the search covers.
 
     The score is known before the ledger runs, so the candidates are tried best first (a stable
-    sort: equal scores keep the enumeration order) and the search stops at the ``top``-th that
-    fits: every layout not tried scores no better than the ones returned, so the answer is the
-    one a full sweep would give.  ``tried`` counts the layouts covered (all candidates)."""
+    sort: equal scores keep the enumeration order) and the search stops once ``top`` layouts
+    fit: every layout not tried scores no better than the ones returned, so the answer is the
+    one a full sweep would give (the tight ones listed are those met on the way, each re-checked
+    by the ledger).  ``tried`` counts the layouts covered (all candidates)."""
     cards = max(1, len(machine.accelerators) - lifeboat)
-    candidates = sorted(_train_layouts(job, cards), key=_train_score, reverse=True)
+    candidates = sorted(_train_layouts(spec, job, cards), key=_train_score, reverse=True)
     found: list[Layout] = []
+    tight: list[Layout] = []
     for cand in candidates:
         if len(found) >= top:
             break
@@ -81,17 +119,17 @@ def search_train(
         except InputError:
             continue
         v = verdict_of(lg)
-        if v.tier != "fits":
+        if v.tier not in TIER_ORDER or (v.tier == "tight" and len(tight) >= top):
             continue
         p = cand.parallel
         score = _train_score(cand)
-        opts = (f"--tp {p.tp} --dp {p.dp} --shard {cand.shard} --micro-batch {cand.micro_batch} "
-                f"--checkpointing {cand.checkpointing}")  # fmt: skip
+        opts = (f"--tp {p.tp}" + (f" --pp {p.pp}" if p.pp > 1 else "") + f" --dp {p.dp} --shard {cand.shard} "
+                f"--micro-batch {cand.micro_batch} --checkpointing {cand.checkpointing} "
+                f"--optimizer-impl {cand.optimizer_impl} --precision {cand.precision} (framework {cand.framework})")  # fmt: skip
         card = max(c.total_bytes for c in lg.cards)
-        found.append(
-            Layout(opts, v.tier, score, card, lg.host.peak_bytes, f"{score[0]:,} tokens per step")
-        )
-    return found, len(candidates)
+        lay = Layout(opts, v.tier, score, card, lg.host.peak_bytes, f"{score[0]:,} tokens per step")
+        (found if v.tier == "fits" else tight).append(lay)
+    return found + tight, len(candidates)
 
 
 def search_serve(

@@ -18,7 +18,6 @@ gives one group per replica (tp x pp cards each).  ``--plan PLAN.toml``: the pla
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -43,7 +42,9 @@ def unsharded_bytes(spec, job, machine) -> int | None:
     if not isinstance(job, TrainJob) or job.shard == "none":
         return None
     try:
-        plain = dataclasses.replace(job, shard="none", offload="none")
+        # the same precision and optimizer on every rank, nothing shared: PyTorch's own layout
+        plain = job.rechoose(shard="none", offload="none", framework="ddp",
+                             precision=job.precision, optimizer_impl=job.optimizer_impl)  # fmt: skip
         res = fit(spec, plain, machine, suggest=False)
     except (JobError, InputError):
         return None

@@ -5,8 +5,8 @@ scenario is always the same (its noise comes from a generator seeded with the st
 The machine is the bundled reference box (field_notes.toml "reference_machine"): 8 x 64 GiB cards (K100_AI), card i on NUMA
 node i, node i = CPUs 12i..12i+11, 125 GiB of host RAM.  Scenarios (``--backend fake:NAME``):
 
-- ``fsdp-sharded``: Qwen3-32B full fine-tune, FSDP over 8 cards, each card near the ledger's
-  sharded figure (51.8 GiB busiest card with full checkpointing).
+- ``fsdp-sharded``: Qwen3-32B full fine-tune, pure-bf16 FSDP2 over 8 cards (--precision bf16),
+  each card near the ledger's sharded figure (51.8 GiB busiest card with full checkpointing).
 - ``fsdp-unsharded``: the same job with sharding silently off: card 0 fills to 62.5 GiB, the
   other seven hold a context and NCCL buffers (1.3 GiB) and wait.
 - ``dead-owner``: 7 serving replicas busy; card 5 keeps 20.3 GiB of a notebook the kernel
@@ -165,7 +165,7 @@ def _ddp(remote_rank: int | None, extra_contexts: bool) -> Callable[[float, rand
 
 
 FSDP_32B = {"model": "qwen3-32b", "job": "train", "machine": "k100-ai-8x64g",
-            "options": {"dp": 8, "shard": "fsdp", "checkpointing": "full"}}  # fmt: skip
+            "options": {"dp": 8, "shard": "fsdp", "precision": "bf16", "checkpointing": "full"}}  # fmt: skip
 LORA_8B = {"model": "qwen3-8b", "job": "lora", "machine": "k100-ai-8x64g",
            "options": {"dp": 8, "rank": 16, "checkpointing": "full"}}  # fmt: skip
 
