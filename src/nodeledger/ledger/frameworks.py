@@ -75,13 +75,18 @@ class Layout:
 def layout(job: TrainJob) -> Layout:
     """The layout of ``job.framework`` at ``job.precision`` (hf-trainer: the framework
     accelerate hands the job to for its --shard)."""
-    fw, prec, note = job.framework, job.precision, ""
+    return _layout(job.framework, job.precision, job.shard)
+
+
+@lru_cache(maxsize=256)
+def _layout(framework: str, precision: str, shard: str) -> Layout:
+    fw, prec, note = framework, precision, ""
     table = data()
     if fw == "hf-trainer":
         h = table["hf-trainer"]
-        if job.shard.startswith("zero"):
+        if shard.startswith("zero"):
             fw, note = h["zero"], "HF Trainer hands --shard zero* to DeepSpeed"
-        elif job.shard.startswith("fsdp"):
+        elif shard.startswith("fsdp"):
             fw, prec = h["fsdp"], h["fsdp_precision"]
             note = "HF Trainer hands --shard fsdp* to FSDP1, accelerate upcasting the parameters to fp32"
         else:

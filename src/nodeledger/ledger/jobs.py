@@ -197,6 +197,13 @@ class TrainJob:
     def __post_init__(self) -> None:
         _choice("framework", self.framework, FRAMEWORKS)
         _choice("shard", self.shard, SHARDING)
+        # a choice made by a default is made again (dataclasses.replace of a --shard, say)
+        if self.framework_source.startswith("implied by"):
+            object.__setattr__(self, "framework", "auto")
+        if self.precision_source.endswith("'s default"):
+            object.__setattr__(self, "precision", None)
+        if self.optimizer_impl_source.endswith("'s default"):
+            object.__setattr__(self, "optimizer_impl", None)
         if self.framework == "auto":
             object.__setattr__(self, "framework", default_framework(self.shard))
             object.__setattr__(self, "framework_source", f"implied by --shard {self.shard}")

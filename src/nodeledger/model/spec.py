@@ -124,7 +124,15 @@ class ModelSpec:
         return out
 
     def params_total(self) -> int:
-        return sum(t.numel for t in self.tensors)
+        """Sum of every tensor's elements; remembered until ``tensors`` changes (the ledger and
+        the search ask for it thousands of times per answer)."""
+        key = (id(self.tensors), len(self.tensors))
+        memo = self.__dict__.get("_params_total_memo")
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        total = sum(t.numel for t in self.tensors)
+        self.__dict__["_params_total_memo"] = (key, total)
+        return total
 
     def params_active(self) -> int:
         """Parameters touched per generated text token.

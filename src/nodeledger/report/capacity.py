@@ -28,7 +28,7 @@ from nodeledger.speed.load import load_speed
 from nodeledger.speed.work import decode_weight_bytes
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
-from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving
+from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving, verdict_of
 from nodeledger.verdict.links import RATIO_TIERS, link_check
 
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
@@ -264,7 +264,7 @@ def claim_check(spec: ModelSpec, job: TrainJob, machine: MachineProfile, claim: 
         except InputError:
             continue
         ms = model_state(lg)
-        v = fit(spec, cand, machine).verdict
+        v = verdict_of(lg)
         gb = ms["per_card_bytes"] / 1e9
         rows.append({
             "framework": fw if fw == lg.extras["framework"]["layout_of"] else f"{fw} ({lg.extras['framework']['layout_of']})",

@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from nodeledger.errors import InputError
+from nodeledger.ledger import frameworks
+from nodeledger.ledger.build import card_capacity
 from nodeledger.ledger.jobs import FRAMEWORK_SHARDS, Parallel, ServeJob, TrainJob, default_framework
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -48,21 +50,19 @@ def _divisors(n: int, most: int) -> list[int]:
 
 
 def _train_layouts(spec: ModelSpec, job: TrainJob, cards: int):
-    """Every layout on up to ``cards`` cards: tp dividing the attention heads (and KV heads),
-    pp dividing the layers (with --shard none / zero1 only, as the ledger requires), every dp
-    from 1 to what is left (not only powers of two), each sharding stage the job's framework
-    takes (no --framework: DeepSpeed's ZeRO stages and FSDP2's full sharding), micro-batch,
-    checkpointing and the optimizer implementation.  A framework, precision or optimizer
-    implementation the user did not give is re-chosen for each candidate's --shard."""
+    """Every layout on up to ``cards`` cards, as (score, tp, pp, dp, shard, precision,
+    micro_batch, checkpointing): tp dividing the attention heads, pp dividing the layers (with
+    --shard none / zero1 only, as the ledger requires), every dp from 1 to what is left (not
+    only powers of two), each sharding stage the job's framework takes (no --framework:
+    DeepSpeed's ZeRO stages and FSDP2's full sharding), precision (when not given), micro-batch
+    and checkpointing.  Tuples, not jobs: the search builds a job only for what it tries."""
     heads = spec.num_attention_heads or 1
-    kv = getattr(spec, "num_key_value_heads", None) or heads
-    tps = [t for t in _divisors(heads, cards) if kv % t == 0 or t % kv == 0]
-    pps = [p for p in _divisors(max(1, spec.num_layers), min(cards, 4))]
+    tps = _divisors(heads, cards)
+    pps = _divisors(max(1, spec.num_layers), min(cards, 4))
     if job.framework_source == "given":
         shards = FRAMEWORK_SHARDS[job.framework]
     else:
         shards = ("none", "zero1", "zero2", "zero3", "fsdp")
-    impls = (job.optimizer_impl,) if job.optimizer not in ("adamw", "sgd") else ("foreach", "fused")
     given_fw = job.framework if job.framework_source == "given" else None
     precs = (job.precision,) if job.precision_source == "given" else ("bf16", "mixed")
     for tp in tps:
@@ -75,17 +75,11 @@ def _train_layouts(spec: ModelSpec, job: TrainJob, cards: int):
                     for prec in precs:
                         if fw in ("deepspeed", "megatron") and prec == "mixed" and len(precs) > 1:
                             continue  # the same layout as their bf16 mode
-                        for impl in impls:
-                            for mb in (1, 2, 4, 8, 16, 32):
-                                for ckpt in ("none", "selective", "full"):
-                                    try:
-                                        yield job.rechoose(
-                                            micro_batch=mb, checkpointing=ckpt, shard=shard,
-                                            offload="none", optimizer_impl=impl, precision=prec,
-                                            parallel=Parallel(tp=tp, pp=pp, dp=dp),
-                                        )  # fmt: skip
-                                    except InputError:
-                                        continue
+                        for mb in (1, 2, 4, 8, 16, 32):
+                            for ckpt in ("none", "selective", "full"):
+                                score = (mb * job.seq * dp, -CKPT_COST[ckpt], -SHARD_ORDER[shard],
+                                         -tp, -pp, prec == "mixed")  # fmt: skip
+                                yield (score, tp, pp, dp, shard, prec, mb, ckpt)
 
 
 def _train_score(cand: TrainJob) -> tuple:
@@ -93,7 +87,28 @@ def _train_score(cand: TrainJob) -> tuple:
     p = cand.parallel
     tokens = cand.micro_batch * cand.seq * p.dp
     return (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp, -p.pp,
-            cand.precision == "mixed", cand.optimizer_impl == "fused")  # fmt: skip
+            cand.precision == "mixed")  # fmt: skip
+
+
+def _state_exceeds(spec: ModelSpec, cand: TrainJob, capacity: int | None) -> bool:
+    """The model state alone (the framework layout's bytes per parameter / tp / pp) is more
+    than a card: the layout cannot fit whatever the activations (a bound; the ledger is not
+    asked)."""
+    if capacity is None or cand.is_lora:
+        return False
+    lay = frameworks.layout(cand)
+    per = lay.state_bytes_per_param(frameworks.STAGE[cand.shard], cand.parallel.dp)
+    return per * spec.params_total() / (cand.parallel.tp * cand.parallel.pp) > capacity
+
+
+def _with_fused(cand: TrainJob) -> TrainJob | None:
+    """The candidate stepping with the fused optimizer (no state-sized temporaries), when its
+    implementation was a default and PyTorch's optimizer has a fused one."""
+    if cand.optimizer_impl_source == "given" or cand.optimizer_impl == "fused":
+        return None
+    if cand.optimizer not in ("adamw", "sgd"):
+        return None
+    return cand.rechoose(optimizer_impl="fused")
 
 
 def search_train(
@@ -108,17 +123,31 @@ def search_train(
     one a full sweep would give (the tight ones listed are those met on the way, each re-checked
     by the ledger).  ``tried`` counts the layouts covered (all candidates)."""
     cards = max(1, len(machine.accelerators) - lifeboat)
-    candidates = sorted(_train_layouts(spec, job, cards), key=_train_score, reverse=True)
+    candidates = sorted(_train_layouts(spec, job, cards), key=lambda c: c[0], reverse=True)
     found: list[Layout] = []
     tight: list[Layout] = []
-    for cand in candidates:
+    capacity = card_capacity(machine, len(machine.accelerators))
+    for _score, tp, pp, dp, shard, prec, mb, ckpt in candidates:
         if len(found) >= top:
             break
         try:
-            lg = ledger_for(spec, cand, machine)
+            cand = job.rechoose(micro_batch=mb, checkpointing=ckpt, shard=shard, offload="none",
+                                precision=prec, parallel=Parallel(tp=tp, pp=pp, dp=dp))  # fmt: skip
         except InputError:
             continue
-        v = verdict_of(lg)
+        if _state_exceeds(spec, cand, capacity):
+            continue
+        try:
+            lg = ledger_for(spec, cand, machine)
+            v = verdict_of(lg)
+            fused = _with_fused(cand) if v.tier != "fits" else None
+            if fused is not None:  # the same layout without the optimizer's temporaries
+                lg2 = ledger_for(spec, fused, machine)
+                v2 = verdict_of(lg2)
+                if TIER_ORDER.get(v2.tier, -1) > TIER_ORDER.get(v.tier, -1):
+                    cand, lg, v = fused, lg2, v2
+        except InputError:
+            continue
         if v.tier not in TIER_ORDER or (v.tier == "tight" and len(tight) >= top):
             continue
         p = cand.parallel
