@@ -282,3 +282,45 @@ def test_tensor_parallel_keeps_layer_inputs_whole_without_sequence_parallelism()
     assert saved_activation_bytes_per_card(d, sp)[0] == inputs // 8
     with pytest.raises(JobError, match="--sequence-parallel needs --tp > 1"):
         TrainJob(sequence_parallel=True)
+
+
+def test_fsdp_root_unit_and_backward_working_set():
+    """FSDP2 as measured on an 8-rank fake process group (benchmarks/accuracy/sharded): the root
+    unit (embeddings + lm_head) stays gathered, one layer's all-gather buffer is kept in
+    forward, and a layer's backward holds 3 layers gathered plus, with an fp32 reduce dtype,
+    the reduce-scatter input; DeepSpeed ZeRO-3 keeps none of these."""
+    spec, _ = load_model("Qwen/Qwen3-32B")
+    root = 2 * 151936 * 5120  # embeddings + untied lm_head
+    layer = (spec.params_total() - root - 5120) // 64
+    bf = TrainJob(shard="fsdp", precision="bf16", parallel=Parallel(dp=8))
+    mixed = TrainJob(shard="fsdp", parallel=Parallel(dp=8))
+    assert model_state.root_unit_bytes(spec, bf) == 2 * (root + 5120)
+    assert model_state.gathered_layer_param_bytes(spec, bf) == pytest.approx(2 * layer, abs=64)
+    assert model_state.fsdp_backward_layer_bytes(spec, bf) == pytest.approx(3 * 2 * layer, abs=64)
+    # reduce_dtype fp32 beside bf16 compute: + one layer of fp32 gradients
+    assert model_state.fsdp_backward_layer_bytes(spec, mixed) == pytest.approx(
+        3 * 2 * layer + 4 * layer, abs=64
+    )
+    assert model_state.fsdp_root_grad_bytes(spec, bf) == 2 * 151936 * 5120
+    z3 = TrainJob(shard="zero3", parallel=Parallel(dp=8))
+    assert (
+        model_state.root_unit_bytes(spec, z3)
+        == model_state.fsdp_backward_layer_bytes(spec, z3)
+        == 0
+    )
+    assert model_state.gathered_layer_param_bytes(spec, z3) == pytest.approx(2 * 2 * layer, abs=64)
+
+
+def test_tp_loss_is_whole_unless_vocab_parallel():
+    """With --tp, transformers' and DTensor's TP gather the logits to every rank for the loss;
+    Megatron's vocab-parallel cross-entropy keeps 1/tp of them."""
+    spec, _ = load_model("meta-llama/Llama-3.1-8B")
+    m = resolve_machine("hgx-h200")
+
+    def loss(job):
+        card = train_ledger(spec, job, m).cards[0]
+        return next(i.bytes for i in card.items if i.name.startswith("loss"))
+
+    dt = loss(TrainJob(seq=2048, parallel=Parallel(tp=8)))
+    mg = loss(TrainJob(seq=2048, framework="megatron", parallel=Parallel(tp=8)))
+    assert dt == pytest.approx(8 * mg, rel=1e-6)

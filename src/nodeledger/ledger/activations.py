@@ -170,6 +170,18 @@ def tp_replicated_bytes(
     return layers * layer, 0
 
 
+def sp_gathered_inputs_bytes(
+    d: Dims, micro_batch: int, seq: int, checkpointing: str, layers: int
+) -> int:
+    """Sequence parallelism as DTensor runs it (ColwiseParallel(input_layouts=Shard(1))): the
+    input of q/k/v and of gate/up is all-gathered to the whole sequence and the matmul saves
+    that gathered tensor, 2h per token each, on every TP rank: layers x 4h x tokens; none with
+    full checkpointing (the layer inputs are all that is kept)."""
+    if checkpointing == "full":
+        return 0
+    return layers * 4 * d.hidden * micro_batch * seq
+
+
 def saved_lora_activations_bytes(
     d: Dims,
     micro_batch: int,

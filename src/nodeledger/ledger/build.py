@@ -836,6 +836,12 @@ def saved_activation_bytes_per_card(
         keep = parallel.tp if job.sequence_parallel else 1
         held = ceil((held - rep_held) / parallel.tp + rep_held / keep)
         recompute = ceil((recompute - rep_layer) / parallel.tp + rep_layer / keep)
+        if job.sequence_parallel and frameworks.layout(job).sp_saves_gathered:
+            # DTensor SP: the all-gathered inputs of the column-parallel q/k/v and gate/up
+            # linears are saved whole (2h each per token); Megatron re-gathers them in backward
+            held += act.sp_gathered_inputs_bytes(
+                dims, job.micro_batch, job.seq, job.checkpointing, layers
+            )
     if _checkpoints_fp32_inputs(job):
         held *= 2
     return held, recompute
@@ -871,10 +877,20 @@ def train_phases(
     optimizer_temp_bytes: int,
     embedding_grad_bytes: int,
     workspace_bytes: int,
+    gathered_bytes: int = 0,
+    root_bytes: int = 0,
+    root_grad_bytes: int = 0,
+    backward_layer_bytes: int = 0,
 ) -> dict[str, int]:
     """Torch-allocated bytes at each moment of a training step.  ``resident_bytes``: parameters
-    + optimizer states + all-gathered layers, present throughout."""
-    forward_backward_bytes = resident_bytes + accumulated_grads_bytes + autocast_bytes + held_bytes
+    + optimizer states (+ master weights, DDP buckets), present throughout; ZeRO-3 / FSDP's
+    gathered layers (``gathered_bytes``) and root unit (``root_bytes``) exist in forward and
+    backward only, FSDP's per-layer backward working set and the root's unsharded lm_head
+    gradient (``backward_layer_bytes``, ``root_grad_bytes``) at the end of backward."""
+    forward_backward_bytes = (
+        resident_bytes + accumulated_grads_bytes + autocast_bytes + held_bytes + gathered_bytes
+        + root_bytes
+    )  # fmt: skip
     return {
         "forward (loss)": forward_backward_bytes + loss_peak_bytes + workspace_bytes,
         # the loss backward (saved log_softmax + its incoming and outgoing fp32 grads) and, with
@@ -882,10 +898,13 @@ def train_phases(
         "backward": forward_backward_bytes + backward_extra_bytes + workspace_bytes,
         "optimizer step": resident_bytes + grads_bytes + optimizer_temp_bytes + workspace_bytes,
         # end of backward: every other gradient exists while the embedding's dense gradient is
-        # built in fp32 and cast (embedding_dense_backward; measured on the tied Gemma-2 table)
+        # built in fp32 and cast (embedding_dense_backward; measured on the tied Gemma-2 table),
+        # or while FSDP runs the first layers' backward, whichever is larger
         "backward (embedding grad)": resident_bytes
         + grads_bytes
-        + embedding_grad_bytes
+        + root_bytes
+        + root_grad_bytes
+        + max(embedding_grad_bytes, backward_layer_bytes)
         + workspace_bytes,
     }
 
@@ -927,8 +946,11 @@ def train_ledger(
     gathered_bytes = model_state.gathered_layer_param_bytes(spec, job)
     held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job, targets)
     autocast_bytes = autocast_cache_bytes_per_card(spec, dims, job)
-    loss_saved_bytes = ceil(act.loss_saved_bytes(dims, tokens) / parallel.tp)
-    loss_peak_bytes = ceil(act.loss_transient_bytes(dims, tokens) / parallel.tp)
+    # the loss on vocabulary shards (Megatron's vocab-parallel cross-entropy) or on logits
+    # gathered whole to every TP rank (transformers' tp_plan, DTensor without loss_parallel)
+    loss_split = parallel.tp if layout.loss_parallel else 1
+    loss_saved_bytes = ceil(act.loss_saved_bytes(dims, tokens) / loss_split)
+    loss_peak_bytes = ceil(act.loss_transient_bytes(dims, tokens) / loss_split)
     workspace_bytes = rt.cublas_workspace_bytes(defaults, training=True)
 
     fw_src = f"{layout.framework} layout: {layout.text} (ledger/frameworks.toml)"
@@ -997,7 +1019,7 @@ def train_ledger(
             Item(
                 "all-gathered layer parameters",
                 gathered_bytes,
-                "ZeRO-3/FSDP unshard the current and the prefetched layer",
+                "model_state.gathered_layer_param_bytes: FSDP keeps the last layer's all-gather buffer, DeepSpeed ZeRO-3 gathers the current and the prefetched layer",
             )
         )
     items.append(
@@ -1007,15 +1029,26 @@ def train_ledger(
             "measured 64-70 MiB on H200 in training (CUDA allocated - fake peak)",
         )
     )
+    root_grad_bytes = model_state.fsdp_root_grad_bytes(spec, job)
+    backward_layer_bytes = model_state.fsdp_backward_layer_bytes(spec, job)
+    if root_grad_bytes or backward_layer_bytes:
+        items.append(
+            Item(
+                "FSDP backward working set (layer gathers, reduce-scatter, lm_head grad)",
+                root_grad_bytes + backward_layer_bytes,
+                "model_state.fsdp_backward_layer_bytes (3 layers gathered + the reduce-scatter "
+                "input in the reduce dtype) + fsdp_root_grad_bytes (the unsharded lm_head gradient)",
+            )
+        )
     phases = train_phases(
-        resident_bytes=weights_bytes
-        + optimizer_bytes
-        + gathered_bytes
-        + master_bytes
-        + bucket_bytes,
+        resident_bytes=weights_bytes + optimizer_bytes + master_bytes + bucket_bytes,
+        gathered_bytes=gathered_bytes,
+        root_bytes=root_bytes,
+        root_grad_bytes=root_grad_bytes,
+        backward_layer_bytes=backward_layer_bytes,
         accumulated_grads_bytes=accumulated_grads_bytes,
         grads_bytes=grads_bytes + partition_bytes,
-        autocast_bytes=autocast_bytes + root_bytes,
+        autocast_bytes=autocast_bytes,
         held_bytes=held_bytes,
         loss_peak_bytes=loss_peak_bytes,
         backward_extra_bytes=act.loss_backward_bytes(

@@ -56,6 +56,8 @@ class Layout:
     gathered_elem: int = 2
     root_unsharded: bool = False
     reduce_elem: int = 2
+    loss_parallel: bool = False
+    sp_saves_gathered: bool = True
     note: str = ""  # how the layout was chosen beyond the framework (hf-trainer's dispatch)
 
     def state_bytes_per_param(self, stage: int, dp: int) -> float:

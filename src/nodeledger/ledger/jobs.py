@@ -349,7 +349,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("precision", str, "train", "bf16 | mixed: pure bf16, or fp32 parameters/master with bf16 compute (default: the framework's; README)."),
     JobOption("sequence_parallel", bool, "train", "Megatron sequence parallelism with --tp: layer inputs split across TP ranks (without it each TP rank holds them whole)."),
     JobOption("optimizer", str, "train", " | ".join(OPTIMIZERS)),
-    JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS)),
+    JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS) + " (default: the framework's: fused for deepspeed and megatron, PyTorch's foreach otherwise)."),
     JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
     JobOption("checkpointing", str, "train", " | ".join(CHECKPOINTING)),
     JobOption("shard", str, "train", " | ".join(SHARDING)),

@@ -224,18 +224,55 @@ def _root_params(spec: ModelSpec) -> int:
     return sum(t.numel for t in spec.tensors if t.part in ROOT_PARTS or t.name == "norm.weight")
 
 
-def gathered_layer_param_bytes(spec: ModelSpec, job: TrainJob) -> int:
-    """ZeRO-3/FSDP all-gather one decoder layer (and prefetch the next) unsharded, in the
-    layout's compute dtype (FSDP's MixedPrecisionPolicy param_dtype): 2 x ceil(layer params x
-    gathered_elem / tp), the layer's parameters being the model's without the root unit
-    (embeddings, final norm, lm_head); 0 when parameters are not sharded.  LoRA: the frozen
-    base in bf16."""
-    if shard_factor(job, "params") <= 1:
-        return 0
+def _layer_gathered_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """One decoder layer's parameters unsharded in the compute dtype (FSDP's MixedPrecisionPolicy
+    param_dtype; LoRA: the frozen base in bf16): ceil(layer params x gathered_elem / tp), the
+    layer's parameters being the model's without the root unit (embeddings, final norm,
+    lm_head)."""
     elem = 2 if job.is_lora else fw.layout(job).gathered_elem
     body = spec.params_total() - _root_params(spec)
-    per_layer = body * elem // max(1, spec.num_layers)
-    return 2 * ceil(per_layer / job.parallel.tp)
+    return ceil(body * elem // max(1, spec.num_layers) / job.parallel.tp)
+
+
+def gathered_layer_param_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """All-gathered layer parameters during the forward; 0 when parameters are not sharded.
+    FSDP2 / FSDP1: one layer -- the last all-gather's output buffer stays allocated until the
+    next all-gather (measured at the loss of an 8-rank fake-process-group FSDP2 run:
+    benchmarks/accuracy/sharded); DeepSpeed ZeRO-3: the current and the prefetched layer (its
+    estimator's 4 B x the largest layer's parameters)."""
+    if shard_factor(job, "params") <= 1:
+        return 0
+    layers = 1 if fw.layout(job).root_unsharded else 2
+    return layers * _layer_gathered_bytes(spec, job)
+
+
+def fsdp_backward_layer_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """FSDP's working set while a layer runs its backward (FSDP2, measured as above): the
+    layer's unsharded parameters, its all-gather buffer and the prefetched next layer's (3 x
+    one layer in the compute dtype), and with a reduce dtype other than the compute dtype
+    (MixedPrecisionPolicy reduce_dtype=fp32) the reduce-scatter input, one layer's gradients
+    in the reduce dtype; 0 for other frameworks or unsharded parameters."""
+    lay = fw.layout(job)
+    if shard_factor(job, "params") <= 1 or not lay.root_unsharded:
+        return 0
+    layer = _layer_gathered_bytes(spec, job)
+    rs = 0
+    if not job.is_lora and lay.reduce_elem != lay.gathered_elem:
+        rs = ceil(layer * lay.reduce_elem / lay.gathered_elem)
+    return 3 * layer + rs
+
+
+def fsdp_root_grad_bytes(spec: ModelSpec, job: TrainJob) -> int:
+    """The root unit's unsharded lm_head gradient, in the compute dtype, held from the loss
+    backward until the root reduce-scatters at the end of backward (FSDP2, measured); the
+    tied table's for tied embeddings; 0 for LoRA (a frozen head) or other frameworks."""
+    lay = fw.layout(job)
+    if job.is_lora or shard_factor(job, "params") <= 1 or not lay.root_unsharded:
+        return 0
+    head = sum(t.numel for t in spec.tensors if t.part == "lm_head")
+    if not head:
+        head = sum(t.numel for t in spec.tensors if t.part == "embeddings")
+    return ceil(head * lay.gathered_elem / job.parallel.tp)
 
 
 def root_unit_bytes(spec: ModelSpec, job: TrainJob) -> int:
