@@ -19,6 +19,7 @@ import re
 from nodeledger.errors import InputError
 from nodeledger.ledger.build import load_ledger, train_ledger
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
+from nodeledger.ledger.runtime import provenance
 from nodeledger.ledger.weights import config_scheme, scheme_for, weight_bytes
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -646,7 +647,9 @@ def capacity_report(
         r["tier_name"] = TIER_NAME[r["tier"]]
         r["agrees"] = None if not r["expect"] else r["expect"] == r["tier_name"]
     serving = serving_capacity(ordered, machine, lifeboat)
+    runtime = provenance(machine.accelerators[0].vendor if machine.accelerators else "")
     return {
+        "runtime": runtime,
         "machine": {
             "name": machine.name,
             "description": machine.description,

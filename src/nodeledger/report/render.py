@@ -28,9 +28,11 @@ def _expect(r: dict) -> str:
 def headline(rep: dict) -> str:
     m = rep["machine"]
     c = rep["counts"]
+    caveat = (rep.get("runtime") or {}).get("caveat")
     return (
         f"{m['name']}: {len(rep['workloads'])} workloads — {c['can']} can, {c['tight']} tight, "
         f"{c['cannot']} cannot, {c['unknown']} unknown. {rep['scale_out']['verdict']}."
+        + (f" Every card figure: {caveat}." if caveat else "")
     )
 
 
