@@ -36,8 +36,21 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
+# fit / report / doctor --job exit with their verdict (0 fits, 1 tight or unknown, 3 cannot)
+VERDICT_EXIT = {"fits": 0, "can": 0, "go": 0, "tight": 1, "wait": 1, "unknown": 1, "cannot": 3,
+                "no-go": 3}  # fmt: skip
+
+
 def cli_json(*args: str, env: dict | None = None):
+    """The command's JSON; a judging command's exit code must be its verdict's."""
     proc = run_cli(*args, "--json", env=env)
+    if args and args[0] in ("fit", "doctor") and proc.returncode in (1, 3):
+        data = json.loads(proc.stdout)
+        tier = data["verdict"]["tier"] if args[0] == "fit" else data.get("verdict")
+        assert VERDICT_EXIT[tier] == proc.returncode, (tier, proc.returncode, proc.stderr)
+        return data
+    if args and args[0] == "report" and proc.returncode in (1, 3):
+        return json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -285,11 +285,16 @@ def test_json_contract():
 
 def test_markdown_and_html_files(tmp_path):
     md, html = tmp_path / "r.md", tmp_path / "r.html"
-    assert run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(md)).returncode == 0
+    assert (
+        run_cli("report", "--machine", "k100-ai-8x64g", "--no-fail", "-o", str(md)).returncode == 0
+    )
     text = md.read_text()
     assert text.startswith("# Capacity report: k100-ai-8x64g")
     assert "## Scale-out verdict" in text and "| serve-8b-tp1" in text
-    assert run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(html)).returncode == 0
+    assert (
+        run_cli("report", "--machine", "k100-ai-8x64g", "--no-fail", "-o", str(html)).returncode
+        == 0
+    )
     page = html.read_text()
     assert page.count("<svg") == 2 and "http://" not in page.replace(
         "http://www.w3.org/2000/svg", ""
@@ -314,7 +319,10 @@ def test_html_renders_in_headless_chromium(tmp_path):
     from PIL import Image
 
     page = tmp_path / "r.html"
-    assert run_cli("report", "--machine", "k100-ai-8x64g", "-o", str(page)).returncode == 0
+    assert (
+        run_cli("report", "--machine", "k100-ai-8x64g", "--no-fail", "-o", str(page)).returncode
+        == 0
+    )
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'ud'}"]  # fmt: skip

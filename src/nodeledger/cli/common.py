@@ -71,6 +71,20 @@ def num(value: Any, unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
+# One exit-code scheme for the commands that judge (fit, report, doctor --job): a CI job can
+# gate on it.  2 stays "bad input" (one line on stderr) everywhere.
+VERDICT_EXIT = {"fits": 0, "can": 0, "go": 0, "tight": 1, "wait": 1, "unknown": 1,
+                "cannot": 3, "no-go": 3}  # fmt: skip
+
+
+def verdict_exit(tier: str, no_fail: bool = False) -> None:
+    """Exit with the verdict's code (0 fits, 1 tight or unknown, 3 cannot) unless
+    ``no_fail``; returns normally for 0."""
+    code = 0 if no_fail else VERDICT_EXIT.get(tier, 1)
+    if code:
+        exit_with(code)
+
+
 def exit_with(code: int) -> None:
     """End the command with ``code`` (the CLI's main returns it as the process exit code)."""
     raise click.exceptions.Exit(code)

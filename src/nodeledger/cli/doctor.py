@@ -16,7 +16,13 @@ from nodeledger.cli.common import (
     gib,
     print_json,
 )
-from nodeledger.cli.options import job_options, json_option, online_option, tool_timeout_option
+from nodeledger.cli.options import (
+    job_options,
+    json_option,
+    no_fail_option,
+    online_option,
+    tool_timeout_option,
+)
 from nodeledger.errors import NodeledgerError
 
 SEV_STYLE = {"ok": "green", "skip": "grey50", "unknown": "grey50", "info": "cyan",
@@ -69,6 +75,7 @@ VERDICT_STYLE = {"go": "green", "wait": "yellow", "no-go": "red"}
     help="--job: cards to keep free for triage (default 1).",
 )
 @online_option
+@no_fail_option
 @json_option
 @job_options
 def doctor(
@@ -81,6 +88,7 @@ def doctor(
     timeout=5.0,
     lifeboat=1,
     online=False,
+    no_fail=False,
     as_json=False,
     **job_opts,
 ) -> None:
@@ -108,8 +116,9 @@ def doctor(
     if dataset:
         raise NodeledgerError("--dataset applies to the checks (doctor without --job)")
     _preflight(
-        model, job or "serve", opts, from_bundle, machine, lifeboat, timeout, online, as_json
-    )
+        model, job or "serve", opts, from_bundle, machine, lifeboat, timeout, online, as_json,
+        no_fail,
+    )  # fmt: skip
 
 
 def _value(v: Any) -> str:
@@ -161,8 +170,9 @@ def _checks(from_bundle, machine, datasets, timeout, as_json) -> None:
 
 
 def _preflight(
-    model, job_kind, opts, from_bundle, machine, lifeboat, timeout, online, as_json
-) -> None:
+    model, job_kind, opts, from_bundle, machine, lifeboat, timeout, online, as_json,
+    no_fail=False,
+) -> None:  # fmt: skip
     from nodeledger.doctor import load_state, preflight
     from nodeledger.ledger.jobs import build_job
     from nodeledger.model import load_model
@@ -176,7 +186,7 @@ def _preflight(
     name = src.catalogue_entry["id"] if src.catalogue_entry else src.where
     if as_json:
         print_json({"model": name, "job": job_kind, "machine": state.profile.name, **res.to_json()})
-        exit_with(res.exit_code)
+        exit_with(0 if no_fail else res.exit_code)
     from rich.markup import escape
 
     con = console()
@@ -194,4 +204,4 @@ def _preflight(
             con.print(f"  {line}", markup=False, highlight=False)
     for n in res.notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
-    exit_with(res.exit_code)
+    exit_with(0 if no_fail else res.exit_code)

@@ -13,8 +13,9 @@ from nodeledger.cli.common import (
     num,
     print_json,
     ranges,
+    verdict_exit,
 )
-from nodeledger.cli.options import job_options, json_option, online_option
+from nodeledger.cli.options import job_options, json_option, no_fail_option, online_option
 from nodeledger.errors import NodeledgerError
 
 # ---------------------------------------------------------------------------------------
@@ -47,6 +48,7 @@ from nodeledger.errors import NodeledgerError
     help="A vLLM or SGLang start-up log of this job (--engine vllm|sglang): set the engine's figures beside the ledger's, term by term; the release it prints is followed unless --engine-version says otherwise.",
 )
 @online_option
+@no_fail_option
 @json_option
 @job_options
 def fit_cmd(
@@ -57,10 +59,12 @@ def fit_cmd(
     lifeboat=1,
     engine_log=None,
     online=False,
+    no_fail=False,
     as_json=False,
     **job_opts,
 ) -> None:
-    """Account every byte of one job on each card and in host RAM; say whether it fits."""
+    """Account every byte of one job on each card and in host RAM; say whether it fits.
+    Exit 0 fits, 1 tight (or unknown), 3 cannot, 2 bad input; --no-fail: 0 whatever the verdict."""
     opts = job_opts
     if lifeboat != 1 and not search:
         raise NodeledgerError("--lifeboat applies to --search")
@@ -99,8 +103,9 @@ def fit_cmd(
         data["engine_check"] = engine_check(result.ledger, job_obj, reported, spec)
     if as_json:
         print_json(data)
-        return
-    _render_fit(data)
+    else:
+        _render_fit(data)
+    verdict_exit(data["verdict"]["tier"], no_fail)
 
 
 def _read_engine_log(path: str, engine: str) -> dict[str, Any]:

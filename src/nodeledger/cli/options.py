@@ -14,6 +14,12 @@ _TYPES = {int: int, float: float, str: None, bool: None}
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout."
 )
+no_fail_option = click.option(
+    "--no-fail",
+    "no_fail",
+    is_flag=True,
+    help="Exit 0 whatever the verdict (for scripts that only read the output); bad input still exits 2.",
+)
 online_option = click.option(
     "--online", "online", is_flag=True, help="Allow downloading config.json from the Hub."
 )

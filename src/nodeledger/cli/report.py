@@ -10,13 +10,15 @@ import click
 
 from nodeledger import atomic
 from nodeledger.cli.common import (
+    VERDICT_EXIT,
     catalogue,
     console,
     escape,
     num,
     report_machine,
+    verdict_exit,
 )
-from nodeledger.cli.options import json_option
+from nodeledger.cli.options import json_option, no_fail_option
 from nodeledger.errors import NodeledgerError
 
 # ---------------------------------------------------------------------------------------
@@ -84,10 +86,15 @@ lifeboat_option = click.option(
 )
 @output_option
 @lifeboat_option
+@no_fail_option
 @json_option
-def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, as_json=False) -> None:
+def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, no_fail=False,
+           as_json=False) -> None:  # fmt: skip
     """Capacity report: can / tight / cannot for each workload, what binds, serving capacity
-    with the lifeboat card, big loads at once, links and network, and the scale-out verdict."""
+    with the lifeboat card, big loads at once, links and network, and the scale-out verdict.
+    Exit: the worst tier among the workloads that do not turn out as their catalogue entry
+    expects (0 can, 1 tight or unknown, 3 cannot; a workload expected to be "cannot" that is
+    cannot does not fail the report); --no-fail: 0 whatever the verdicts; 2 bad input."""
     from nodeledger.report import render
     from nodeledger.report.capacity import capacity_report
 
@@ -104,6 +111,23 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, as_j
         _write(render.html(rep, profile, intro), output)
     else:
         _render_report(rep, intro, output)
+    tier, why = gate(rep)
+    if tier != "can" and not no_fail:
+        sys.stderr.write(f"nodeledger: {why} (exit {VERDICT_EXIT[tier]}; --no-fail: exit 0)\n")
+    verdict_exit(tier, no_fail)
+
+
+def gate(rep: dict) -> tuple[str, str]:
+    """(worst tier, why) over the workloads whose outcome is not the one their catalogue entry
+    expects (``agrees`` True: e.g. a 671B model the notes say cannot run on one box)."""
+    order = {"can": 0, "unknown": 1, "tight": 2, "cannot": 3}
+    rows = [r for r in rep["workloads"] if r.get("agrees") is not True]
+    worst = max(rows, key=lambda r: order.get(r["tier_name"], 1), default=None)
+    if worst is None or worst["tier_name"] == "can":
+        return "can", ""
+    tier = worst["tier_name"]
+    same = [r["id"] for r in rows if r["tier_name"] == tier]
+    return tier, f"{len(same)} workload(s) {tier}: {', '.join(same)}"
 
 
 TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
