@@ -81,6 +81,10 @@ def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> No
 
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    if save is not None:
+        from nodeledger.machine.io import check_save_path
+
+        check_save_path(save)  # before the probe: nothing probed is lost to a bad name
     if from_bundle:
         from nodeledger.machine.probe.bundle import load_bundle
 

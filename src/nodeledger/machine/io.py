@@ -107,10 +107,23 @@ def dump_profile(profile: MachineProfile, fmt: str = "toml") -> str:
     return tomli_w.dumps(_none_to_unknown(data))
 
 
-def save_profile(profile: MachineProfile, path: str | Path) -> None:
+def check_save_path(path: str | Path) -> Path:
+    """The --save path, refused (ProfileError) before any work when it cannot be a profile
+    nodeledger reads back: no name, or a suffix other than .toml / .json."""
     if not str(path).strip():
         raise ProfileError("--save needs a file name")
     p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise ProfileError(
+            f"--save {p}: a machine profile is written as .toml or .json, not "
+            f"{suffix or 'a name without a suffix'} (nodeledger reads those two back)"
+        )
+    return p
+
+
+def save_profile(profile: MachineProfile, path: str | Path) -> None:
+    p = check_save_path(path)
     text = dump_profile(profile, "json" if p.suffix.lower() == ".json" else "toml")
     try:
         atomic.write_text(p, text)  # an interrupted save leaves the old file, never half

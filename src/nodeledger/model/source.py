@@ -142,7 +142,45 @@ def resolve_config(ref: str, online: bool = False) -> ConfigSource:
     )
 
 
+HUB_CHECK_SECONDS = 3.0
+
+
+def _hub_unreachable(timeout: float = HUB_CHECK_SECONDS) -> str | None:
+    """Why the Hub (HF_ENDPOINT, default https://huggingface.co) cannot be reached, or None:
+    name resolution and a TCP connect to its port, in a daemon thread bounded by ``timeout``
+    (getaddrinfo itself can block for tens of seconds without a network), so --online without
+    a network is one line in seconds instead of huggingface_hub's retries."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    result: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result.append(None)
+        except OSError as exc:
+            result.append(f"{host}:{port}: {exc.strerror or exc}")
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout)
+    if not result:
+        return f"{host}:{port}: no answer within {timeout:g} s"
+    return result[0]
+
+
 def _download(repo_id: str) -> ConfigSource:
+    why = _hub_unreachable()
+    if why is not None:
+        raise ModelNotFoundError(
+            f"model {repo_id!r}: --online, but the Hub is not reachable ({why}); "
+            "copy its config.json here and pass the path, or set HF_ENDPOINT to a mirror"
+        )
     try:
         from huggingface_hub import hf_hub_download
 

@@ -6,6 +6,7 @@ Each ``[[workloads]]`` entry names a model, a job kind and `nodeledger fit`'s op
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from nodeledger.errors import InputError
 from nodeledger.files import check_user_file
-from nodeledger.ledger.jobs import build_job
+from nodeledger.ledger.jobs import JOB_OPTION_NAMES, build_job
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,6 +162,7 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
         if claim is not None:
             _no_control(where, wid, "claim", claim)
         opts = {k.replace("-", "_"): v for k, v in raw.items() if k not in OWN_KEYS}
+        _unknown_keys(text, where, wid, opts)
         w = Workload(
             id=wid,
             title=title,
@@ -187,6 +189,42 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             if b not in ids or b == w.id:
                 raise InputError(f"{where}: workload {w.id!r}: beside names unknown workload {b!r}")
     return out
+
+
+def _line_of(text: str, wid: str, key: str) -> int | None:
+    """The line of ``key = ...`` in the [[workloads]] entry whose id is ``wid`` (1-based)."""
+    lines = text.splitlines()
+    start = next(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if re.match(rf"\s*id\s*=\s*['\"]{re.escape(wid)}['\"]", ln)
+        ),
+        None,
+    )
+    if start is None:
+        return None
+    begin = max((i for i in range(start + 1) if lines[i].strip().startswith("[[")), default=0)
+    for i in range(begin, len(lines)):
+        if i > start and lines[i].strip().startswith("[["):
+            break
+        if re.match(rf"\s*{re.escape(key)}\s*=", lines[i]):
+            return i + 1
+    return None
+
+
+def _unknown_keys(text: str, where: str, wid: str, opts: dict) -> None:
+    """A key that is neither a workload key nor a job option is a typo: one line with the file,
+    the line and the closest known key ("did you mean replicas?")."""
+    known = set(OWN_KEYS) | set(JOB_OPTION_NAMES)
+    for key in opts:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        line = _line_of(text, wid, key) or _line_of(text, wid, key.replace("_", "-"))
+        at = f"{where}:{line}" if line else where
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise InputError(f"{at}: workload {wid!r}: unknown key {key!r}{hint}")
 
 
 def load_catalogue(ref: str | None) -> tuple[list[Workload], str]:

@@ -232,6 +232,7 @@ def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> 
         if job.concurrency is None and largest["max_concurrency_at_context"]:
             job = dataclasses.replace(job, concurrency=largest["max_concurrency_at_context"])
     ledger = ledger_for(spec, job, machine)
+    refuse_absurd(ledger, job, machine)
     if largest is not None:
         ledger.extras["largest"] = largest
     v = verdict_of(ledger)
@@ -242,6 +243,36 @@ def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> 
         scheme = config_scheme(spec)
         opts.update(dtype=scheme.name, dtype_source=scheme.source)
     return FitResult(ledger, v, opts)
+
+
+ABSURD_MACHINES = 100
+# the options that size each kind of ledger item, named when one of them is absurd
+_ITEM_OPTIONS = (("KV", "--concurrency / --context"), ("saved activations", "--micro-batch / --seq"),
+                 ("loss", "--micro-batch / --seq"), ("transient", "--concurrency / --context"),
+                 ("adapters", "--rank"), ("parameters", "--rank"), ("gradients", "--rank"),
+                 ("optimizer", "--rank"))  # fmt: skip
+
+
+def refuse_absurd(ledger: Ledger, job, machine: MachineProfile) -> None:
+    """A job one card of which would need more than the card memory of ABSURD_MACHINES such
+    machines is nonsense input, not a verdict: JobError naming the largest item and the options
+    that size it (no job a user means to run is priced at 10^12 % of a card)."""
+    total = sum(a.memory_bytes or 0 for a in machine.accelerators)
+    if not total:
+        return
+    card = max(ledger.cards, key=lambda c: c.total_bytes)
+    limit = ABSURD_MACHINES * total
+    if card.total_bytes <= limit:
+        return
+    from nodeledger.ledger.jobs import JobError
+
+    item = max(card.items, key=lambda i: i.bytes)
+    opts = next((o for key, o in _ITEM_OPTIONS if key in item.name), "the job's sizes")
+    raise JobError(
+        f"{item.name} alone is {item.bytes / 2**30:,.0f} GiB on one card, more than the card "
+        f"memory of {ABSURD_MACHINES} {machine.name} machines ({limit / 2**30:,.0f} GiB): not a "
+        f"job to price; check {opts}"
+    )
 
 
 def _try(spec, job, machine, what: str) -> dict | None:

@@ -69,8 +69,10 @@ DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "rocm-smi": "card", "
 def parse_listen(text: str) -> tuple[str, int, bool]:
     """ "HOST:PORT" ("[::1]:9835" for IPv6) -> (host, port, loopback?)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit():
         raise InputError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    if not 0 < int(port) < 65536:
+        raise InputError(f"--listen {text!r}: port {int(port)} is outside 1-65535")
     host = host.strip("[]") or "0.0.0.0"
     try:
         loop = ipaddress.ip_address(host).is_loopback
