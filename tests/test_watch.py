@@ -370,3 +370,18 @@ def test_live_view_renders_each_card():
     assert text.count("\n│ ") >= 8 and "host: 7" in text
     assert _bar(32 * GiB, 64 * GiB, 48 * GiB, 8) == "████  ┃ "
     assert _bar(None, 64 * GiB, None, 4) == "    "
+
+
+def test_summary_says_whose_clock_and_what_peak_means(capsys):
+    """A fake scenario plays its steps without waiting: the duration is on the scenario's clock
+    and the wall time is given beside it; each card has its sustained peak, its highest single
+    sample and its latest one, and the rule for the peak is named."""
+    code = main(["watch", "--backend", "fake:dead-owner", "--samples", "40", "--interval", "0.05",
+                 "--json"])  # fmt: skip
+    s = json.loads(capsys.readouterr().out)
+    assert code == 0 and s["samples"] == 40
+    assert s["clock"] == "the scenario's clock" and s["duration_s"] == 39
+    assert s["wall_s"] is not None and s["wall_s"] < s["duration_s"]
+    assert "3 samples in a row" in s["peak_rule"]
+    c5 = next(c for c in s["cards"] if c["index"] == 5)
+    assert c5["max_bytes"] >= c5["peak_bytes"] and c5["last_bytes"] is not None

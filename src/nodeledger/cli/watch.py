@@ -13,6 +13,7 @@ Exit codes of `watch` (a gate for a job's first minutes):
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -253,6 +254,7 @@ def watch(
         "tolerance_bytes": int(tolerance_gib * GiB),
         "idle_window": idle_window,
     }
+    started = time.monotonic()
     engine_check = None
     if engine_log is not None:
         engine_check = _engine_log_checker(engine_log, model, job, job_opts, machine, tolerance)
@@ -271,7 +273,8 @@ def watch(
             if (fail_fast and an.ever_failed) or (samples is not None and an.n >= samples):
                 break
         _finish(an, header, expect, as_json, fail_on_idle, source=f"replay of {replay}",
-                engine_check=engine_check)  # fmt: skip
+                engine_check=engine_check, clock="the recording's timestamps",
+                wall_s=time.monotonic() - started)  # fmt: skip
         return
     from nodeledger.watch.backends import open_backend
     from nodeledger.watch.watcher import Watcher
@@ -307,6 +310,7 @@ def watch(
 
         if fake and samples is None and duration is None:
             samples = b.sc.steps
+        _stop_on_sigterm()
         try:
             w.run(on_sample, samples=samples, duration=duration,
                   sleep=(lambda _s: None) if fake else None)  # fmt: skip
@@ -320,8 +324,11 @@ def watch(
     finally:
         b.close()
     _finish(an, header, expect, as_json, fail_on_idle,
-            source=f"{b.name}, every {interval:g} s" + (f", recorded to {record}" if record else ""),
-            engine_check=engine_check)  # fmt: skip
+            source=(f"{b.name}, its own steps played without waiting" if fake else f"{b.name}, every {interval:g} s")
+            + (f", recorded to {record}" if record else ""),
+            engine_check=engine_check,
+            clock="the scenario's clock" if fake else "this host's clock",
+            wall_s=time.monotonic() - started)  # fmt: skip
 
 
 def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
@@ -377,6 +384,20 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
     return check
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (systemd, Kubernetes, `kill`) ends the watch or the exporter as Ctrl-C does:
+    the summary is printed and the exit code is the command's own, not 143."""
+    import signal
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    import contextlib
+
+    with contextlib.suppress(ValueError):  # not the main thread (an embedding caller)
+        signal.signal(signal.SIGTERM, stop)
+
+
 def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
     if not summary["samples"] or not summary["cards_seen"]:
         return EXIT_NO_SAMPLE, "no sample: no card could be read"
@@ -394,10 +415,12 @@ def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
 
 
 def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str,
-            engine_check=None) -> None:  # fmt: skip
+            engine_check=None, clock: str | None = None, wall_s: float | None = None) -> None:  # fmt: skip
     s = an.summary()
     s["cards_seen"] = an.cards_seen
     s["source"] = source
+    s["clock"] = clock
+    s["wall_s"] = None if wall_s is None else round(wall_s, 3)
     if engine_check is not None:
         groups = (expect or {}).get("groups") or [{}]
         s["engine_log"], finding = engine_check(groups[0].get("cards") or [])
@@ -480,17 +503,25 @@ def _render_summary(s: dict, header: dict) -> None:
     from rich.table import Table
 
     con = console()
+    clock = s.get("clock") or "this host's clock"
     con.print(
-        f"watch: {s['samples']} samples over {s['duration_s']:.0f} s ({s['source']})", markup=False
+        f"watch: {s['samples']} samples over {s['duration_s']:.0f} s of {clock}"
+        + (f", {s['wall_s']:.1f} s of wall time" if s.get("wall_s") is not None else "")
+        + f" ({s['source']})",
+        markup=False,
     )
     if s["plan"]:
         con.print(f"plan: {s['plan']}", markup=False)
     for n in s["notes"]:
         con.print(f"note: {n}", markup=False)
-    t = Table(title="Cards (peak = highest memory held for 3 samples in a row)")
+    t = Table(
+        title=f"Cards ({s.get('peak_rule') or 'sustained peak'}; max = highest single sample)"
+    )
     for col in (
         "card",
         "peak GiB",
+        "max GiB",
+        "last GiB",
         "planned GiB",
         "unsharded GiB",
         "of GiB",
@@ -502,7 +533,8 @@ def _render_summary(s: dict, header: dict) -> None:
         owners = ", ".join(f"{o['pid']} {o['name'] or ''}".strip() for o in c["owners"][:3])
         if len(c["owners"]) > 3:
             owners += f" +{len(c['owners']) - 3}"
-        t.add_row(str(c["index"]), _gib(c["peak_bytes"]), _gib(c["predicted_bytes"]),
+        t.add_row(str(c["index"]), _gib(c["peak_bytes"]), _gib(c.get("max_bytes")),
+                  _gib(c.get("last_bytes")), _gib(c["predicted_bytes"]),
                   _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),
                   "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
     con.print(t)
@@ -725,10 +757,11 @@ def exporter(
     timer.daemon = True
     if duration is not None:
         timer.start()
+    _stop_on_sigterm()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        pass  # Ctrl-C or SIGTERM (a service manager stopping it): a clean exit 0
     finally:
         timer.cancel()
         exp.shutdown()

@@ -117,6 +117,8 @@ class Analyzer:
         self.recent: dict[int, deque] = {}
         self.peak: dict[int, int] = {}
         self.peak_t: dict[int, float] = {}
+        self.max_used: dict[int, int] = {}  # highest single sample
+        self.last_used: dict[int, int] = {}  # the latest sample
         self.ctx_run: dict[int, int] = {}
         self.contexts: dict[int, dict] = {}  # card -> worst extra-contexts observation
         self.hist: deque = deque(maxlen=HIST_MAX)  # bounded by count as well as by time
@@ -149,6 +151,9 @@ class Analyzer:
         home: dict[int, tuple[int, int]] = {}  # pid -> (card, used) of its largest share
         for i, c in cards.items():
             used = c.get("used_bytes")
+            if used is not None:
+                self.last_used[i] = used
+                self.max_used[i] = max(used, self.max_used.get(i, 0))
             if used is not None:
                 q = self.recent.setdefault(i, deque(maxlen=self.confirm))
                 q.append(used)
@@ -540,6 +545,8 @@ class Analyzer:
                 "index": i,
                 "total_bytes": self._cap(i),
                 "peak_bytes": self.peak.get(i),
+                "max_bytes": self.max_used.get(i),
+                "last_bytes": self.last_used.get(i),
                 "predicted_bytes": self.predicted.get(i),
                 "unsharded_bytes": (grp or {}).get("unsharded_bytes"),
                 "group": (grp or {}).get("name"),
@@ -548,7 +555,10 @@ class Analyzer:
             })  # fmt: skip
         return {
             "samples": self.n,
+            # seconds between the first and the last sample on the samples' own clock (a fake
+            # scenario's steps, a recording's timestamps, this host's time for a live watch)
             "duration_s": round((self.t_last or 0) - (self.t_first or 0), 3),
+            "peak_rule": f"sustained peak: the highest memory a card held for {self.confirm} samples in a row",
             "cards": cards,
             "verify": self.verify(),
             "idle": self.idle(),

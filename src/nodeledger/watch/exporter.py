@@ -16,7 +16,7 @@ labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname`
 nodeledger's own (``card`` label = the card index):
   nodeledger_card_memory_used_bytes, nodeledger_card_memory_total_bytes,
   nodeledger_card_memory_planned_bytes (the ledger's prediction; planned cards only),
-  nodeledger_card_headroom_bytes{to="plan"|"tight"|"cannot"} (bytes left before the card is
+  nodeledger_card_headroom_bytes{to="plan"|"tight"|"full"} (bytes left before the card is
     above plan (prediction x (1 + tolerance) + tolerance bytes), before the ledger's "tight"
     (90 % of the card) and before it is full; negative once past),
   nodeledger_process_card_memory_bytes{card, pid, process},
@@ -104,7 +104,7 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
     planned = GaugeMetricFamily("nodeledger_card_memory_planned_bytes",
                                 "The ledger's prediction for the card (plan / job).", labels=["card"])  # fmt: skip
     head = GaugeMetricFamily("nodeledger_card_headroom_bytes",
-                             "Bytes left before the card is above plan / tight (90 %) / full.",
+                             "Bytes left before the card is above plan (to=plan), tight at 90 % (to=tight) or full (to=full).",
                              labels=["card", "to"])  # fmt: skip
     proc = GaugeMetricFamily("nodeledger_process_card_memory_bytes",
                              "Card memory a process holds.", labels=["card", "pid", "process"])  # fmt: skip
@@ -116,10 +116,10 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
                   d.get("name") or "", hostname]  # fmt: skip
         used, total = c.get("used_bytes"), c.get("total_bytes") or d.get("total_bytes")
         if used is not None:
-            fb_used.add_metric(labels, used / MiB)
+            fb_used.add_metric(labels, used // MiB)  # dcgm-exporter: whole MiB
             used_b.add_metric([str(i)], used)
         if used is not None and total:
-            fb_free.add_metric(labels, (total - used) / MiB)
+            fb_free.add_metric(labels, (total - used) // MiB)
         if c.get("util_pct") is not None:
             util.add_metric(labels, c["util_pct"])
         if total:
@@ -134,7 +134,7 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
                 )
             if total:
                 head.add_metric([str(i), "tight"], TIGHT["card memory"] * total - used)
-                head.add_metric([str(i), "cannot"], total - used)
+                head.add_metric([str(i), "full"], total - used)
         for p in c.get("processes") or []:
             if p.get("used_bytes") is not None:
                 proc.add_metric([str(i), str(p["pid"]), p.get("name") or ""], p["used_bytes"])
