@@ -96,7 +96,9 @@ def test_place_emit_refuses_a_hostile_id_and_writes_nothing(tmp_path, toml_id, k
     plan = tmp_path / "plan.toml"
     plan.write_text(plan_text(toml_id))
     out = tmp_path / "a" / "b" / "out"  # out/../../evil.sbatch would be tmp_path/a/evil.sbatch
-    proc = run_cli("place", str(plan), "--machine", "k100-ai-8x64g", "--emit", kind, "-o", str(out))
+    image = ("--image", "registry.example/serve:1") if kind == "k8s" else ()
+    proc = run_cli("place", str(plan), "--machine", "k100-ai-8x64g", "--emit", kind, *image,
+                   "-o", str(out))  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -189,11 +189,14 @@ def test_sbatch_and_pod_exact():
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
         "srun --cpu-bind=cores python serve.py --port 8000",
     ]
-    (pod,) = emit.k8s_pods(m, p, {"big": ws[0].command}).values()
+    (pod,) = emit.k8s_pods(m, p, {"big": ws[0].command}, "registry.example/serve:1").values()
     body = [ln for ln in pod.splitlines() if not ln.startswith("#")]
     assert body[:4] == ["apiVersion: v1", "kind: Pod", "metadata:", "  name: big-0"]
     assert "    - name: main" in body and "          nvidia.com/gpu: 2" in body
-    assert '          cpu: "16"' in body and f'          memory: "{mem}Mi"' in body
+    assert '      image: "registry.example/serve:1"' in body
+    # memory: the ledger's host peak + the memory-backed /dev/shm (1 GiB for 2 cards)
+    assert '          cpu: "16"' in body and f'          memory: "{mem + 1024}Mi"' in body
+    assert "          mountPath: /dev/shm" in body and '        sizeLimit: "1024Mi"' in body
     assert "        - python" in body and '        - "8000"' in body
 
 
@@ -262,3 +265,16 @@ def test_launch_line_uses_the_plans_command():
     )
     (r,) = _plan(text, resolve_machine("dgx-h100"))["replicas"]
     assert r["launch"].endswith("python serve.py --name 'a b'")
+
+
+def test_k8s_pods_need_a_real_image(tmp_path):
+    f = tmp_path / "plan.toml"
+    f.write_text(EIGHT_TP1)
+    p = run_cli(
+        "place", str(f), "--machine", "dgx-h100", "--emit", "k8s", "-o", str(tmp_path / "o")
+    )
+    assert p.returncode == 2 and "--emit k8s needs --image IMAGE" in p.stderr
+    p = run_cli("place", str(f), "--machine", "dgx-h100", "--emit", "k8s", "--image", "a b\nc",
+                "-o", str(tmp_path / "o"))  # fmt: skip
+    assert p.returncode == 2 and "is not an image reference" in p.stderr
+    assert not (tmp_path / "o").exists()

@@ -59,6 +59,11 @@ from nodeledger.errors import NodeledgerError
     show_default=True,
     help="Slurm NodeName for gres.conf.",
 )
+@click.option(
+    "--image",
+    "image",
+    help="--emit k8s: the container image of every Pod (required there: nodeledger does not guess one).",
+)
 @json_option
 def place(
     plan_file,
@@ -68,6 +73,7 @@ def place(
     emit=None,
     output=None,
     node_name="node1",
+    image=None,
     as_json=False,
 ) -> None:
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
@@ -77,6 +83,12 @@ def place(
 
     if emit is not None and emit not in ("slurm", "k8s"):
         raise NodeledgerError(f"--emit {emit!r} is not one of slurm, k8s")
+    if emit == "k8s" and not (image or "").strip():
+        raise NodeledgerError("--emit k8s needs --image IMAGE (the container image the Pods run)")
+    if image is not None and emit != "k8s":
+        raise NodeledgerError("--image applies to --emit k8s")
+    if image is not None:
+        em.check_image(image)
     if not plan_file.is_file():
         raise NodeledgerError(f"plan {str(plan_file)!r} not found")
     profile, intro = report_machine(machine)
@@ -91,7 +103,7 @@ def place(
             {"gres.conf": em.gres_conf(profile, node_name),
              **{f"{wid}.sbatch": t for wid, t in em.sbatch_scripts(profile, res, commands).items()}}
             if emit == "slurm"
-            else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands).items()}
+            else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands, image).items()}
         )  # fmt: skip
         try:  # each file atomically, each path checked to stay in the folder
             written = em.write_files(folder, files)

@@ -177,10 +177,42 @@ def _cpu_count(cpus: str | None) -> int | None:
     return cpulist_count(cpus) if cpus else None
 
 
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]{0,254}$", re.IGNORECASE)
+SHM_PER_CARD = 512 * 2**20  # NCCL's shared-memory transport and DataLoader batches, per card
+
+
+def check_image(image: str) -> str:
+    """An image reference as a Pod can carry it (registry/name:tag or @digest): no spaces,
+    quotes or control characters (it is written into YAML)."""
+    if not _IMAGE.match(image):
+        raise InputError(
+            f"--image {image!r} is not an image reference (registry/name:tag or name@sha256:...)"
+        )
+    return image
+
+
+def _pod_cpus(r: dict) -> tuple[int, str]:
+    """(CPUs, why): the replica's NUMA node's CPUs when it has one node; else one per rank
+    process + its DataLoader workers + one for the launcher / API server (the processes the
+    ledger's host side counts)."""
+    n = _cpu_count(r["cpus"])
+    if n:
+        return n, f"the CPUs of NUMA node {r['numa_node']}"
+    ranks = len(r["cards"])
+    workers = (r.get("workers") or 0) * ranks
+    return ranks + workers + 1, (f"{ranks} rank process(es) + {workers} DataLoader worker(s) + "
+                                 "1 launcher (the cards span NUMA nodes: no node's CPUs to take)")  # fmt: skip
+
+
 def k8s_pods(
-    machine: MachineProfile, result: dict, commands: dict[str, tuple | None]
+    machine: MachineProfile, result: dict, commands: dict[str, tuple | None], image: str = ""
 ) -> dict[str, str]:
-    """replica name -> Pod manifest (YAML)."""
+    """replica name -> Pod manifest (YAML).  Requests = limits (Guaranteed QoS): the cards,
+    CPUs (_pod_cpus), and memory = the ledger's host peak of the replica + its /dev/shm (a
+    memory-backed emptyDir counts against the Pod's memory): SHM_PER_CARD x cards, at least
+    1 GiB (NCCL's SHM transport between the Pod's ranks; DataLoader workers pass batches
+    through it)."""
+    image = check_image(image) if image else "IMAGE"
     vendor = machine.accelerators[0].vendor
     res_name = K8S_RESOURCE.get(vendor, "nvidia.com/gpu")
     product = machine.accelerators[0].product
@@ -196,8 +228,9 @@ def k8s_pods(
                 + "; Pod names are lower-case letters, digits and '-': rename the workload"
             )
         seen[name] = r["replica"]
-        cpus = _cpu_count(r["cpus"]) or 1
-        mem = f"{max(1, -(-r['host_bytes'] // 2**20))}Mi"
+        cpus, cpu_why = _pod_cpus(r)
+        shm = max(2**30, SHM_PER_CARD * len(r["cards"]))
+        mem = f"{max(1, -(-(r['host_bytes'] + shm) // 2**20))}Mi"
         limits = {res_name: len(r["cards"]), "cpu": str(cpus), "memory": mem}
         cmd = commands.get(r["workload"])
         selector = (
@@ -222,17 +255,20 @@ def k8s_pods(
                 "nodeSelector": selector,
                 "containers": [{
                     "name": "main",
-                    "image": "IMAGE",
+                    "image": image,
                     **({"command": list(cmd)} if cmd else {}),
                     "env": [{"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
                     if vendor == Vendor.nvidia else [],
                     "resources": {"limits": dict(limits), "requests": dict(limits)},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
                 }],
+                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                          "sizeLimit": f"{shm // 2**20}Mi"}}],
             },
         }  # fmt: skip
         header = (
             f"# {r['replica']}: {len(r['cards'])} card(s), host peak {r['host_bytes'] / GiB:,.1f} GiB "
-            "(nodeledger ledger).\n# Guaranteed QoS (requests = limits, whole CPUs): with the kubelet's "
+            f"(nodeledger ledger) + /dev/shm {shm / GiB:,.1f} GiB; CPUs: {cpu_why}.\n# Guaranteed QoS (requests = limits, whole CPUs): with the kubelet's "
             "cpuManagerPolicy: static and\n# topologyManagerPolicy: single-numa-node the CPUs land on "
             "the card's NUMA node.\n"
         )
