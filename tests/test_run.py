@@ -344,3 +344,19 @@ def test_corrupt_or_unwritable_state_file(setup, tmp_path):
         ro.chmod(0o444)
         r = run_cli("run", "--state", str(ro), "--list", env=env)
         assert r.returncode == 2 and "cannot write" in r.stderr and str(ro) in r.stderr
+
+
+def test_a_host_without_cards_books_nothing(tmp_path):
+    """run books this host's cards: with no accelerator found and no --machine it refuses
+    (exit 4) instead of booking the reference machine's and starting the command."""
+    from nodeledger.machine import resolve_or_reference
+
+    if not resolve_or_reference(None).reference:
+        pytest.skip("this host has accelerators")
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[workloads]]\nid = "s"\nmodel = "qwen3-0.6b"\njob = "serve"\n')
+    marker = tmp_path / "started"
+    p = run_cli("run", "--plan", str(plan), "--state", str(tmp_path / "state.db"), "s", "--",
+                sys.executable, "-c", f"open({str(marker)!r}, 'w')")  # fmt: skip
+    assert p.returncode == 4 and "no accelerator found on this host" in p.stderr
+    assert "--machine" in p.stderr and not marker.exists()

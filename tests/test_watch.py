@@ -385,3 +385,19 @@ def test_summary_says_whose_clock_and_what_peak_means(capsys):
     assert "3 samples in a row" in s["peak_rule"]
     c5 = next(c for c in s["cards"] if c["index"] == 5)
     assert c5["max_bytes"] >= c5["peak_bytes"] and c5["last_bytes"] is not None
+
+
+def test_a_host_without_cards_is_watched_for_its_host_figures(capsys):
+    """No card tool answers: the watch samples the host alone and says why; nothing to verify
+    is exit 0, a plan it cannot verify exit 4."""
+    from nodeledger.machine import resolve_or_reference
+
+    if not resolve_or_reference(None).reference:
+        pytest.skip("this host has accelerators")
+    code = main(["watch", "--samples", "2", "--interval", "0.05", "--json"])
+    s = json.loads(capsys.readouterr().out)
+    assert code == 0 and s["cards"] == [] and "no card could be sampled" in s["host_only"]
+    assert s["host"]["mem_total"] > 0
+    code = main(["watch", "--samples", "2", "--interval", "0.05", "--job", "serve", "--model",
+                 "qwen3-0.6b", "--json"])  # fmt: skip
+    assert code == 4

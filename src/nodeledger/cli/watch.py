@@ -279,7 +279,7 @@ def watch(
     from nodeledger.watch.backends import open_backend
     from nodeledger.watch.watcher import Watcher
 
-    b = open_backend(backend, timeout=timeout)
+    b = open_backend(backend, timeout=timeout, host_only=True)
     try:
         w = Watcher(b, _host_sampler(b), interval)
         fake = backend.startswith("fake:")
@@ -328,7 +328,7 @@ def watch(
             + (f", recorded to {record}" if record else ""),
             engine_check=engine_check,
             clock="the scenario's clock" if fake else "this host's clock",
-            wall_s=time.monotonic() - started)  # fmt: skip
+            wall_s=time.monotonic() - started, host_only=getattr(b, "reason", None))  # fmt: skip
 
 
 def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
@@ -399,8 +399,14 @@ def _stop_on_sigterm() -> None:
 
 
 def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
-    if not summary["samples"] or not summary["cards_seen"]:
-        return EXIT_NO_SAMPLE, "no sample: no card could be read"
+    if not summary["samples"]:
+        return EXIT_NO_SAMPLE, "no sample"
+    if not summary["cards_seen"]:
+        if summary.get("host_only") and not summary.get("plan"):
+            return 0, None  # a host without cards: its figures were watched, nothing failed
+        return EXIT_NO_SAMPLE, "no sample: no card could be read" + (
+            ", so the plan cannot be verified" if summary.get("plan") else ""
+        )
     v = summary["verify"]
     if v["status"] == "failed":
         rules = "; ".join(
@@ -415,9 +421,11 @@ def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
 
 
 def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str,
-            engine_check=None, clock: str | None = None, wall_s: float | None = None) -> None:  # fmt: skip
+            engine_check=None, clock: str | None = None, wall_s: float | None = None,
+            host_only: str | None = None) -> None:  # fmt: skip
     s = an.summary()
     s["cards_seen"] = an.cards_seen
+    s["host_only"] = host_only
     s["source"] = source
     s["clock"] = clock
     s["wall_s"] = None if wall_s is None else round(wall_s, 3)
@@ -505,7 +513,7 @@ def _render_summary(s: dict, header: dict) -> None:
     con = console()
     clock = s.get("clock") or "this host's clock"
     con.print(
-        f"watch: {s['samples']} samples over {s['duration_s']:.0f} s of {clock}"
+        f"watch: {s['samples']} samples over {s['duration_s']:.{1 if s['duration_s'] < 10 else 0}f} s of {clock}"
         + (f", {s['wall_s']:.1f} s of wall time" if s.get("wall_s") is not None else "")
         + f" ({s['source']})",
         markup=False,
@@ -514,6 +522,15 @@ def _render_summary(s: dict, header: dict) -> None:
         con.print(f"plan: {s['plan']}", markup=False)
     for n in s["notes"]:
         con.print(f"note: {n}", markup=False)
+    if s.get("host_only"):
+        con.print(f"note: {s['host_only']}: the host's figures only", markup=False)
+    h = s.get("host") or {}
+    if h:
+        con.print(
+            f"host (last sample): {_gib(h.get('mem_available'))} of {_gib(h.get('mem_total'))} GiB "
+            f"available, swap used {_gib((h.get('swap_total') or 0) - (h.get('swap_free') or 0))} GiB",
+            markup=False,
+        )
     t = Table(
         title=f"Cards ({s.get('peak_rule') or 'sustained peak'}; max = highest single sample)"
     )
@@ -537,7 +554,8 @@ def _render_summary(s: dict, header: dict) -> None:
                   _gib(c.get("last_bytes")), _gib(c["predicted_bytes"]),
                   _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),
                   "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
-    con.print(t)
+    if s["cards"]:
+        con.print(t)
     el = s.get("engine_log")
     if el:
         pg, pt = el.get("pool_gib") or {}, el.get("pool_tokens") or {}
@@ -733,7 +751,9 @@ def exporter(
                 "warning: --basic-auth-file without --tls-cert: passwords cross the network "
                 "in clear\n"
             )
-    b = open_backend(backend, timeout=timeout)
+    b = open_backend(backend, timeout=timeout, host_only=True)
+    if getattr(b, "reason", None):
+        sys.stderr.write(f"note: {b.reason}: serving the host's figures only\n")
     fake = backend.startswith("fake:")
     # a fake scenario too: scrapes see real time
     w = Watcher(b, _host_sampler(b), interval, clock=time.time)

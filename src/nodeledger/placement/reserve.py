@@ -488,18 +488,20 @@ def decide(plan: dict, target: str, live: list[Reservation], settle: float, now:
 
 
 def resolve_run_machine(ref: str | None):
-    """(profile, note, live): --machine as given; none: probe this host, or the reference
-    machine when the probe finds no accelerator (machine.resolve_or_reference, as `report`)."""
-    from nodeledger.machine import DEFAULT_PRESET, resolve_or_reference
+    """(profile, note, live): --machine as given; none: probe this host.  A host whose probe
+    finds no accelerator is refused (Refused, exit 4): `run` books cards on this host and
+    starts the command there, so it never falls back to the reference machine as `report`
+    does; --machine names a profile to book on instead (to rehearse a plan elsewhere)."""
+    from nodeledger.machine import resolve_or_reference
 
     r = resolve_or_reference(ref)
-    note = (
-        f"no accelerator found on this host (live probe): planning on the bundled reference "
-        f"machine {DEFAULT_PRESET}; --machine PRESET|FILE|BUNDLE for another"
-        if r.reference
-        else None
-    )
-    return r.profile, note, r.live
+    if r.reference:
+        raise Refused(
+            "no accelerator found on this host (live probe): run books this host's cards and "
+            "starts the command here, so there is nothing to book; --machine PRESET|FILE|BUNDLE "
+            "plans and books on that profile instead"
+        )
+    return r.profile, None, r.live
 
 
 def load_plan_inputs(plan_file: str):

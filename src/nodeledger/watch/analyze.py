@@ -147,6 +147,8 @@ class Analyzer:
         self.t_last = t
         cards = {c["index"]: c for c in s.get("cards", [])}
         self.cards_seen = self.cards_seen or bool(cards)
+        if s.get("host"):
+            self.last_host = s["host"]
         pids = s.get("pids") or {}
         home: dict[int, tuple[int, int]] = {}  # pid -> (card, used) of its largest share
         for i, c in cards.items():
@@ -560,6 +562,7 @@ class Analyzer:
             "duration_s": round((self.t_last or 0) - (self.t_first or 0), 3),
             "peak_rule": f"sustained peak: the highest memory a card held for {self.confirm} samples in a row",
             "cards": cards,
+            "host": getattr(self, "last_host", None),
             "verify": self.verify(),
             "idle": self.idle(),
         }

@@ -290,10 +290,30 @@ class NpuSmiBackend(Backend):
 # -- choice -----------------------------------------------------------------------------------
 
 
-def open_backend(name: str = "auto", runner: Runner | None = None, timeout: float = 5.0):
+class HostOnlyBackend(Backend):
+    """No card tool answered: no cards, so the watch and the exporter sample the host alone
+    (RAM, swap, paging, NUMA) and say why in ``reason``."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        self.name = "host only"
+        self.cards: list[dict] = []
+
+    def describe(self) -> list[dict]:
+        return []
+
+    def sample(self) -> list[dict]:
+        return []
+
+
+def open_backend(
+    name: str = "auto", runner: Runner | None = None, timeout: float = 5.0,
+    host_only: bool = False,
+):  # fmt: skip
     """The backend by name; ``auto``: NVML, nvidia-smi, hy-smi, rocm-smi, npu-smi — the first
     that lists cards.  ``fake:SCENARIO`` is the scenario backend.  WatchError (exit 4) when none
-    answers; an unknown name is bad input (exit 2)."""
+    answers, or with ``host_only`` (``auto`` only) a HostOnlyBackend naming what was tried; an
+    unknown name is bad input (exit 2)."""
     if name.startswith("fake:"):
         from nodeledger.watch.fake import FakeBackend, scenario
 
@@ -328,4 +348,7 @@ def open_backend(name: str = "auto", runner: Runner | None = None, timeout: floa
             tried.append(f"{n}: {str(exc)[:120]}")
         finally:
             clear_records(r)
-    raise WatchError("no card could be sampled (" + "; ".join(tried) + ")")
+    why = "no card could be sampled (" + "; ".join(tried) + ")"
+    if host_only and name == "auto":
+        return HostOnlyBackend(why)
+    raise WatchError(why)
