@@ -189,7 +189,15 @@ def test_golive_cli_on_a_preset_with_a_recorded_bench(tmp_path):
     ok = [{"part": "disk", "subject": "d", "metric": "sequential read", "value": 900.0, "unit": "MB/s",
            "verdict": "ok", "expected": "e", "source": "s", "evidence": ""}]  # fmt: skip
     env = {"NODELEDGER_STATE": str(tmp_path / "state.sqlite")}
-    args = ["golive", "--machine", "dgx-h100", "--plan", str(plan), "--bench-json"]
+    # a preset has no live state (doctor, cards) and the drill runs host-only here: without
+    # accepting those, go-live is refused (exit 1) and says which steps did not run
+    bare = ["golive", "--machine", "dgx-h100", "--plan", str(plan), "--bench-json"]
+    proc = run_cli(*bare, str(_bench_json(tmp_path, ok)), "--json", env=env)
+    assert proc.returncode == 1
+    assert "doctor unavailable, cards unavailable" in json.loads(proc.stdout)["verdict"]
+    accept = ["--allow-unavailable", "doctor", "--allow-unavailable", "cards",
+              "--allow-unavailable", "drill"]  # fmt: skip
+    args = [*bare[:-1], *accept, "--bench-json"]
     proc = run_cli(*args, str(_bench_json(tmp_path, ok)), "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)

@@ -304,6 +304,13 @@ def render_peer(con, rep: dict, peer: list[dict]) -> None:
 @click.option(
     "--format", "-f", "fmt", default="terminal", show_default=True, help="terminal | md | json"
 )
+@click.option(
+    "--allow-unavailable",
+    "allow_unavailable",
+    multiple=True,
+    metavar="STEP",
+    help="Accept that STEP (doctor, cards, bench, plan, drill) cannot run here, or runs in part (repeatable).",
+)
 @tool_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 def golive(
@@ -313,12 +320,15 @@ def golive(
     bench_json=None,
     state=None,
     fmt="terminal",
+    allow_unavailable=(),
     timeout=5.0,
     as_json=False,
 ) -> None:
     """The pre-production checklist: doctor clean, per-card settings, bench figures ok, the plan
     fits with its lifeboat, and a recovery drill (a canary on the lifeboat card, killed on
-    purpose; its memory and reservation must come back).  Exit 0 when no step fails, 1 otherwise."""
+    purpose; its memory and reservation must come back).  Exit 0 when no step fails and every
+    step ran whole; 1 otherwise (an unavailable or partial step too, unless
+    --allow-unavailable names it)."""
     _pci_card_order()
     from nodeledger.golive.checklist import run_golive
 
@@ -328,7 +338,8 @@ def golive(
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
     rep = run_golive(plan_file=plan, machine=machine, dataset=dataset, bench_json=bench_json,
-                     state_path=state, timeout=timeout, progress=_progress())  # fmt: skip
+                     state_path=state, timeout=timeout, progress=_progress(),
+                     allow_unavailable=tuple(allow_unavailable))  # fmt: skip
     if fmt == "json":
         print_json(rep)
     elif fmt == "md":

@@ -585,13 +585,24 @@ def _poll(get, good, timeout: float):
 # ---------------------------------------------------------------------------------------
 
 
+STEP_IDS = ("doctor", "cards", "bench", "plan", "drill")
+
+
 def run_golive(*, plan_file: str | None = None, machine: str | None = None,
                dataset: str | None = None, bench_json: str | None = None,
                state_path: str | None = None, bench_kwargs: dict | None = None,
                drill_kwargs: dict | None = None, timeout: float = 5.0,
-               progress: Callable[[str], None] | None = None) -> dict:  # fmt: skip
-    """Every step in order; returns the report (``exit_code`` 0 no fail, 1 any fail)."""
+               progress: Callable[[str], None] | None = None,
+               allow_unavailable: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """Every step in order; returns the report.  ``exit_code`` 0 when no step fails and every
+    step ran whole, 1 otherwise: a step that is unavailable here (no card, no --plan, no
+    torch) or ran in part blocks going live unless ``allow_unavailable`` names it."""
     say = progress or (lambda _m: None)
+    unknown = sorted(set(allow_unavailable) - set(STEP_IDS))
+    if unknown:
+        raise InputError(
+            f"--allow-unavailable {', '.join(unknown)}: not a step; the steps are {', '.join(STEP_IDS)}"
+        )
     from nodeledger.doctor import load_state
 
     if plan_file is not None and not Path(plan_file).is_file():
@@ -639,13 +650,25 @@ def run_golive(*, plan_file: str | None = None, machine: str | None = None,
     say("recovery drill")
     steps.append(drill_step(profile, boat, state_path=state_path, **(drill_kwargs or {})))
     fails = [s["id"] for s in steps if s["status"] == "fail"]
+    allowed = set(allow_unavailable or ())
+    missing = [s["id"] for s in steps if s["status"] == "unavailable" and s["id"] not in allowed]
+    partial = [s["id"] for s in steps if s["status"] == "pass" and "unavailable" in s["summary"]
+               and s["id"] not in allowed]  # fmt: skip
+    blockers = (
+        fails + [f"{i} unavailable" for i in missing] + [f"{i} partly unavailable" for i in partial]
+    )
     return {
         "machine": profile.name,
         "origin": state.origin,
         "plan": plan_file,
         "steps": steps,
         "counts": {s: sum(1 for x in steps if x["status"] == s) for s in STATUSES},
-        "exit_code": 1 if fails else 0,
-        "verdict": "go live" if not fails else "not ready: " + ", ".join(fails),
+        "allowed_unavailable": sorted(allowed),
+        "exit_code": 1 if blockers else 0,
+        "verdict": "go live"
+        if not blockers
+        else "not ready: "
+        + ", ".join(blockers)
+        + ("" if fails else " (--allow-unavailable STEP accepts a step that cannot run here)"),
         "bench": bench_rep,
     }
