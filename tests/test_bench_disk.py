@@ -77,7 +77,7 @@ def test_memory_backed_filesystem_is_not_judged():
     assert [f["verdict"] for f in figs[:2]] == [
         "bad",
         "bad",
-    ]  # MISSION.md: tens of ms per random read
+    ]  # the field notes: tens of ms per random read
 
 
 def test_unwritable_folder_is_unavailable(tmp_path, monkeypatch):
@@ -126,3 +126,17 @@ def test_model_cache_dir_rules(tmp_path):
     (tmp_path / "f").write_text("x")
     assert D.existing_dir(tmp_path / "f") == tmp_path
     assert D.same_filesystem(tmp_path, tmp_path / "not" / "yet") is True
+
+
+def test_a_rotational_flag_contradicted_by_the_reads_is_judged_as_measured():
+    """0.064 ms random reads cannot come from a spinning disk (>= 4.17 ms of rotation at 7200
+    rpm): the kernel's rotational flag (a virtual disk's) is overruled and said so."""
+    raw = {"sequential_mbps": 1000.0, "qd1_reads": 10, "qd1_mean_ms": 0.064, "qd1_p50_ms": 0.06,
+           "qd1_p99_ms": 0.1, "qd1_mbps": 60.0, "qd_threads": 16, "qdn_reads": 10,
+           "qdn_mbps": 250.0, "page_cache": {"mode": "bypassed", "text": "bypassed: O_DIRECT"}}  # fmt: skip
+    figs = D.disk_figures("dataset /data (hdd, ext4)", "hdd", "ext4", raw)
+    lat = figs[1]
+    assert "measured as ssd" in lat["subject"] and "judged as ssd" in lat["evidence"]
+    assert "0.5 ms" in lat["expected"]  # the SSD range, not the HDD's 8-15 ms
+    slow = D.disk_figures("dataset /data (hdd, ext4)", "hdd", "ext4", dict(raw, qd1_mean_ms=9.0))
+    assert "8-15 ms" in slow[1]["expected"] and "(hdd, ext4)" in slow[1]["subject"]

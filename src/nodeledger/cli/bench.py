@@ -248,7 +248,14 @@ def render_bench(rep: dict, con=None) -> None:
                   f"{n['peak']['busbw_gbps']} GB/s at {n['peak']['size_bytes']:,} B; avg {n['avg_busbw']}",
                   markup=False, highlight=False)  # fmt: skip
     cnt = rep["counts"]
-    con.print(", ".join(f"{k} {v}" for k, v in cnt.items()), markup=False, highlight=False)
+    repeats = sum(
+        1
+        for f in figs
+        if f["verdict"] != "unavailable" and f["evidence"].startswith("one measurement for both")
+    )
+    con.print(", ".join(f"{k} {v}" for k, v in cnt.items())
+              + (f" (figures; {repeats} of them repeat a measurement shown once above)" if repeats else " (figures)"),
+              markup=False, highlight=False)  # fmt: skip
 
 
 def render_peer(con, rep: dict, peer: list[dict]) -> None:
