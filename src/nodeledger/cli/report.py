@@ -327,8 +327,12 @@ def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
     for wid in ids:
         sv.add_row(wid, *[num(m["serving_sequences"].get(wid)) + (
             f" ({m['price_per_sequence'][wid]:,.0f}/seq)" if m["price_per_sequence"].get(wid) else "")
+            + (" *" if (m.get("serving_notes") or {}).get(wid) else "")
             for m in res["machines"]])  # fmt: skip
     con.print(sv)
+    for m in res["machines"]:
+        for wid, note in (m.get("serving_notes") or {}).items():
+            con.print(f"  * {m['machine']} {wid}: {note}", markup=False)
     tp = Table(
         title="Serving throughput on the business cards (output tokens/s at the most that fit)"
     )

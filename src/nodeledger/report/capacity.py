@@ -409,7 +409,10 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
             (x["tier"] for x in r["resources"] if x["resource"] == "card memory"),
             r["resources"][0].get("per_replica_card_tier", "unknown"),
         )
-        replicas = business // per if card_tier in ("fits", "tight") else 0
+        # capacity is the most that fit, whatever the workload's own concurrency: a replica
+        # counts when at least one sequence of its context fits on its cards
+        fits_one = bool(conc) if conc is not None else card_tier in ("fits", "tight")
+        replicas = business // per if fits_one else 0
         sp = r.get("speed") or {}
         top = sp.get("at_most_that_fit") or {}
         tps = top.get("output_tokens_per_s") if replicas else None
@@ -430,12 +433,17 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
             "max_sequences_per_replica": conc,
             "context": largest.get("context"),
             "total_sequences": None if conc is None else replicas * conc,
-            "note": None
-            if replicas
-            else (
-                f"one replica needs {per} cards, more than the {business} business cards"
-                if card_tier in ("fits", "tight")
-                else f"does not fit ({card_tier}): no replica"
+            "note": (
+                (None if card_tier in ("fits", "tight") else
+                 f"the workload's own concurrency is {card_tier}; the capacity is at the most that fit")
+                if replicas
+                else (
+                    f"one replica needs {per} cards, more than the {business} business cards"
+                    if fits_one
+                    else (f"not one sequence of {largest.get('context'):,} tokens fits beside the "
+                          "weights (card memory): no replica" if conc == 0
+                          else f"does not fit ({card_tier}): no replica")
+                )
             ),
         })  # fmt: skip
     return {"cards": n, "lifeboat": lifeboat, "business_cards": business, "workloads": out}

@@ -68,6 +68,7 @@ def compare(
         runnable = rep["counts"]["can"] + rep["counts"]["tight"]
         price = prices.get(ref)
         serving = {s["id"]: s["total_sequences"] for s in rep["serving"]["workloads"]}
+        serving_notes = {s["id"]: s["note"] for s in rep["serving"]["workloads"] if s["note"]}
         tokens = {s["id"]: s["output_tokens_per_s"] for s in rep["serving"]["workloads"]}
         binds = {s["id"]: s["speed_binding"] for s in rep["serving"]["workloads"]}
         summary.append({
@@ -80,6 +81,7 @@ def compare(
             "price": price,
             "price_per_runnable_workload": None if price is None or not runnable else price / runnable,
             "serving_sequences": serving,
+            "serving_notes": serving_notes,
             "price_per_sequence": {
                 k: (None if price is None or not v else price / v) for k, v in serving.items()
             },
