@@ -407,3 +407,20 @@ def test_output_suffix_without_a_format_is_refused(tmp_path):
     assert not (tmp_path / "r.xyz").exists()
     proc = run_cli("report", "--machine", "k100-ai-8x64g", "--lifeboat", "-1")
     assert proc.returncode == 2 and "must be >= 0" in proc.stderr
+
+
+def test_terminal_report_summary_fits_one_screen_before_its_details():
+    """At 120 columns: the headline, one line per workload and each caveat once come before
+    the details, within one screen (50 lines), and no line is wider than the terminal."""
+    p = run_cli("report", "--no-fail", env={"COLUMNS": "120"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert all(len(ln) <= 120 for ln in lines)
+    end = next(i for i, ln in enumerate(lines) if "claim:" in ln or "Bottleneck ranking" in ln)
+    assert end <= 50, "\n".join(lines[:end])
+    head = "\n".join(lines[:end])
+    assert "16 workloads — 7 can, 3 tight, 6 cannot" in head
+    assert head.count("uses all 8 cards: no lifeboat card") == 1  # said once, with its rows
+    assert head.count("not judged: card links") == 1
+    details = run_cli("report", "--no-fail", "--details", env={"COLUMNS": "120"})
+    assert details.stdout.count("not judged: card links") > 1  # every reason whole

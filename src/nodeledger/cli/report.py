@@ -86,10 +86,16 @@ lifeboat_option = click.option(
 )
 @output_option
 @lifeboat_option
+@click.option(
+    "--details",
+    "details",
+    is_flag=True,
+    help="Terminal: every workload's whole reason in the table (default: one line each, caveats once).",
+)
 @no_fail_option
 @json_option
-def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, no_fail=False,
-           as_json=False) -> None:  # fmt: skip
+def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, details=False,
+           no_fail=False, as_json=False) -> None:  # fmt: skip
     """Capacity report: can / tight / cannot for each workload, what binds, serving capacity
     with the lifeboat card, big loads at once, links and network, and the scale-out verdict.
     Exit: the worst tier among the workloads that do not turn out as their catalogue entry
@@ -110,7 +116,7 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, no_f
     elif fmt == "html":
         _write(render.html(rep, profile, intro), output)
     else:
-        _render_report(rep, intro, output)
+        _render_report(rep, intro, output, details)
     tier, why = gate(rep)
     if tier != "can" and not no_fail:
         sys.stderr.write(f"nodeledger: {why} (exit {VERDICT_EXIT[tier]}; --no-fail: exit 0)\n")
@@ -160,7 +166,49 @@ def _terminal_done(af: atomic.AtomicText | None, output: Path | None, ok: bool) 
     sys.stderr.write(f"wrote {output}\n")
 
 
-def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
+def _binding_figure(r: dict) -> str:
+    """The binding resource's own figure, short: "91.2 GiB of 64.0 GiB (142 %)"."""
+    res = next((x for x in r["resources"] if x["resource"] == r.get("binding")), None)
+    text = (res or {}).get("reason") or r["reason"]
+    text = text.split("; ")[0].removeprefix(f"{r.get('binding')}: ").removeprefix("busiest card ")
+    text = text.split(" + ")[0]  # the page-cache addendum stays in --details
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _caveats(rep: dict) -> list[tuple[str, list[str]]]:
+    """Each caveat said once with the workloads it applies to: the "not judged" clauses of the
+    reasons and the lifeboat line, in the order first met."""
+    seen: dict[str, list[str]] = {}
+    for r in rep["workloads"]:
+        parts = [p for p in r["reason"].split("; ") if p.startswith("not judged:")]
+        if r.get("lifeboat"):
+            parts.append(r["lifeboat"])
+        for p in parts:
+            seen.setdefault(p, []).append(r["id"])
+    return list(seen.items())
+
+
+def _compact_workloads(con, rep: dict) -> None:
+    """One line per workload (tier, what binds, its figure, the field notes' expectation), then
+    each caveat once with the rows it applies to; `--details` prints every reason whole."""
+    from rich.table import Table
+
+    t = Table(title="Workloads (`--details`: every reason; `nodeledger fit`: every item)")
+    for col in ("workload", "tier", "binds", "figure", "field notes"):
+        t.add_column(col, no_wrap=col in ("workload", "tier"))
+    for r in rep["workloads"]:
+        tier = r["tier_name"]
+        exp = r.get("expect")
+        notes = "" if not exp else (f"{exp} (agrees)" if r.get("agrees") else f"{exp} (differs)")
+        t.add_row(escape(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", r["binding"] or "",
+                  escape(_binding_figure(r)), notes)  # fmt: skip
+    con.print(t)
+    for text, ids in _caveats(rep):
+        rows = ", ".join(ids) if len(ids) <= 4 else f"{len(ids)} workloads: {', '.join(ids)}"
+        con.print(f"  {text} — {rows}", markup=False, highlight=False)
+
+
+def _render_report(rep: dict, intro: list[str], output: Path | None, details: bool = False) -> None:
     from rich.table import Table
 
     from nodeledger.report import render
@@ -170,25 +218,28 @@ def _render_report(rep: dict, intro: list[str], output: Path | None) -> None:
         for line in intro:
             con.print(line, markup=False, highlight=False)
         con.print(render.headline(rep), markup=False)
-        t = Table(title="Workloads", show_lines=False)
-        for col in (
-            "workload",
-            "tier",
-            "binds",
-            "reason (numbers; `nodeledger fit` shows every item)",
-            "field notes",
-        ):
-            t.add_column(col)
-        for r in rep["workloads"]:
-            tier = r["tier_name"]
-            t.add_row(
-                escape(r["id"]),
-                f"[{TIER_STYLE[tier]}]{tier}[/]",
-                r["binding"] or "",
-                r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),
-                render._expect(r),
-            )
-        con.print(t)
+        if details:
+            t = Table(title="Workloads", show_lines=False)
+            for col in (
+                "workload",
+                "tier",
+                "binds",
+                "reason (numbers; `nodeledger fit` shows every item)",
+                "field notes",
+            ):
+                t.add_column(col)
+            for r in rep["workloads"]:
+                tier = r["tier_name"]
+                t.add_row(
+                    escape(r["id"]),
+                    f"[{TIER_STYLE[tier]}]{tier}[/]",
+                    r["binding"] or "",
+                    r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),
+                    render._expect(r),
+                )
+            con.print(t)
+        else:
+            _compact_workloads(con, rep)
         for r in rep["workloads"]:
             if r.get("claim") and r.get("model_state"):
                 con.print(
