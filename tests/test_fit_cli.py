@@ -178,3 +178,15 @@ def test_vllm_pool_below_zero_is_zero_with_the_shortfall_named():
     assert d["extras"]["kv_pool_bytes"] == 0
     assert "exceed the vLLM budget by" in d["extras"]["kv_shortfall"]
     assert d["verdict"]["tier"] == "cannot"
+
+
+def test_verdict_line_names_the_default_that_would_flip_it():
+    d = cli_json("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "fsdp",
+                 "--checkpointing", "full")  # fmt: skip
+    assert d["verdict"]["tier"] == "cannot"  # FSDP2's default: fp32 parameters, 16 B / 8
+    assert d["verdict"]["flips"] == ["with --precision bf16: FITS"]
+    given = cli_json("fit", "qwen3-32b", "--job", "train", "--dp", "8", "--shard", "fsdp",
+                     "--precision", "mixed", "--checkpointing", "full")  # fmt: skip
+    assert given["verdict"]["flips"] == []  # a choice the user made is not second-guessed
+    serve = cli_json("fit", "qwen3-8b")
+    assert any("hf engine at 1 sequence" in f for f in serve["verdict"]["flips"])

@@ -89,6 +89,13 @@ def fit_cmd(
         job_obj, _ = resolve_job(job_obj, profile, spec)
     result = fit(spec, job_obj, profile)
     data = _fit_json(result, src, profile, job)
+    from nodeledger.verdict.fit import flips
+
+    data["verdict"]["flips"] = flips(spec, job_obj, profile, result.verdict.tier)
+    if job == "serve" and job_obj.engine == "hf" and job_obj.concurrency == 1:
+        data["verdict"]["flips"].append(
+            "assumes the hf engine at 1 sequence (--concurrency N|max, or --engine vllm|sglang for a serving engine's pool)"
+        )
     from nodeledger.ledger.runtime import provenance
 
     data["runtime"] = provenance(profile.accelerators[0].vendor if profile.accelerators else "")
@@ -184,6 +191,8 @@ def _render_fit(d: dict[str, Any]) -> None:
     caveat = (d.get("runtime") or {}).get("caveat")
     if caveat:
         assumes += f"; {escape(caveat)}"
+    for f in v.get("flips") or []:
+        assumes += f"; {escape(f)}"
     con.print(
         f"[bold]{escape(d['model'])}[/bold] --job {d['job']} on {escape(d['machine'])}: "
         f"[bold {colour}]{v['tier'].upper()}[/bold {colour}] — binding: {v['binding']}; {escape(v['reason'])}{assumes}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from nodeledger.errors import NodeledgerError
+from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.ledger.build import (
     Ledger,
     card_capacity,
@@ -243,6 +243,22 @@ def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> 
         scheme = config_scheme(spec)
         opts.update(dtype=scheme.name, dtype_source=scheme.source)
     return FitResult(ledger, v, opts)
+
+
+def flips(spec, job, machine: MachineProfile, tier: str) -> list[str]:
+    """The defaulted choices that would change the verdict, each as "with OPTION: TIER": for a
+    training job whose precision was the framework's default, the other precision.  Each is a
+    ledger run of that variant (no suggestions)."""
+    out = []
+    if isinstance(job, TrainJob) and job.precision_source != "given" and not job.is_lora:
+        other = "mixed" if job.precision == "bf16" else "bf16"
+        try:
+            alt = verdict_of(ledger_for(spec, job.rechoose(precision=other), machine))
+        except InputError:
+            alt = None
+        if alt is not None and alt.tier != tier:
+            out.append(f"with --precision {other}: {alt.tier.upper()}")
+    return out
 
 
 ABSURD_MACHINES = 100
