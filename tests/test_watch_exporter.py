@@ -372,12 +372,7 @@ def test_a_128_fd_exporter_still_scrapes_with_200_idle_sockets():
     )  # fmt: skip
     idle = []
     try:
-        for _ in range(100):
-            try:
-                assert _request(port)[0] == 200
-                break
-            except OSError:
-                time.sleep(0.1)
+        _wait_ready(port)
         for _ in range(200):
             with contextlib.suppress(OSError):
                 idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
@@ -418,15 +413,20 @@ def test_sigterm_is_a_clean_exit():
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        for _ in range(100):
-            try:
-                assert _request(port)[0] == 200
-                break
-            except OSError:
-                time.sleep(0.1)
+        _wait_ready(port)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0, proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _wait_ready(port: int) -> None:
+    """Until the exporter on ``port`` answers /metrics (10 s at most)."""
+    for _ in range(100):
+        try:
+            assert _request(port)[0] == 200
+            return
+        except OSError:
+            time.sleep(0.1)
