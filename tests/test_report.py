@@ -296,9 +296,11 @@ def test_markdown_and_html_files(tmp_path):
         == 0
     )
     page = html.read_text()
-    assert page.count("<svg") == 2 and "http://" not in page.replace(
+    # the stacks chart; the link matrix only when a link has a figure (none on the reference)
+    assert page.count("<svg") == 1 and "http://" not in page.replace(
         "http://www.w3.org/2000/svg", ""
     )
+    assert "Bandwidth unknown for every pair of the 8 cards" in page
     assert html.stat().st_size < 2_000_000
 
 
@@ -329,13 +331,18 @@ def test_html_renders_in_headless_chromium(tmp_path):
     dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout  # fmt: skip
     for text in ("Capacity report: k100-ai-8x64g", "Bottleneck ranking", "Scale-out verdict",
-                 "serve-671b-tp16-2machines", "Card-to-card links"):  # fmt: skip
+                 "serve-671b-tp16-2machines", "Card-to-card links", "Stay on one machine",
+                 "Card memory and host RAM per workload", "dashed orange = tight (90 %)"):  # fmt: skip
         assert text in dom
     png = tmp_path / "r.png"
-    subprocess.run([CHROMIUM, *flags, "--window-size=1200,2600", f"--screenshot={png}",
+    subprocess.run([CHROMIUM, *flags, "--window-size=1200,4000", f"--screenshot={png}",
                     page.as_uri()], capture_output=True, timeout=120, cwd=tmp_path)  # fmt: skip
     img = Image.open(png).convert("RGB")
-    assert img.size == (1200, 2600)
+    assert img.size == (1200, 4000)
+    px = img.load()
+    w, h = img.size
+    rows = [y for y in range(0, h, 2) if any(sum(px[x, y]) < 735 for x in range(0, w - 20, 4))]
+    assert rows and max(rows) < 3000, max(rows)  # the page fits a 3000 px screenshot
     pixels = (
         list(img.getdata()) if not hasattr(img, "get_flattened_data") else img.get_flattened_data()
     )
@@ -347,6 +354,23 @@ def test_html_renders_in_headless_chromium(tmp_path):
     for rgb in ((0x2E, 0x7D, 0x32), (0xC6, 0x28, 0x28), (0x15, 0x65, 0xC0)):  # can, cannot, bars
         near = sum(c for p, c in counts.items() if all(abs(p[k] - rgb[k]) <= 8 for k in range(3)))
         assert near > 200, rgb
+    # the chart's known geometry (render.STACKS after the 24 px page margin: the card's capacity
+    # at 80 % of its panel, the tight marker at 90 % of that): inside the
+    # band the dashed orange tight markers span, the capacity-line column is one dark run per
+    # workload row and nothing else -- no label or bar is drawn over it
+    from nodeledger.report.render import STACKS
+
+    left, panel = 24 + STACKS["label_w"], STACKS["panel_w"]
+    tight_x, cap_x = left + round(0.9 * 0.8 * panel), left + round(0.8 * panel)
+    band = [y for y in range(h) for x in range(tight_x - 4, tight_x + 4)
+            if px[x, y][0] > 225 and 100 < px[x, y][1] < 180 and px[x, y][2] < 80]  # fmt: skip
+    assert band, "no tight marker drawn"
+    runs, dark_before = 0, False
+    for y in range(min(band) - 5, max(band) + 5):
+        dark = sum(px[cap_x, y]) < 150
+        runs += dark and not dark_before
+        dark_before = dark
+    assert runs == 16, runs  # the 16 workloads of the default catalogue
 
 
 # -- compare -----------------------------------------------------------------------------------

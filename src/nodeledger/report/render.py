@@ -91,20 +91,27 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
     m = rep["machine"]
     L = [f"# Capacity report: {m['name']}", ""]
     L += [f"> {line}" for line in intro or []]
-    L += ["", headline(rep), "", f"_{m['description']}_", ""]
+    L += [
+        "",
+        f"**{_cap(rep['scale_out']['verdict'])}.** {headline(rep)}",
+        "",
+        f"_{m['description']}_",
+        "",
+    ]
     L += ["## Workloads", "",
-          "| workload | tier | binds | reason (numbers) | field notes |", "|---|---|---|---|---|"]  # fmt: skip
+          "| workload | tier | binds | figure | field notes |", "|---|---|---|---|---|"]  # fmt: skip
     for r in rep["workloads"]:
-        reason = r["reason"].replace("|", "/")
-        L.append(f"| {r['id']} — {r['title']} | **{r['tier_name']}** | {r['binding'] or ''} | "
-                 f"{reason} | {_expect(r)} |")  # fmt: skip
-    L += ["", "Notes:", ""]
+        L.append(f"| {r['id']} | **{r['tier_name']}** | {r['binding'] or ''} | "
+                 f"{binding_figure(r).replace('|', '/')} | {_expect(r)} |")  # fmt: skip
+    L += [""]
+    L += [f"- {text} — {', '.join(ids)}" for text, ids in caveats(rep)]
     for r in rep["workloads"]:
-        if r.get("lifeboat"):
-            L.append(f"- {r['id']}: {r['lifeboat']}")
         if r.get("claim") and r.get("model_state"):
             L.append(f"- {r['id']}: claim: {r['claim']}. Ledger: "
                      f"{state_line(r['model_state'], r.get('framework'), r.get('claim_check'))}")  # fmt: skip
+    L += ["", "### Every workload's reason", "", "| workload | reason (numbers) |", "|---|---|"]
+    for r in rep["workloads"]:
+        L.append(f"| {r['id']} — {r['title']} | {r['reason'].replace('|', '/')} |")
     L += ["", "## Bottleneck ranking", "",
           "| resource | cannot | tight | worst demand / capacity (memory: used / size; links, network: traffic / compute time) | unknown | workloads |",
           "|---|---|---|---|---|---|"]  # fmt: skip
@@ -168,54 +175,121 @@ def state_line(ms: dict, fw: dict | None = None, check: dict | None = None) -> s
 
 # -- HTML ------------------------------------------------------------------------------------
 
-PALETTE = ["#1565c0", "#6a1b9a", "#00838f", "#2e7d32", "#9e9d24", "#ef6c00", "#ad1457",
-           "#4e342e", "#37474f", "#5c6bc0", "#26a69a", "#8d6e63", "#7cb342", "#ffa000"]  # fmt: skip
+# one colour per family of ledger items (the legend lists families, not items)
+FAMILIES = (
+    ("weights", "#1565c0", ("weights", "parameters", "rotary", "adapters")),
+    ("KV cache", "#6a1b9a", ("kv",)),
+    ("activations", "#ef6c00", ("activation", "recompute", "transient", "prefill", "decode", "graph", "sampler", "profile")),
+    ("loss / logits", "#ad1457", ("loss", "logits")),
+    ("gradients, optimizer", "#2e7d32", ("gradient", "optimizer", "master", "partition", "bucket", "autocast")),
+    ("sharding gathers", "#00838f", ("gather", "fsdp", "root unit")),
+    ("runtime (context, allocator, NCCL)", "#616161", ("context", "allocator", "nccl", "cublas", "workspace", "cuda", "reserve")),
+    ("host processes, loaders", "#8d6e63", ("process", "dataloader", "worker", "offload", "checkpoint", "pinned", "load")),
+)  # fmt: skip
+OTHER = ("other", "#9e9d24")
+PAGE_CACHE = "#d7ccc8"
 
 
-def _colour(name: str, cache: dict[str, str]) -> str:
-    key = name.split("(")[0].split(",")[0].strip().lower()
-    if key not in cache:
-        cache[key] = PALETTE[len(cache) % len(PALETTE)]
-    return cache[key]
+def _family(name: str) -> tuple[str, str]:
+    low = name.lower()
+    for fam, colour, keys in FAMILIES:
+        if any(k in low for k in keys):
+            return fam, colour
+    return OTHER
 
 
-def _bars_svg(rows: list[dict]) -> str:
-    """One horizontal stacked bar per workload: the busiest card's items against its memory."""
-    rows = [r for r in rows if r.get("stack") and r["stack"]["capacity_bytes"]]
+def _panel(
+    out: list,
+    x0: float,
+    y: float,
+    w: float,
+    h: float,
+    items: list[tuple[str, int, str]],
+    capacity: int | None,
+    used: int,
+    seen: dict,
+    suffix: str = "",
+) -> None:
+    """One stacked bar: items (name, bytes, colour) from x0, scaled so that the capacity sits at
+    80 % of the panel; a dashed tight marker at 90 % of capacity, a solid capacity line, and a
+    break mark where a bar runs past the panel; the value and percentage in a column of their
+    own to the right, so nothing is drawn over the capacity line."""
+    if not capacity:
+        out.append(f'<text x="{x0}" y="{y + h - 6}" font-size="11" fill="#757575">capacity unknown: '
+                   f"{_gib(used)} used</text>")  # fmt: skip
+        return
+    scale = 0.8 * w / capacity
+    x, end = x0, x0 + w
+    for name, b, colour in items:
+        bw = b * scale
+        seen.setdefault(colour, name)
+        if x < end:
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="{max(0.5, min(bw, end - x)):.1f}" height="{h}" '
+                       f'fill="{colour}"><title>{escape(name)}: {_gib(b)}</title></rect>')  # fmt: skip
+        x += bw
+    if x > end:  # past the panel: a white zig-zag says the bar is cut
+        zx = end - 10
+        out.append(f'<polyline points="{zx},{y - 2} {zx + 4},{y + h / 3:.1f} {zx - 2},{y + 2 * h / 3:.1f} '
+                   f'{zx + 3},{y + h + 2}" fill="none" stroke="#fff" stroke-width="3"/>')  # fmt: skip
+    cap_x = x0 + capacity * scale
+    tight_x = x0 + 0.9 * capacity * scale
+    out.append(f'<line x1="{tight_x:.1f}" x2="{tight_x:.1f}" y1="{y - 2}" y2="{y + h + 2}" stroke="#ff8f00" '
+               'stroke-width="1.5" stroke-dasharray="3,2"/>')  # fmt: skip
+    out.append(f'<line x1="{cap_x:.1f}" x2="{cap_x:.1f}" y1="{y - 3}" y2="{y + h + 3}" stroke="#000" '
+               'stroke-width="2"/>')  # fmt: skip
+    pct = 100 * used / capacity
+    colour = "#c62828" if pct > 100 else ("#e65100" if pct > 90 else "#212121")
+    out.append(f'<text x="{end + 6:.1f}" y="{y + h - 6}" font-size="11" fill="{colour}">'
+               f"{_gib(used)} ({pct:.0f} %){suffix}</text>")  # fmt: skip
+
+
+# the chart's geometry in px (the screenshot test reads it to find the capacity lines)
+STACKS = {"label_w": 190, "panel_w": 280, "value_w": 180, "gap": 20, "bar_h": 16, "step": 24}
+
+
+def _stacks_svg(rows: list[dict], machine: MachineProfile) -> str:
+    """Per workload, two stacked bars side by side: the busiest card's ledger items against a
+    card's memory and the host-RAM items against the host's (page cache light), each with its
+    tight (90 %) marker and capacity line; colours by item family."""
+    rows = [r for r in rows if r.get("stack") or (r.get("ledger") or {}).get("host_items")]
     if not rows:
-        return "<p>No card ledger to draw (card memory unknown).</p>"
-    width, label_w, bar_h, gap = 900, 220, 22, 10
-    top = max(max(r["stack"]["total_bytes"], r["stack"]["capacity_bytes"]) for r in rows)
-    scale = (width - label_w - 110) / top
-    colours: dict[str, str] = {}
-    h = len(rows) * (bar_h + gap) + 30
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
-           f'role="img" aria-label="per-card memory by workload">']  # fmt: skip
-    for k, r in enumerate(rows):
-        y = 10 + k * (bar_h + gap)
-        st = r["stack"]
-        out.append(f'<text x="0" y="{y + 15}" font-size="12">{escape(r["id"])}</text>')
-        x = label_w
-        for it in st["items"]:
-            w = it["bytes"] * scale
-            c = _colour(it["name"], colours)
-            out.append(f'<rect x="{x:.1f}" y="{y}" width="{max(w, 0.5):.1f}" height="{bar_h}" '
-                       f'fill="{c}"><title>{escape(it["name"])}: {_gib(it["bytes"])}</title></rect>')  # fmt: skip
-            x += w
-        cap_x = label_w + st["capacity_bytes"] * scale
-        out.append(f'<line x1="{cap_x:.1f}" x2="{cap_x:.1f}" y1="{y - 3}" y2="{y + bar_h + 3}" '
-                   'stroke="#000" stroke-width="2"/>')  # fmt: skip
-        pct = 100 * st["total_bytes"] / st["capacity_bytes"]
-        out.append(f'<text x="{min(x, cap_x) + 4 if x < cap_x else x + 4:.1f}" y="{y + 15}" '
-                   f'font-size="11">{_gib(st["total_bytes"])} ({pct:.0f} %)</text>')  # fmt: skip
-    out.append("</svg>")
-    legend = "".join(
-        f'<span class="key"><i style="background:{c}"></i>{escape(n)}</span>'
-        for n, c in colours.items()
+        return "<p>No ledger to draw.</p>"
+    label_w, panel_w, value_w, gap, bar_h, step = (
+        STACKS[k] for k in ("label_w", "panel_w", "value_w", "gap", "bar_h", "step")
     )
+    width = label_w + 2 * (panel_w + value_w) + gap
+    host_cap = machine.host.ram_bytes
+    h = 34 + len(rows) * step
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img" '
+           f'aria-label="card memory and host RAM per workload" font-family="sans-serif">']  # fmt: skip
+    x_card, x_host = label_w, label_w + panel_w + value_w + gap
+    out.append(f'<text x="{x_card}" y="14" font-size="12" font-weight="600">busiest card</text>')
+    out.append(f'<text x="{x_host}" y="14" font-size="12" font-weight="600">host RAM</text>')
+    seen: dict[str, str] = {}
+    for k, r in enumerate(rows):
+        y = 26 + k * step
+        out.append(f'<text x="0" y="{y + bar_h - 4}" font-size="12">{escape(r["id"])}</text>')
+        st = r.get("stack")
+        if st:
+            items = [(it["name"], it["bytes"], _family(it["name"])[1]) for it in st["items"]]
+            _panel(
+                out, x_card, y, panel_w, bar_h, items, st["capacity_bytes"], st["total_bytes"], seen
+            )
+        hl = r.get("ledger") or {}
+        hitems = [(it["name"], it["bytes"], PAGE_CACHE if it.get("reclaimable") else _family(it["name"])[1])
+                  for it in hl.get("host_items") or [] if it["bytes"] > 0]  # fmt: skip
+        if hitems:
+            cache = sum(it["bytes"] for it in hl.get("host_items") or [] if it.get("reclaimable"))
+            _panel(out, x_host, y, panel_w, bar_h, hitems, host_cap, hl.get("host_peak_bytes") or 0,
+                   seen, f" + {cache / 2**30:,.0f} GiB cache" if cache else "")  # fmt: skip
+    out.append("</svg>")
+    fams = {c: f for f, c, _ in (*FAMILIES, (*OTHER, ()))}
+    fams[PAGE_CACHE] = "page cache (evictable)"
+    keys = "".join(f'<span class="key"><i style="background:{c}"></i>{escape(fams.get(c, c))}</span>'
+                   for c in dict.fromkeys(seen))  # fmt: skip
     return (
-        "".join(out)
-        + f'<div class="legend">{legend} <span class="key">| black line = card memory</span></div>'
+        "".join(out) + f'<div class="legend">{keys}<span class="key">black line = capacity; '
+        "dashed orange = tight (90 %); a white zig-zag = the bar is cut</span></div>"
     )
 
 
@@ -227,6 +301,13 @@ def _matrix_svg(machine: MachineProfile) -> str:
     n = len(cards)
     bws = [machine.link(a, b).bandwidth_gbps for a in cards for b in cards if a != b]
     known = [b for b in bws if b is not None]
+    if not known:
+        kinds = sorted({machine.link(a, b).kind.value for a in cards for b in cards if a != b})
+        return (
+            f"<p>Bandwidth unknown for every pair of the {n} cards (link kinds: "
+            f"{escape(', '.join(kinds))}): <code>nodeledger bench --save-profile FILE</code> "
+            "measures it; no matrix is drawn without figures.</p>"
+        )
     hi = max(known) if known else 1.0
     size = pad + n * cell + 10
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" role="img" '
@@ -271,28 +352,72 @@ th{background:#f5f5f5}.tier{color:#fff;padding:1px 6px;border-radius:3px;font-we
 """
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def caveats(rep: dict) -> list[tuple[str, list[str]]]:
+    """Each caveat once with the workloads it applies to: the "not judged" clauses of the
+    reasons and the lifeboat line, in the order first met."""
+    seen: dict[str, list[str]] = {}
+    for r in rep["workloads"]:
+        parts = [x for x in r["reason"].split("; ") if x.startswith("not judged:")]
+        if r.get("lifeboat"):
+            parts.append(r["lifeboat"])
+        for x in parts:
+            seen.setdefault(x, []).append(r["id"])
+    return list(seen.items())
+
+
+def binding_figure(r: dict) -> str:
+    """The binding resource's own figure, short: "91.2 GiB of 64.0 GiB (142 %)"."""
+    res = next((x for x in r["resources"] if x["resource"] == r.get("binding")), None)
+    text = (res or {}).get("reason") or r["reason"]
+    text = text.split("; ")[0].removeprefix(f"{r.get('binding')}: ").removeprefix("busiest card ")
+    text = text.split(" + ")[0]
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> str:
+    """One self-contained page, answer first: the verdict and the counts, one line per
+    workload, each caveat once, the card-memory and host-RAM stacks, then the details (every
+    reason whole folded in a <details>)."""
     m = rep["machine"]
+    so = rep["scale_out"]
     P = ["<!doctype html><html><head><meta charset='utf-8'>",
          f"<title>nodeledger capacity report: {escape(m['name'])}</title><style>{CSS}</style></head><body>",
          f"<h1>Capacity report: {escape(m['name'])}</h1>"]  # fmt: skip
+    P.append(f"<p class='verdict{' buy' if so['buy_second_machine'] else ''}'>{escape(_cap(so['verdict']))}. "
+             f"{escape(headline(rep).split(': ', 1)[1].split('. ')[0])}.</p>")  # fmt: skip
     P += [f"<p class='small'>{escape(line)}</p>" for line in intro or []]
-    P.append(f"<p>{escape(headline(rep))}</p><p class='small'>{escape(m['description'])}</p>")
+    caveat = (rep.get("runtime") or {}).get("caveat")
+    if caveat:
+        P.append(f"<p class='small'>Every card figure: {escape(caveat)}.</p>")
     P.append("<h2>Workloads</h2><table><tr><th>workload</th><th>tier</th><th>binds</th>"
-             "<th>reason (numbers)</th><th>field notes</th></tr>")  # fmt: skip
+             "<th>figure</th><th>field notes</th></tr>")  # fmt: skip
     for r in rep["workloads"]:
         c = TIER_COLOUR[r["tier_name"]]
-        P.append(
-            f"<tr><td><b>{escape(r['id'])}</b><br><span class='small'>{escape(r['title'])}</span></td>"
-            f"<td><span class='tier' style='background:{c}'>{r['tier_name']}</span></td>"
-            f"<td>{escape(r['binding'] or '')}</td><td>{escape(r['reason'])}"
-            + (f"<br><span class='small'>{escape(r['lifeboat'])}</span>" if r.get("lifeboat") else "")
-            + (f"<br><span class='small'>claim: {escape(r['claim'])}. Ledger: "
-               f"{escape(state_line(r['model_state'], r.get('framework'), r.get('claim_check')))}</span>" if r.get("claim") and r.get("model_state") else "")
-            + f"</td><td>{escape(_expect(r))}</td></tr>"
-        )  # fmt: skip
-    P.append("</table>")
-    P.append("<h2>Busiest card per workload (stacked memory)</h2>" + _bars_svg(rep["workloads"]))
+        P.append(f"<tr><td><b>{escape(r['id'])}</b></td>"
+                 f"<td><span class='tier' style='background:{c}'>{r['tier_name']}</span></td>"
+                 f"<td>{escape(r['binding'] or '')}</td><td>{escape(binding_figure(r))}</td>"
+                 f"<td>{escape(_expect(r))}</td></tr>")  # fmt: skip
+    P.append("</table><ul class='small'>")
+    for text, ids in caveats(rep):
+        P.append(f"<li>{escape(text)} — {escape(', '.join(ids))}</li>")
+    P.append("</ul>")
+    P.append(
+        "<h2>Card memory and host RAM per workload</h2>" + _stacks_svg(rep["workloads"], machine)
+    )
+    for r in rep["workloads"]:
+        if r.get("claim") and r.get("model_state"):
+            P.append(f"<p class='small'><b>{escape(r['id'])}</b>: claim: {escape(r['claim'])}. Ledger: "
+                     f"{escape(state_line(r['model_state'], r.get('framework'), r.get('claim_check')))}</p>")  # fmt: skip
+    P.append("<details><summary>Every workload's reason, whole</summary><table><tr><th>workload</th>"
+             "<th>reason (numbers)</th></tr>")  # fmt: skip
+    for r in rep["workloads"]:
+        P.append(f"<tr><td><b>{escape(r['id'])}</b><br><span class='small'>{escape(r['title'])}</span></td>"
+                 f"<td>{escape(r['reason'])}</td></tr>")  # fmt: skip
+    P.append("</table></details>")
     P.append("<h2>Card-to-card links</h2>" + _matrix_svg(machine))
     P.append("<h2>Bottleneck ranking</h2><table><tr><th>resource</th><th>cannot</th><th>tight</th>"
              "<th>worst demand / capacity (memory: used / size; links, network: traffic / compute time)</th><th>unknown</th><th>workloads</th></tr>")  # fmt: skip
@@ -302,22 +427,26 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
                  f"<td>{ratio}</td><td>{b['unknown']}</td><td>{escape(', '.join(b['workloads']))}</td></tr>")  # fmt: skip
     P.append("</table>")
     s = rep["serving"]
+    total = sum(w["total_sequences"] or 0 for w in s["workloads"])
     P.append(
-        f"<h2>Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards free)</h2><ul>"
+        f"<h2>Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards free)</h2>"
+        f"<details><summary>{len(s['workloads'])} serving workloads on {s['business_cards']} business "
+        f"cards; up to {total:,} sequences in all at their contexts</summary><ul>"
     )
     P += [f"<li>{escape(line)}</li>" for line in serving_lines(rep)]
-    P.append("</ul><h2>Host RAM: big loads at once</h2><ul>")
+    P.append("</ul></details><h2>Host RAM: big loads at once</h2><ul>")
     for h in rep["host_loads"]:
         P.append(f"<li>{escape(h['model'])}: {h['max_concurrent']} at once, {h['max_without_tight']} "
                  f"without entering tight; {escape(h['reason'])}"
                  + (f"<br>{escape(load_line(h['load_times']))}" if h.get("load_times") else "")
                  + "</li>")  # fmt: skip
-    P.append("</ul><h2>Links and network</h2><ul>")
+    P.append(f"</ul><h2>Links and network</h2><details><summary>{len(rep['links'])} workloads "
+             "that move data between cards or machines: traffic per token against the compute it "
+             "hides behind</summary><ul>")  # fmt: skip
     P += [f"<li><b>{escape(lk['id'])}</b> ({escape(lk['basis'])}): {escape(lk['reason'])}</li>"
           for lk in rep["links"]]  # fmt: skip
-    so = rep["scale_out"]
-    P.append(f"</ul><h2>Scale-out verdict</h2><p class='verdict{' buy' if so['buy_second_machine'] else ''}'>"
-             f"{escape(so['verdict'])}</p><ol>")  # fmt: skip
+    P.append(f"</ul></details><h2>Scale-out verdict</h2><p class='verdict{' buy' if so['buy_second_machine'] else ''}'>"
+             f"{escape(_cap(so['verdict']))}</p><ol>")  # fmt: skip
     for c in so["criteria"]:
         P.append(f"<li>{escape(c['criterion'])}: <b>{'holds' if c['holds'] else 'does not hold'}</b><ul>"
                  + "".join(f"<li>{escape(e)}</li>" for e in c["evidence"]) + "</ul></li>")  # fmt: skip
