@@ -110,14 +110,48 @@ def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> No
 def machine_show(machine=None, as_json=False, save=None) -> None:
     """Show a machine profile: cards, links, host, network, storage — each figure with its source."""
     from nodeledger.machine import resolve_machine, save_profile
+    from nodeledger.machine.identity import device_identity, read_dev_nodes
 
+    if save is not None:
+        from nodeledger.machine.io import check_save_path
+
+        check_save_path(save)
     profile = resolve_machine(machine)
     if save is not None:
         save_profile(profile, save)
+    # /dev nodes are this host's: read only for the live probe (a preset's cards are not here)
+    ident = device_identity(profile, dev_nodes=read_dev_nodes() if machine is None else None)
     if as_json:
-        print_json(profile.model_dump(mode="json"))
+        print_json({**profile.model_dump(mode="json"), "device_identity": ident})
         return
     _render_machine(profile)
+    _render_identity(ident)
+
+
+def _render_identity(ident: dict) -> None:
+    from rich.table import Table
+
+    if not ident["rows"]:
+        return
+    con = console()
+    name = ident["index_name"] or "runtime index"
+    t = Table(
+        title=f"Device identity (smi index = what the vendor tool prints; {name} = what a process here sees)"
+    )
+    for c in ("smi index", f"{name} (this env)", "PCI bus", "/dev node (minor)", "NUMA", "uuid"):
+        t.add_column(c)
+    for r in ident["rows"]:
+        ri = (
+            "not visible"
+            if not r["visible"]
+            else ("unknown" if r["runtime_index"] is None else str(r["runtime_index"]))
+        )
+        dev = "unknown" if r["dev_node"] is None else f"{r['dev_node']} ({r['dev_minor']})"
+        t.add_row(str(r["smi_index"]), ri, r["pci_bus_id"] or "unknown", dev,
+                  "unknown" if r["numa_node"] is None else str(r["numa_node"]), r["uuid"] or "unknown")  # fmt: skip
+    con.print(t)
+    for n in ident["notes"]:
+        con.print(f"  note: {n}", markup=False, highlight=False)
 
 
 def _group_cards(cards):

@@ -92,6 +92,9 @@ class Accelerator(_Strict):
     int8_dense_tops: _opt(PositiveFloat) = None
     numa_node: _opt(NonNegInt) = None
     pci_bus_id: _opt(str) = None
+    uuid: _opt(str) = (
+        None  # the vendor's unique id (NVIDIA GPU-..., AMD/Hygon/Ascend where printed)
+    )
     partition: _opt(str) = None  # MIG / partition state: "disabled", "enabled: 3g.40gb x2", ...
     # health and state, live probes / bundles only (doctor reads them)
     persistence_mode: _opt(Literal["enabled", "disabled"]) = None
