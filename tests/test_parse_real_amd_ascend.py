@@ -155,3 +155,26 @@ def test_hy_smi_one_bad_vram_cell_keeps_the_other_cards(cell):
     assert len(r.cards) == 8 and r.cards[0].vram_used_pct is None
     assert r.cards[1].vram_used_pct == 85.0
     assert any(n.startswith("hy-smi: card 0 VRAM%") for n in r.notes), r.notes
+
+
+def test_amd_smi_sizes_are_binary_units():
+    """amd-smi prints "7.3 GB" for 7,889,485,824 B (its --csv of the same process, same blog
+    post): binary units; the text figure is that rounded to 0.1 GiB."""
+    from conftest import FIXTURES
+    from nodeledger.machine.parsers import parse_kind
+
+    amd = FIXTURES / "amd"
+    text = parse_kind(
+        "amd-smi-process", (amd / "rocmblogs-8x-mi300x-amd-smi-process.txt").read_text()
+    )
+    csv = parse_kind(
+        "amd-smi-process", (amd / "rocmblogs-8x-mi300x-amd-smi-process-csv.txt").read_text()
+    )
+    t0, c0 = text["processes"][0], csv["processes"][0]
+    assert t0["pid"] == c0["pid"] == 207590
+    assert abs(t0["vram_bytes"] - c0["vram_bytes"]) <= 0.05 * 2**30  # within the printed rounding
+    mon = parse_kind(
+        "amd-smi-monitor", (amd / "amdsmi130-mi300x-amd-smi-monitor-process.txt").read_text()
+    )
+    assert mon["cards"][0]["vram_total_bytes"] == round(191.7 * 2**30)  # an MI300X's 192 GiB
+    assert mon["processes"][0]["pid"] == 2266127 and mon["processes"][0]["name"] is None

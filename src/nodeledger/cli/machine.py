@@ -307,7 +307,7 @@ def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0) -> None:
 @click.command("parse")
 @click.argument(
     "kind",
-    help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | hy-smi | npu-smi | npu-smi-topo | numactl | lscpu | vllm-log | sglang-log",
+    help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | amd-smi-monitor | amd-smi-process | hy-smi | npu-smi | npu-smi-topo | numactl | lscpu | vllm-log | sglang-log",
 )
 @click.argument("file", help="A recorded output ('-' for standard input).")
 @json_option

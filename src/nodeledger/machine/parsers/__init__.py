@@ -102,6 +102,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
         "amd_smi", "parse_amd_smi_static_json", lambda cards: {"cards": cards}
     ),
     "amd-smi-topology": _amd_smi_topo,
+    "amd-smi-monitor": _lazy("amd_smi_live", "parse_amd_smi_monitor"),
+    "amd-smi-process": _lazy("amd_smi_live", "parse_amd_smi_process"),
     "npu-smi": _lazy("npu_smi", "parse", _plain),
     "npu-smi-topo": _npu_topo,
     "numactl": _lazy("numa", "parse_numactl", _plain),
