@@ -252,3 +252,27 @@ def test_npu_smi_recorded_output():
     assert len(cards) == 8 and procs == []
     assert cards[0]["used_bytes"] == 3318 * MiB and cards[0]["total_bytes"] == 65536 * MiB
     assert all(c["util_pct"] == 0.0 for c in cards)  # AICore(%)
+
+
+def test_amd_smi_backend_on_recorded_outputs(tmp_path):
+    """The wiring of `watch --backend amd-smi` on recorded public outputs (each from its own
+    machine, so only card 0 is common): static --json for the card, monitor -u -v for VRAM
+    and utilisation, process --csv for each process's VRAM in bytes."""
+    amd = FIXTURES / "amd"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, f in (("s", "rdme-mi210-amd-smi-static-json.txt"),
+                    ("m", "amdsmi130-mi300x-amd-smi-monitor.txt"),
+                    ("p", "rocmblogs-8x-mi300x-amd-smi-process-csv.txt")):  # fmt: skip
+        (tmp_path / name).write_text((amd / f).read_text())
+    _tool(bindir, "amd-smi", f'case "$1" in static) cat {tmp_path}/s;; monitor) cat {tmp_path}/m;; '
+          f'process) cat {tmp_path}/p;; esac\n')  # fmt: skip
+    b = B.open_backend("amd-smi", runner=Runner(root=_root(tmp_path), path=str(bindir), timeout=2))
+    assert b.name == "amd-smi" and [c["index"] for c in b.cards] == [0]
+    assert b.cards[0]["total_bytes"] == 65520 * MiB and b.cards[0]["numa_node"] == 1
+    (s,) = b.sample()
+    assert s["used_bytes"] == round(3.0 * 2**30) and s["util_pct"] == 97
+    assert s["processes"] == [{"pid": 207590, "name": "pt_main_thread", "used_bytes": 7889485824}]
+    # auto finds amd-smi before the deprecated rocm-smi
+    auto = B.open_backend("auto", runner=Runner(root=_root(tmp_path), path=str(bindir), timeout=2))
+    assert auto.name == "amd-smi"

@@ -41,7 +41,7 @@ from nodeledger.machine.probe.nvml import NvmlHung, NvmlSession, as_text
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.watch.base import Backend, WatchError
 
-BACKENDS = ("auto", "nvml", "nvidia-smi", "rocm-smi", "hy-smi", "npu-smi")
+BACKENDS = ("auto", "nvml", "nvidia-smi", "amd-smi", "rocm-smi", "hy-smi", "npu-smi")
 __all__ = ["BACKENDS", "Backend", "WatchError", "clear_records", "open_backend"]
 
 
@@ -248,6 +248,67 @@ class RocmSmiBackend(Backend):
                  "processes": None if pids is None else pids.get(c["index"], [])} for c in cards]  # fmt: skip
 
 
+# -- amd-smi ----------------------------------------------------------------------------------
+
+
+class AmdSmiBackend(Backend):
+    """ROCm's current tool (rocm-smi is deprecated): `amd-smi static --json` for the cards,
+    `amd-smi monitor -u -v` (utilisation, VRAM used/total) and `amd-smi process --csv` (each
+    process's VRAM in bytes) for a sample; each command under the Runner's deadline."""
+
+    name = "amd-smi"
+
+    def __init__(self, runner: Runner | None = None):
+        self.r = runner or Runner(live=True)
+
+    def describe(self) -> list[dict]:
+        from nodeledger.machine.parsers.amd_smi import parse_amd_smi_static_json
+
+        try:
+            res = self.r.run(["amd-smi", "static", "--json"])
+            if not res.ok:
+                raise WatchError(f"amd-smi static --json: {res.problem}")
+            cards = parse_amd_smi_static_json(res.stdout)
+            return [{"index": c["index"], "name": c["name"], "uuid": None, "pci_bus_id": c["pci_bus"],
+                     "total_bytes": c["vram_total_bytes"],
+                     "numa_node": c.get("numa_node") if c.get("numa_node") is not None
+                     else _sys_numa(self.r, c["pci_bus"])} for c in cards]  # fmt: skip
+        finally:
+            clear_records(self.r)
+
+    def sample(self) -> list[dict]:
+        from nodeledger.machine.parsers.amd_smi_live import (
+            parse_amd_smi_monitor,
+            parse_amd_smi_process,
+        )
+        from nodeledger.machine.parsers.common import ParseError
+
+        try:
+            mon = self.r.run(["amd-smi", "monitor", "-u", "-v"])
+            procs = self.r.run(["amd-smi", "process", "--csv"])
+        finally:
+            clear_records(self.r)
+        if not mon.ok:
+            raise WatchError(f"amd-smi monitor: {mon.problem}")
+        try:
+            cards = parse_amd_smi_monitor(mon.stdout)["cards"]
+        except ParseError as exc:
+            raise WatchError(str(exc)) from None
+        per: dict[int, list[dict]] | None = None
+        if procs.ok:
+            try:
+                per = {}
+                for p in parse_amd_smi_process(procs.stdout)["processes"]:
+                    per.setdefault(p["card"], []).append(
+                        {"pid": p["pid"], "name": p["name"], "used_bytes": p.get("vram_bytes")}
+                    )
+            except ParseError:
+                per = None  # processes unknown, not none
+        return [{"index": c["index"], "used_bytes": c.get("vram_used_bytes"),
+                 "total_bytes": c.get("vram_total_bytes"), "util_pct": c.get("gfx_util_pct"),
+                 "processes": None if per is None else per.get(c["index"], [])} for c in cards]  # fmt: skip
+
+
 # -- npu-smi ----------------------------------------------------------------------------------
 
 
@@ -323,7 +384,11 @@ def open_backend(
             f"--backend {name!r} is not one of {', '.join(BACKENDS)}, fake:SCENARIO"
         )
     r = runner or Runner(timeout=timeout, live=True)
-    order = ("nvml", "nvidia-smi", "hy-smi", "rocm-smi", "npu-smi") if name == "auto" else (name,)
+    order = (
+        ("nvml", "nvidia-smi", "amd-smi", "hy-smi", "rocm-smi", "npu-smi")
+        if name == "auto"
+        else (name,)
+    )
     tried = []
     for n in order:
         try:
@@ -333,6 +398,8 @@ def open_backend(
                 b = NvmlBackend(timeout=timeout, runner=r)
             elif n == "nvidia-smi":
                 b = NvidiaSmiBackend(r)
+            elif n == "amd-smi":
+                b = AmdSmiBackend(r)
             elif n in ("rocm-smi", "hy-smi"):
                 b = RocmSmiBackend(n, r)
             else:

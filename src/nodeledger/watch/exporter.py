@@ -62,7 +62,7 @@ DEFAULT_WORKERS = 8
 DEFAULT_CLIENT_TIMEOUT = 5.0
 DEFAULT_MAX_CONNECTIONS = 1024
 EVICT_SCAN = 32  # waiting connections looked at for an idle one to drop
-DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "rocm-smi": "card", "hy-smi": "card",
+DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "amd-smi": "card", "rocm-smi": "card", "hy-smi": "card",
                  "npu-smi": "davinci"}  # fmt: skip
 
 
