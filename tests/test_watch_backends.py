@@ -276,3 +276,61 @@ def test_amd_smi_backend_on_recorded_outputs(tmp_path):
     # auto finds amd-smi before the deprecated rocm-smi
     auto = B.open_backend("auto", runner=Runner(root=_root(tmp_path), path=str(bindir), timeout=2))
     assert auto.name == "amd-smi"
+
+
+def _fake_amdsmi(old_process_api: bool = False, hang: float = 0.0):
+    """A stand-in for AMD's amdsmi module, shaped as amdsmi_interface.py returns: vram in MB
+    (MiB), the process list as dicts (or, ROCm 6.0, handles read with process_info)."""
+    m = types.ModuleType("amdsmi")
+    procs = {0: [{"pid": 4242, "name": "python", "memory_usage": {"vram_mem": 3 * 2**30}}], 1: []}
+    m.amdsmi_init = lambda: None
+    m.amdsmi_shut_down = lambda: None
+    m.amdsmi_get_processor_handles = lambda: [0, 1]
+    m.amdsmi_get_gpu_asic_info = lambda h: {"market_name": "AMD Instinct MI300X"}
+    m.amdsmi_get_gpu_device_bdf = lambda h: f"0000:{0x0C + h:02x}:00.0"
+    m.amdsmi_get_gpu_device_uuid = lambda h: f"uuid-{h}"
+    m.amdsmi_topo_get_numa_node_number = lambda h: h
+
+    def vram(h):
+        if hang:
+            time.sleep(hang)
+        return {"vram_total": 196592, "vram_used": 3100 + h}
+
+    m.amdsmi_get_gpu_vram_usage = vram
+    m.amdsmi_get_gpu_activity = lambda h: {
+        "gfx_activity": 90 - h,
+        "umc_activity": 1,
+        "mm_activity": 0,
+    }
+    if old_process_api:
+        m.amdsmi_get_gpu_process_list = lambda h: [("handle", k) for k in range(len(procs[h]))]
+        m.amdsmi_get_gpu_process_info = lambda h, p: procs[h][p[1]]
+    else:
+        m.amdsmi_get_gpu_process_list = lambda h: procs[h]
+    return m
+
+
+@pytest.mark.parametrize("old_api", [False, True])
+def test_amdsmi_library_backend(tmp_path, monkeypatch, old_api):
+    monkeypatch.setitem(sys.modules, "amdsmi", _fake_amdsmi(old_api))
+    b = B.open_backend("amdsmi", runner=Runner(root=_root(tmp_path), live=True))
+    try:
+        assert b.name == "amdsmi"
+        assert [(c["index"], c["name"], c["total_bytes"], c["numa_node"]) for c in b.cards] == [
+            (0, "AMD Instinct MI300X", 196592 * MiB, 0), (1, "AMD Instinct MI300X", 196592 * MiB, 1)]  # fmt: skip
+        s = b.sample()
+        assert s[0]["used_bytes"] == 3100 * MiB and s[0]["util_pct"] == 90.0
+        assert s[0]["processes"] == [{"pid": 4242, "name": "python", "used_bytes": 3 * 2**30}]
+        assert s[1]["processes"] == []
+    finally:
+        b.close()
+
+
+def test_a_hung_amdsmi_call_fails_the_sample_not_the_watch(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "amdsmi", _fake_amdsmi(hang=1.0))
+    b = B.AmdsmiBackend(timeout=0.2, runner=Runner(root=_root(tmp_path), live=True))
+    try:
+        with pytest.raises(B.WatchError, match=r"amdsmi: no answer within 0\.2 s"):
+            b.sample()
+    finally:
+        b.close()

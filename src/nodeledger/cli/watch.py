@@ -117,7 +117,7 @@ _SHARED = [
         "backend",
         default="auto",
         show_default=True,
-        help="auto | nvml | nvidia-smi | amd-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO (auto: the first that lists cards, in that order).",
+        help="auto | nvml | nvidia-smi | amdsmi | amd-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO (auto: the first that lists cards, in that order).",
     ),
     click.option(
         "--plan",

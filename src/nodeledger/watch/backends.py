@@ -41,7 +41,7 @@ from nodeledger.machine.probe.nvml import NvmlHung, NvmlSession, as_text
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.watch.base import Backend, WatchError
 
-BACKENDS = ("auto", "nvml", "nvidia-smi", "amd-smi", "rocm-smi", "hy-smi", "npu-smi")
+BACKENDS = ("auto", "nvml", "nvidia-smi", "amdsmi", "amd-smi", "rocm-smi", "hy-smi", "npu-smi")
 __all__ = ["BACKENDS", "Backend", "WatchError", "clear_records", "open_backend"]
 
 
@@ -248,6 +248,93 @@ class RocmSmiBackend(Backend):
                  "processes": None if pids is None else pids.get(c["index"], [])} for c in cards]  # fmt: skip
 
 
+# -- amdsmi (the library) ---------------------------------------------------------------------
+
+
+class AmdsmiBackend(Backend):
+    """AMD's amdsmi library through one AmdsmiSession (machine/probe/amdsmi_lib.py): every
+    call in its worker thread with a deadline; a call that misses it fails the sample
+    (WatchError), as with NVML."""
+
+    name = "amdsmi"
+
+    def __init__(self, timeout: float = 5.0, runner: Runner | None = None):
+        from nodeledger.machine.probe.amdsmi_lib import AmdsmiSession
+
+        self.session = AmdsmiSession(timeout)  # ImportError: the caller falls back
+        self.lib = self.session.nv
+        self.r = runner or Runner(live=True)
+        try:
+            with _hung_is_watch_error():
+                self.session.open()
+                self.handles = self.session.handles()
+        except BaseException:
+            self.session.close()
+            raise
+
+    def _call(self, fn):
+        with _hung_is_watch_error():
+            return self.session.call(fn)
+
+    def describe(self) -> list[dict]:
+        lib = self.lib
+
+        def work():
+            out = []
+            for i, h in enumerate(self.handles):
+                d = {"index": i, "name": None, "uuid": None, "pci_bus_id": None,
+                     "total_bytes": None, "numa_node": None}  # fmt: skip
+                with contextlib.suppress(Exception):
+                    d["name"] = (
+                        str(lib.amdsmi_get_gpu_asic_info(h).get("market_name") or "") or None
+                    )
+                with contextlib.suppress(Exception):
+                    d["pci_bus_id"] = str(lib.amdsmi_get_gpu_device_bdf(h))
+                with contextlib.suppress(Exception):
+                    d["uuid"] = str(lib.amdsmi_get_gpu_device_uuid(h))
+                with contextlib.suppress(Exception):
+                    d["total_bytes"] = int(lib.amdsmi_get_gpu_vram_usage(h)["vram_total"]) * _MIB
+                with contextlib.suppress(Exception):
+                    n = lib.amdsmi_topo_get_numa_node_number(h)
+                    d["numa_node"] = n if isinstance(n, int) and 0 <= n < 2**20 else None
+                out.append(d)
+            return out
+
+        cards = self._call(work)
+        for d in cards:
+            if d["numa_node"] is None:
+                d["numa_node"] = _sys_numa(self.r, d["pci_bus_id"])
+        clear_records(self.r)
+        return cards
+
+    def sample(self) -> list[dict]:
+        from nodeledger.machine.probe.amdsmi_lib import processes
+
+        lib = self.lib
+
+        def work():
+            out = []
+            for i, h in enumerate(self.handles):
+                vram = lib.amdsmi_get_gpu_vram_usage(h)  # MB, i.e. MiB
+                util = procs = None
+                with contextlib.suppress(Exception):
+                    util = float(lib.amdsmi_get_gpu_activity(h)["gfx_activity"])
+                with contextlib.suppress(Exception):
+                    procs = processes(lib, h)
+                out.append({"index": i, "used_bytes": int(vram["vram_used"]) * _MIB,
+                            "total_bytes": int(vram["vram_total"]) * _MIB, "util_pct": util,
+                            "processes": procs})  # fmt: skip
+            return out
+
+        return self._call(work)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+_MIB = 2**20
+
+
 # -- amd-smi ----------------------------------------------------------------------------------
 
 
@@ -385,7 +472,7 @@ def open_backend(
         )
     r = runner or Runner(timeout=timeout, live=True)
     order = (
-        ("nvml", "nvidia-smi", "amd-smi", "hy-smi", "rocm-smi", "npu-smi")
+        ("nvml", "nvidia-smi", "amdsmi", "amd-smi", "hy-smi", "rocm-smi", "npu-smi")
         if name == "auto"
         else (name,)
     )
@@ -398,6 +485,10 @@ def open_backend(
                 b = NvmlBackend(timeout=timeout, runner=r)
             elif n == "nvidia-smi":
                 b = NvidiaSmiBackend(r)
+            elif n == "amdsmi":
+                if not r.live:
+                    raise WatchError("amdsmi is asked only on live runs")
+                b = AmdsmiBackend(timeout=timeout, runner=r)
             elif n == "amd-smi":
                 b = AmdSmiBackend(r)
             elif n in ("rocm-smi", "hy-smi"):
@@ -410,7 +501,7 @@ def open_backend(
             b.cards = cards
             return b
         except ImportError:
-            tried.append(f"{n}: nvidia-ml-py not installed")
+            tried.append(f"{n}: {'amdsmi' if n == 'amdsmi' else 'nvidia-ml-py'} not installed")
         except Exception as exc:  # a vendor library's own errors (NVMLError_*) included
             tried.append(f"{n}: {str(exc)[:120]}")
         finally:

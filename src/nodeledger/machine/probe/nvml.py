@@ -75,6 +75,8 @@ class NvmlSession:
     and does not keep the process from exiting).  NVML's own errors (NVMLError_*) are raised
     in the caller's thread as they are; :func:`err_name` / :func:`err_text` name them."""
 
+    label = "NVML"  # names the library in the deadline messages
+
     def __init__(self, timeout: float = 5.0):
         import pynvml  # nvidia-ml-py; the only import of it in nodeledger
 
@@ -102,10 +104,10 @@ class NvmlSession:
         """``fn()`` in the worker thread; its value, or its exception re-raised here.
         ``timeout``: this call's deadline (default: the session's)."""
         if self._stuck is not None and not self._stuck.is_set():
-            raise NvmlHung("NVML: the previous call has not returned (hung driver?)")
+            raise NvmlHung(f"{self.label}: the previous call has not returned (hung driver?)")
         self._stuck = None
         if self._worker is None:
-            self._worker = threading.Thread(target=self._work, name="nvml", daemon=True)
+            self._worker = threading.Thread(target=self._work, name=self.label.lower(), daemon=True)
             self._worker.start()
         wait = self.timeout if timeout is None else timeout
         box: dict = {}
@@ -113,7 +115,7 @@ class NvmlSession:
         self._jobs.put((fn, box, done))
         if not done.wait(max(wait, 0.0)):
             self._stuck = done
-            raise NvmlHung(f"NVML: no answer within {wait:g} s (hung driver?)")
+            raise NvmlHung(f"{self.label}: no answer within {wait:g} s (hung driver?)")
         if "error" in box:
             raise box["error"]
         return box["value"]
