@@ -166,32 +166,12 @@ def _terminal_done(af: atomic.AtomicText | None, output: Path | None, ok: bool) 
     sys.stderr.write(f"wrote {output}\n")
 
 
-def _binding_figure(r: dict) -> str:
-    """The binding resource's own figure, short: "91.2 GiB of 64.0 GiB (142 %)"."""
-    res = next((x for x in r["resources"] if x["resource"] == r.get("binding")), None)
-    text = (res or {}).get("reason") or r["reason"]
-    text = text.split("; ")[0].removeprefix(f"{r.get('binding')}: ").removeprefix("busiest card ")
-    text = text.split(" + ")[0]  # the page-cache addendum stays in --details
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _caveats(rep: dict) -> list[tuple[str, list[str]]]:
-    """Each caveat said once with the workloads it applies to: the "not judged" clauses of the
-    reasons and the lifeboat line, in the order first met."""
-    seen: dict[str, list[str]] = {}
-    for r in rep["workloads"]:
-        parts = [p for p in r["reason"].split("; ") if p.startswith("not judged:")]
-        if r.get("lifeboat"):
-            parts.append(r["lifeboat"])
-        for p in parts:
-            seen.setdefault(p, []).append(r["id"])
-    return list(seen.items())
-
-
 def _compact_workloads(con, rep: dict) -> None:
     """One line per workload (tier, what binds, its figure, the field notes' expectation), then
     each caveat once with the rows it applies to; `--details` prints every reason whole."""
     from rich.table import Table
+
+    from nodeledger.report import render
 
     t = Table(title="Workloads (`--details`: every reason; `nodeledger fit`: every item)")
     for col in ("workload", "tier", "binds", "figure", "field notes"):
@@ -201,9 +181,9 @@ def _compact_workloads(con, rep: dict) -> None:
         exp = r.get("expect")
         notes = "" if not exp else (f"{exp} (agrees)" if r.get("agrees") else f"{exp} (differs)")
         t.add_row(escape(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", r["binding"] or "",
-                  escape(_binding_figure(r)), notes)  # fmt: skip
+                  escape(render.binding_figure(r)), notes)  # fmt: skip
     con.print(t)
-    for text, ids in _caveats(rep):
+    for text, ids in render.caveats(rep):
         rows = ", ".join(ids) if len(ids) <= 4 else f"{len(ids)} workloads: {', '.join(ids)}"
         con.print(f"  {text} — {rows}", markup=False, highlight=False)
 

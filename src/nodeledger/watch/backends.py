@@ -75,7 +75,40 @@ def _hung_is_watch_error():
         raise WatchError(str(exc)) from None
 
 
-class NvmlBackend(Backend):
+class _SessionBackend(Backend):
+    """A backend over a vendor library session (NVML, amdsmi): opened once, every call in the
+    session's worker thread under its deadline; a missed deadline is a WatchError."""
+
+    def _open(self, session, runner: Runner | None) -> None:
+        self.session = session
+        self.r = runner or Runner(live=True)
+        try:
+            with _hung_is_watch_error():
+                session.open()
+                self.handles = session.handles()
+        except BaseException:
+            session.close()
+            raise
+
+    def _call(self, fn):
+        with _hung_is_watch_error():
+            return self.session.call(fn)
+
+    def _described(self, work) -> list[dict]:
+        """``work()``'s cards in the session, each NUMA node the library did not give read
+        from sysfs by its PCI bus id."""
+        cards = self._call(work)
+        for d in cards:
+            if d["numa_node"] is None:
+                d["numa_node"] = _sys_numa(self.r, d["pci_bus_id"])
+        clear_records(self.r)
+        return cards
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class NvmlBackend(_SessionBackend):
     """NVML through one :class:`NvmlSession`; each call runs in its worker thread with a
     deadline.  A call that misses it marks the sample failed (WatchError), and no new call starts
     until the stuck one returns (a hung driver costs one thread, never the watch, and does not
@@ -84,21 +117,9 @@ class NvmlBackend(Backend):
     name = "nvml"
 
     def __init__(self, timeout: float = 5.0, runner: Runner | None = None):
-        self.session = NvmlSession(timeout)  # ImportError: the caller falls back
+        self._open(NvmlSession(timeout), runner)  # ImportError: the caller falls back
         self.nv = self.session.nv
         self.timeout = timeout
-        self.r = runner or Runner(live=True)
-        try:
-            with _hung_is_watch_error():
-                self.session.open()
-                self.handles = self.session.handles()
-        except BaseException:
-            self.session.close()
-            raise
-
-    def _call(self, fn):
-        with _hung_is_watch_error():
-            return self.session.call(fn)
 
     def describe(self) -> list[dict]:
         nv = self.nv
@@ -119,12 +140,7 @@ class NvmlBackend(Backend):
                 out.append(d)
             return out
 
-        cards = self._call(work)
-        for d in cards:
-            if d["numa_node"] is None:
-                d["numa_node"] = _sys_numa(self.r, d["pci_bus_id"])
-        clear_records(self.r)
-        return cards
+        return self._described(work)
 
     def sample(self) -> list[dict]:
         nv = self.nv
@@ -154,9 +170,6 @@ class NvmlBackend(Backend):
             return out
 
         return self._call(work)
-
-    def close(self) -> None:
-        self.session.close()
 
 
 # -- nvidia-smi -------------------------------------------------------------------------------
@@ -251,7 +264,7 @@ class RocmSmiBackend(Backend):
 # -- amdsmi (the library) ---------------------------------------------------------------------
 
 
-class AmdsmiBackend(Backend):
+class AmdsmiBackend(_SessionBackend):
     """AMD's amdsmi library through one AmdsmiSession (machine/probe/amdsmi_lib.py): every
     call in its worker thread with a deadline; a call that misses it fails the sample
     (WatchError), as with NVML."""
@@ -261,20 +274,8 @@ class AmdsmiBackend(Backend):
     def __init__(self, timeout: float = 5.0, runner: Runner | None = None):
         from nodeledger.machine.probe.amdsmi_lib import AmdsmiSession
 
-        self.session = AmdsmiSession(timeout)  # ImportError: the caller falls back
+        self._open(AmdsmiSession(timeout), runner)  # ImportError: the caller falls back
         self.lib = self.session.nv
-        self.r = runner or Runner(live=True)
-        try:
-            with _hung_is_watch_error():
-                self.session.open()
-                self.handles = self.session.handles()
-        except BaseException:
-            self.session.close()
-            raise
-
-    def _call(self, fn):
-        with _hung_is_watch_error():
-            return self.session.call(fn)
 
     def describe(self) -> list[dict]:
         lib = self.lib
@@ -300,12 +301,7 @@ class AmdsmiBackend(Backend):
                 out.append(d)
             return out
 
-        cards = self._call(work)
-        for d in cards:
-            if d["numa_node"] is None:
-                d["numa_node"] = _sys_numa(self.r, d["pci_bus_id"])
-        clear_records(self.r)
-        return cards
+        return self._described(work)
 
     def sample(self) -> list[dict]:
         from nodeledger.machine.probe.amdsmi_lib import processes
@@ -327,9 +323,6 @@ class AmdsmiBackend(Backend):
             return out
 
         return self._call(work)
-
-    def close(self) -> None:
-        self.session.close()
 
 
 _MIB = 2**20
