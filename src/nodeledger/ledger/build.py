@@ -275,23 +275,23 @@ def rope_cache_bytes(spec: ModelSpec, dtype_bytes: int = 2) -> int:
 
 
 def vllm_weights_as_loaded(
-    spec: ModelSpec, job: ServeJob, machine: MachineProfile, scheme: Scheme, wb, cards: int
+    spec: ModelSpec, job: ServeJob, machine: MachineProfile, scheme: Scheme, wb, d: Dims
 ) -> tuple[int, str]:
     """(bytes, how) of the weights one card holds after vLLM's ``load_model``: the checkpoint
     share, with MXFP4 MoE experts in the layout of the backend the card gets
     (engines.mxfp4_expert_bytes: padding, repacked scales), plus the rotary cache."""
-    d = dims_of(spec)
-    share, how = weights_share_bytes(spec, wb, job.parallel.tp, job.parallel.pp)
-    if scheme.name == "mxfp4" and d.moe_layers and wb.by_part_bytes.get("routed_experts"):
+    tp, pp = job.parallel.tp, job.parallel.pp
+    routed = wb.by_part_bytes.get("routed_experts", 0)
+    if scheme.name == "mxfp4" and d.moe_layers and routed:
         version = eng.vllm_version(job.engine_version)
         backend, why = eng.mxfp4_backend(version, _first_card(machine)[0])
         experts = eng.mxfp4_expert_bytes(backend, version, d.experts, d.hidden, d.moe_intermediate,
-                                         job.parallel.tp, ceil(d.moe_layers / job.parallel.pp))  # fmt: skip
-        rest, how = weights_share_bytes(
-            spec, wb, job.parallel.tp, job.parallel.pp, wb.by_part_bytes["routed_experts"]
-        )
+                                         tp, ceil(d.moe_layers / pp))  # fmt: skip
+        rest, how = weights_share_bytes(spec, wb, tp, pp, routed)
         share = rest + experts
         how = f"non-expert {how} + MXFP4 experts in the {backend} layout ({why})"
+    else:
+        share, how = weights_share_bytes(spec, wb, tp, pp)
     delta, dense_how = _quant_linear_delta(spec, job, machine, scheme)
     if delta:
         share += delta
@@ -364,12 +364,11 @@ def serve_ledger(
     scheme = _serve_scheme(spec, job.dtype)
     wb = weight_bytes(spec, scheme)
     checkpoint_bytes = wb.total_bytes
-    weights_bytes, weights_note = weights_share_bytes(spec, wb, tp, pp)
-    weights_note = weights_note if pp > 1 else ""
     if job.engine == "vllm":
-        weights_bytes, weights_note = vllm_weights_as_loaded(
-            spec, job, machine, scheme, wb, cards_per_replica
-        )
+        weights_bytes, weights_note = vllm_weights_as_loaded(spec, job, machine, scheme, wb, dims)
+    else:
+        weights_bytes, weights_note = weights_share_bytes(spec, wb, tp, pp)
+        weights_note = weights_note if pp > 1 else ""
     kv_dtype_bytes = kv.KV_DTYPE_BYTES[job.kv_dtype]
     kv_split = kv.kv_split_across_tp(spec, tp) * pp
     capacity = card_capacity(machine, cards_per_replica * job.replicas)
