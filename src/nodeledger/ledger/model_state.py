@@ -24,7 +24,6 @@ from nodeledger.ledger.jobs import JobError, TrainJob
 from nodeledger.ledger.weights import Scheme, weight_bytes
 from nodeledger.model.spec import ModelSpec, TensorGroup
 
-PARAM_BYTES = {"bf16": 2, "mixed": 4}
 ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
 
 

@@ -30,8 +30,6 @@ def _tier(spec, job, n: int, machine) -> str:
 
 
 CKPT_COST = {"none": 0, "selective": 1, "full": 2}
-SHARD_ORDER = {"none": 0, "zero1": 1, "zero2": 2, "fsdp_grad_op": 2, "zero3": 3, "fsdp": 3,
-               "fsdp_hybrid": 3}  # fmt: skip
 TIER_ORDER = {"fits": 1, "tight": 0}
 
 
@@ -77,17 +75,9 @@ def _train_layouts(spec: ModelSpec, job: TrainJob, cards: int):
                             continue  # the same layout as their bf16 mode
                         for mb in (1, 2, 4, 8, 16, 32):
                             for ckpt in ("none", "selective", "full"):
-                                score = (mb * job.seq * dp, -CKPT_COST[ckpt], -SHARD_ORDER[shard],
+                                score = (mb * job.seq * dp, -CKPT_COST[ckpt], -frameworks.STAGE[shard],
                                          -tp, -pp, prec == "mixed")  # fmt: skip
                                 yield (score, tp, pp, dp, shard, prec, mb, ckpt)
-
-
-def _train_score(cand: TrainJob) -> tuple:
-    """The ranking of the module docstring, computed from the layout alone."""
-    p = cand.parallel
-    tokens = cand.micro_batch * cand.seq * p.dp
-    return (tokens, -CKPT_COST[cand.checkpointing], -SHARD_ORDER[cand.shard], -p.tp, -p.pp,
-            cand.precision == "mixed")  # fmt: skip
 
 
 def _state_exceeds(spec: ModelSpec, cand: TrainJob, capacity: int | None) -> bool:
@@ -127,7 +117,7 @@ def search_train(
     found: list[Layout] = []
     tight: list[Layout] = []
     capacity = card_capacity(machine, len(machine.accelerators))
-    for _score, tp, pp, dp, shard, prec, mb, ckpt in candidates:
+    for score, tp, pp, dp, shard, prec, mb, ckpt in candidates:
         if len(found) >= top:
             break
         try:
@@ -151,7 +141,6 @@ def search_train(
         if v.tier not in TIER_ORDER or (v.tier == "tight" and len(tight) >= top):
             continue
         p = cand.parallel
-        score = _train_score(cand)
         opts = (f"--tp {p.tp}" + (f" --pp {p.pp}" if p.pp > 1 else "") + f" --dp {p.dp} --shard {cand.shard} "
                 f"--micro-batch {cand.micro_batch} --checkpointing {cand.checkpointing} "
                 f"--optimizer-impl {cand.optimizer_impl} --precision {cand.precision} (framework {cand.framework})")  # fmt: skip
