@@ -272,17 +272,10 @@ class TrainJob:
     def rechoose(self, **changes) -> TrainJob:
         """This job with ``changes``, the framework, precision and optimizer implementation
         the user did not give chosen again for the new layout (a search or a suggestion that
-        changes --shard changes the framework it implies)."""
-        again = {}
-        if self.framework_source != "given" and "framework" not in changes:
-            again.update(framework="auto", framework_source="")
-        if self.precision_source != "given" and "precision" not in changes:
-            again.update(precision=None, precision_source="")
-        if self.optimizer_impl_source != "given" and "optimizer_impl" not in changes:
-            again.update(optimizer_impl=None, optimizer_impl_source="")
-        for k in ("framework", "precision", "optimizer_impl"):
-            if k in changes:
-                again[f"{k}_source"] = "given"
+        changes --shard changes the framework it implies).  ``__post_init__`` makes the
+        defaulted choices again; what ``changes`` names is marked given so that it stays."""
+        again = {f"{k}_source": "given" for k in ("framework", "precision", "optimizer_impl")
+                 if k in changes}  # fmt: skip
         return dataclasses.replace(self, **again, **changes)
 
 
