@@ -70,6 +70,11 @@ def test_dev_nodes_from_procfs_and_sysfs(tmp_path):
     assert rows[1]["dev_node"] == "/dev/nvidia5" and rows[1]["dev_minor"] == 5
     assert rows[3]["dev_node"] is None  # not found: unknown, not guessed
     assert read_dev_nodes(str(tmp_path / "absent")) == {}
+    # nvidia-smi and NVML spell the bus with an 8-digit domain: the same card
+    smi = _box()
+    smi.accelerators[1].pci_bus_id = "00000000:17:00.0"
+    row = {r["smi_index"]: r for r in device_identity(smi, env={}, dev_nodes=nodes)["rows"]}[1]
+    assert row["dev_node"] == "/dev/nvidia5"
 
 
 def test_machine_show_json_carries_the_identity_table():

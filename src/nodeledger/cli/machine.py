@@ -120,7 +120,7 @@ def machine_show(machine=None, as_json=False, save=None) -> None:
     if save is not None:
         save_profile(profile, save)
     # /dev nodes are this host's: read only for the live probe (a preset's cards are not here)
-    ident = device_identity(profile, dev_nodes=read_dev_nodes() if machine is None else None)
+    ident = device_identity(profile, dev_nodes=read_dev_nodes() if machine == "probe" else None)
     if as_json:
         print_json({**profile.model_dump(mode="json"), "device_identity": ident})
         return

@@ -23,6 +23,7 @@ import os
 import re
 from pathlib import Path
 
+from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.profile import MachineProfile, Vendor
 
 VISIBLE_VARS = {
@@ -102,7 +103,7 @@ def device_identity(profile: MachineProfile, env: dict | None = None,
     nodes = dev_nodes or {}
     rows = []
     for a in sorted(cards, key=lambda x: x.index):
-        node = nodes.get((a.pci_bus_id or "").lower())
+        node = nodes.get(pci_address(a.pci_bus_id) or "")
         rows.append({
             "smi_index": a.index,
             "runtime_index": runtime.get(a.index) if known else None,
@@ -118,12 +119,6 @@ def device_identity(profile: MachineProfile, env: dict | None = None,
 
 def cards_by(profile: MachineProfile) -> dict:
     return {a.index: a for a in profile.accelerators}
-
-
-def _norm_bus(text: str) -> str:
-    """'0000:17:00.0' / '00000000:17:00.0' -> '0000:17:00.0' (lower case, 4-digit domain)."""
-    m = re.match(r"([0-9a-fA-F]+):([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])", text.strip())
-    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}" if m else text.strip().lower()
 
 
 def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:
@@ -145,7 +140,10 @@ def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:
             continue
         m = re.search(r"Device Minor:\s*(\d+)", text)
         if m:
-            out[_norm_bus(d.name)] = (f"/dev/nvidia{m.group(1)}", int(m.group(1)))
+            out[pci_address(d.name) or d.name.lower()] = (
+                f"/dev/nvidia{m.group(1)}",
+                int(m.group(1)),
+            )
     pci = base / "sys/bus/pci/devices"
     try:
         devs = sorted(pci.iterdir()) if pci.is_dir() else []
@@ -160,5 +158,7 @@ def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:
         for n in names:
             m = re.fullmatch(r"renderD(\d+)", n)
             if m:
-                out.setdefault(_norm_bus(d.name), (f"/dev/dri/{n}", int(m.group(1))))
+                out.setdefault(
+                    pci_address(d.name) or d.name.lower(), (f"/dev/dri/{n}", int(m.group(1)))
+                )
     return out
