@@ -15,6 +15,7 @@ from nodeledger.cli.common import (
     exit_with,
     gib,
     print_json,
+    verdict_exit,
 )
 from nodeledger.cli.options import (
     job_options,
@@ -186,7 +187,8 @@ def _preflight(
     name = src.catalogue_entry["id"] if src.catalogue_entry else src.where
     if as_json:
         print_json({"model": name, "job": job_kind, "machine": state.profile.name, **res.to_json()})
-        exit_with(0 if no_fail else res.exit_code)
+        verdict_exit(res.verdict, no_fail)
+        return
     from rich.markup import escape
 
     con = console()
@@ -204,4 +206,4 @@ def _preflight(
             con.print(f"  {line}", markup=False, highlight=False)
     for n in res.notes:
         con.print(f"  note: {n}", markup=False, highlight=False)
-    exit_with(0 if no_fail else res.exit_code)
+    verdict_exit(res.verdict, no_fail)
