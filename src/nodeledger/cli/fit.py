@@ -118,9 +118,10 @@ def fit_cmd(
 def _read_engine_log(path: str, engine: str) -> dict[str, Any]:
     """The engine's figures from its log (bounded read, one line on a bad file)."""
     from nodeledger.files import read_user_text
+    from nodeledger.ledger.jobs import ENGINE_NAMES
     from nodeledger.machine.parsers import parse_kind
 
-    name = "vLLM" if engine == "vllm" else "SGLang"
+    name = ENGINE_NAMES.get(engine, engine)
     return parse_kind(f"{engine}-log", read_user_text(path, f"{name} start-up log"))
 
 
@@ -384,8 +385,11 @@ def _render_engine_check(con, ec: dict | None) -> None:
         return
     from rich.table import Table
 
+    from nodeledger.ledger.jobs import ENGINE_NAMES
+
+    name = ENGINE_NAMES.get(ec.get("engine") or "vllm", "vLLM")
     t = Table(
-        title=f"The engine's start-up log beside the ledger (vLLM {ec.get('version') or 'version not printed'}, per card)"
+        title=f"The engine's start-up log beside the ledger ({name} {ec.get('version') or 'version not printed'}, per card)"
     )
     for c in ("term", "engine printed", "ledger", "difference"):
         t.add_column(c)

@@ -339,8 +339,9 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
     if job != "serve" or engine == "hf" or not model:
         raise InputError("--engine-log applies to --job serve --engine vllm|sglang with --model")
     from nodeledger.files import read_log_ends
+    from nodeledger.ledger.jobs import ENGINE_NAMES
 
-    what = ("vLLM" if engine == "vllm" else "SGLang") + " server log"
+    what = ENGINE_NAMES.get(engine, engine) + " server log"
     if path != "-" and not Path(path).exists():
         raise InputError(f"--engine-log {path}: no such file")
     if path == "-":

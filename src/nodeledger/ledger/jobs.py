@@ -14,6 +14,7 @@ class JobError(InputError):
 
 
 ENGINES = ("hf", "vllm", "sglang")
+ENGINE_NAMES = {"hf": "transformers", "vllm": "vLLM", "sglang": "SGLang"}  # as printed
 PRECISIONS = ("bf16", "mixed")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")

@@ -25,7 +25,7 @@ from nodeledger.ledger.build import (
     serve_ledger,
     train_ledger,
 )
-from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
+from nodeledger.ledger.jobs import ENGINE_NAMES, LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -190,7 +190,7 @@ def largest_serving(spec: ModelSpec, job: ServeJob, machine: MachineProfile) -> 
     if job.engine in ("vllm", "sglang"):
         lg = ledger_for(spec, dataclasses.replace(job, concurrency=1), machine)
         pool_tokens = lg.extras.get("kv_pool_tokens") or 0
-        name = "vLLM" if job.engine == "vllm" else "SGLang"
+        name = ENGINE_NAMES[job.engine]
         out.update(
             max_concurrency_at_context=lg.extras.get("max_concurrency") or 0,
             max_context_at_concurrency=min(cap_ctx, pool_tokens // b),
