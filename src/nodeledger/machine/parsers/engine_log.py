@@ -55,7 +55,8 @@ def _i(text: str) -> int:
 
 
 # (key, needle, pattern, conversion): a pattern runs only on a record that holds its needle (a
-# plain substring test), so a long or garbled log stays linear and fast
+# plain substring test), so a long or garbled log stays linear and fast; conversion None marks a
+# row of several groups, which the parser reads by its key
 VLLM_PATTERNS: list[tuple[str, str, re.Pattern, Any]] = [
     ("weights_gib", "Loading model weights took", re.compile(r"Loading model weights took " + _NUM + r" ?(GiB|GB)"), _f),
     ("weights_gib", "Model loading took", re.compile(r"Model loading took " + _NUM + r" ?(GiB|GB)"), _f),
@@ -65,7 +66,7 @@ VLLM_PATTERNS: list[tuple[str, str, re.Pattern, Any]] = [
     ("total_gpu_memory_gib", "total_gpu_memory", re.compile(r"total_gpu_memory[ =(]+" + _NUM + r" ?GiB"), _f),
     ("gpu_memory_utilization", "gpu_memory_utilization", re.compile(r"gpu_memory_utilization'?[ =(:]+" + _NUM + r"\)?"), _f),
     ("budget_gib", "gpu_memory_utilization (", re.compile(r"gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r" ?GiB"), None),
-    ("budget_gib", "instance can use", re.compile(r"the current vLLM instance can use\s+" + _NUM + r" ?GiB"), "budget_only"),
+    ("budget_gib", "instance can use", re.compile(r"the current vLLM instance can use\s+" + _NUM + r" ?GiB"), _f),
     ("profile_weights_gib", "model weights take", re.compile(r"model weights take\s+" + _NUM + r" ?GiB"), _f),
     ("non_torch_gib", "non_torch_memory", re.compile(r"non_torch_memory(?:\s+takes\s+|\s*=\s*|\s+)" + _NUM + r" ?GiB"), _f),
     ("activation_peak_gib", "PyTorch activation peak memory", re.compile(r"PyTorch activation peak memory(?:\s+takes)?\s+" + _NUM + r" ?GiB"), _f),
@@ -216,8 +217,10 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
             if m is None:
                 continue
             seen[n] = seen.get(n, 0) + 1
-            if key == "budget_gib" and conv == "budget_only":
-                out["budget_gib"] = _f(m.group(1))
+            if conv is not None:  # one figure in group 1
+                out[key] = conv(m.group(1))
+                if key == "weights_gib" and m.lastindex and m.lastindex >= 2 and m.group(2) == "GB":
+                    out["weights_unit"] = "GB (as printed; vLLM divides bytes by 2^30)"
             elif key == "budget_gib":
                 out["gpu_memory_utilization"] = _f(m.group(1))
                 out["budget_gib"] = _f(m.group(2))
@@ -235,12 +238,6 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
                 out["cuda_graph_gib"] = _f(m.group(2))
                 if m.group(3) == "GB":
                     out["cuda_graph_unit"] = "GB"
-            elif key == "version":
-                out["version"] = m.group(1)
-            else:
-                out[key] = conv(m.group(1))
-                if key == "weights_gib" and m.lastindex and m.lastindex >= 2 and m.group(2) == "GB":
-                    out["weights_unit"] = "GB (as printed; vLLM divides bytes by 2^30)"
     figures = [k for k in out if k not in ("engine", "config", "version")]
     if not figures:
         raise ParseError(
