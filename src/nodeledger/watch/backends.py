@@ -39,6 +39,7 @@ from nodeledger.machine.parsers.nvidia_query import (
 from nodeledger.machine.parsers.nvidia_smi import parse_compute_apps
 from nodeledger.machine.probe.nvml import NvmlHung, NvmlSession, as_text
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.units import MiB
 from nodeledger.watch.base import Backend, WatchError
 
 BACKENDS = ("auto", "nvml", "nvidia-smi", "amdsmi", "amd-smi", "rocm-smi", "hy-smi", "npu-smi")
@@ -294,7 +295,7 @@ class AmdsmiBackend(_SessionBackend):
                 with contextlib.suppress(Exception):
                     d["uuid"] = str(lib.amdsmi_get_gpu_device_uuid(h))
                 with contextlib.suppress(Exception):
-                    d["total_bytes"] = int(lib.amdsmi_get_gpu_vram_usage(h)["vram_total"]) * _MIB
+                    d["total_bytes"] = int(lib.amdsmi_get_gpu_vram_usage(h)["vram_total"]) * MiB
                 with contextlib.suppress(Exception):
                     n = lib.amdsmi_topo_get_numa_node_number(h)
                     d["numa_node"] = n if isinstance(n, int) and 0 <= n < 2**20 else None
@@ -317,15 +318,12 @@ class AmdsmiBackend(_SessionBackend):
                     util = float(lib.amdsmi_get_gpu_activity(h)["gfx_activity"])
                 with contextlib.suppress(Exception):
                     procs = processes(lib, h)
-                out.append({"index": i, "used_bytes": int(vram["vram_used"]) * _MIB,
-                            "total_bytes": int(vram["vram_total"]) * _MIB, "util_pct": util,
+                out.append({"index": i, "used_bytes": int(vram["vram_used"]) * MiB,
+                            "total_bytes": int(vram["vram_total"]) * MiB, "util_pct": util,
                             "processes": procs})  # fmt: skip
             return out
 
         return self._call(work)
-
-
-_MIB = 2**20
 
 
 # -- amd-smi ----------------------------------------------------------------------------------

@@ -18,8 +18,6 @@ import contextlib
 
 from nodeledger.machine.probe.nvml import NvmlSession
 
-MiB = 2**20
-
 
 class AmdsmiSession(NvmlSession):
     label = "amdsmi"
