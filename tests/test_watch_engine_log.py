@@ -46,6 +46,19 @@ def test_watch_checks_the_servers_pool_against_the_plan():
     assert "engine pool vs plan" in p.stderr and "larger than the plan" in p.stdout
 
 
+def test_a_replay_checks_the_log_on_the_recordings_machine(tmp_path):
+    # recorded with --machine hgx-h200, replayed without --machine: the watch's plan is made
+    # on the recording's profile, and so is the plan the engine log is set beside
+    rec = tmp_path / "rec.jsonl"
+    p = run_cli("watch", *JOB, "--record", str(rec), "--json")
+    assert p.returncode == 0, p.stderr
+    job = [a for a in JOB[4:] if a not in ("--machine", "hgx-h200")]
+    p = run_cli("watch", "--replay", str(rec), *job, "--engine-log", str(LOG), "--json")
+    assert p.returncode == 0, p.stderr
+    el = json.loads(p.stdout)["engine_log"]
+    assert el["pool_tokens"]["plan"] == pytest.approx(868_080, rel=0.02)
+
+
 def test_engine_log_bad_input_is_one_line_before_watching(tmp_path):
     for extra, needle in (
         (("--engine-log", str(tmp_path / "missing.log")), "no such file"),

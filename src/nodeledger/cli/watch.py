@@ -48,7 +48,8 @@ def _ledger_machine(machine: str | None, header_profile: str | None, live_real: 
 
 
 def _expectations(plan, model, job, job_opts, cards, machine, header, live_real):
-    """Expectations from --plan / --job, else a recording's own, else None; (expect, profile)."""
+    """Expectations from --plan / --job, else a recording's own, else None: (expect, the
+    profile's name to record, the profile the plan was made on or None)."""
     given = sorted(k for k, v in job_opts.items() if v is not None)
     if plan and job:
         raise InputError("give --plan or --job, not both")
@@ -60,13 +61,13 @@ def _expectations(plan, model, job, job_opts, cards, machine, header, live_real)
     if cards is not None and not job:
         raise InputError("--cards applies to --job")
     if not plan and not job:
-        return (header or {}).get("plan"), None
+        return (header or {}).get("plan"), None, None
     from nodeledger.watch import expect as ex
 
     prof_name = ((header or {}).get("machine") or {}).get("profile")
     profile, name = _ledger_machine(machine, prof_name, live_real)
     if plan:
-        return ex.from_plan(plan, profile), name
+        return ex.from_plan(plan, profile), name, profile
     if not model:
         raise InputError("--job needs --model MODEL")
     from nodeledger.ledger.jobs import build_job
@@ -74,7 +75,7 @@ def _expectations(plan, model, job, job_opts, cards, machine, header, live_real)
 
     job_obj = build_job(job, job_opts)
     spec, _ = load_model(model)
-    return ex.from_job(model, spec, job_obj, profile, card_indices(cards)), name
+    return ex.from_job(model, spec, job_obj, profile, card_indices(cards)), name, profile
 
 
 def _host_sampler(b):
@@ -262,7 +263,8 @@ def watch(
         from nodeledger.watch.record import read_stream
 
         header, stream = read_stream(replay)
-        expect, _ = _expectations(plan, model, job, job_opts, cards, machine, header, False)
+        expect, _, profile = _expectations(plan, model, job, job_opts, cards, machine, header,
+                                           False)  # fmt: skip
         an = Analyzer(header, expect, **kw)
         t0 = None
         for s in stream:
@@ -273,7 +275,7 @@ def watch(
             if (fail_fast and an.ever_failed) or (samples is not None and an.n >= samples):
                 break
         _finish(an, header, expect, as_json, fail_on_idle, source=f"replay of {replay}",
-                engine_check=engine_check, clock="the recording's timestamps",
+                engine_check=engine_check and (lambda c: engine_check(c, profile)), clock="the recording's timestamps",
                 wall_s=time.monotonic() - started)  # fmt: skip
         return
     from nodeledger.watch.backends import open_backend
@@ -283,7 +285,8 @@ def watch(
     try:
         w = Watcher(b, _host_sampler(b), interval)
         fake = backend.startswith("fake:")
-        expect, prof = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
+        expect, prof, profile = _expectations(plan, model, job, job_opts, cards, machine, None,
+                                              not fake)  # fmt: skip
         header = w.header(expect, prof)
         an = Analyzer(header, expect, **kw)
         rec = None
@@ -326,7 +329,7 @@ def watch(
     _finish(an, header, expect, as_json, fail_on_idle,
             source=(f"{b.name}, its own steps played without waiting" if fake else f"{b.name}, every {interval:g} s")
             + (f", recorded to {record}" if record else ""),
-            engine_check=engine_check,
+            engine_check=engine_check and (lambda c: engine_check(c, profile)),
             clock="the scenario's clock" if fake else "this host's clock",
             wall_s=time.monotonic() - started, host_only=getattr(b, "reason", None))  # fmt: skip
 
@@ -334,7 +337,8 @@ def watch(
 def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
     """Check the options now (one line, exit 2, before anything is watched) and return the
     function that reads the log at the end of the watch and sets its KV pool beside the
-    plan's: (summary, finding or None) for the watch's cards."""
+    plan's: (summary, finding or None) for the watch's cards, on the profile the watch's plan
+    was made on."""
     engine = job_opts.get("engine") or "hf"
     if job != "serve" or engine == "hf" or not model:
         raise InputError("--engine-log applies to --job serve --engine vllm|sglang with --model")
@@ -350,7 +354,7 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
         )
     read_log_ends(path, what)  # readable now: a bad path is refused before the watch starts
 
-    def check(cards: list[int]):
+    def check(cards: list[int], profile=None):
         from nodeledger.errors import NodeledgerError
         from nodeledger.ledger.build import resolve_job
         from nodeledger.ledger.jobs import build_job
@@ -370,7 +374,7 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
         if reported.get("version") and not opts.get("engine_version"):
             opts["engine_version"] = reported["version"].split("+")[0]
         job_obj = build_job("serve", opts)
-        profile = resolve_machine(machine)
+        profile = profile or resolve_machine(machine)  # the watch's own plan's machine
         spec, _ = load_model(model)
         job_obj, _ = resolve_job(job_obj, profile, spec)
         res = fit(spec, job_obj, profile)
@@ -758,7 +762,7 @@ def exporter(
     fake = backend.startswith("fake:")
     # a fake scenario too: scrapes see real time
     w = Watcher(b, _host_sampler(b), interval, clock=time.time)
-    expect, prof = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
+    expect, prof, _ = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
     header = w.header(expect, prof)
     an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
                   idle_window=idle_window)  # fmt: skip
