@@ -285,29 +285,82 @@ def _render_machine(p) -> None:
     show_default=True,
     help="Archive to write (.tar.gz).",
 )
+@click.option(
+    "--watch-samples",
+    "watch_samples",
+    type=click.IntRange(0, 3600),
+    default=0,
+    show_default=True,
+    help="Also take N watch samples (the card tool's per-card and per-process views, the host's "
+    "/proc files): `nodeledger watch --from FILE` replays them elsewhere.",
+)
+@click.option(
+    "--watch-interval",
+    "watch_interval",
+    type=click.FloatRange(0.01, 3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between those samples.",
+)
+@click.option(
+    "--backend",
+    "backend",
+    default="auto",
+    show_default=True,
+    help="Card tool for the watch samples: auto | nvidia-smi | amd-smi | rocm-smi | hy-smi | "
+    "npu-smi (the libraries' answers, NVML and amdsmi, are not replayable).",
+)
 @tool_timeout_option
-def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0) -> None:
+def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0, watch_samples=0,
+               watch_interval=1.0, backend="auto") -> None:  # fmt: skip
     """Collect every raw output of a probe (commands, /proc and /sys files) into one archive;
-    `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere."""
+    `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere, and with
+    --watch-samples `nodeledger watch --from FILE` replays the samples."""
+    import socket
+
     from nodeledger.machine.probe import Runner
     from nodeledger.machine.probe.bundle import write_bundle
     from nodeledger.machine.probe.probe import probe_with_facts
 
     if not timeout > 0:
         raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    if backend in ("nvml", "amdsmi"):
+        raise NodeledgerError(
+            f"--backend {backend}: a library's answers are not replayable; give its tool "
+            "(nvidia-smi, amd-smi)"
+        )
     r = Runner(timeout=timeout)  # NVML answers are not replayable: bundles hold tool outputs only
     profile, _ = probe_with_facts(r)  # the facts too: `doctor --from BUNDLE` replays them
-    path = write_bundle(r, output, {"probed_profile_name": profile.name})
+    extra = {"probed_profile_name": profile.name, "hostname": socket.gethostname()}
+    taken = ""
+    if watch_samples:
+        from nodeledger.watch.backends import open_backend
+        from nodeledger.watch.host import HostSampler
+        from nodeledger.watch.watcher import Watcher
+
+        r.keep_records = True
+        b = open_backend(backend, runner=r, timeout=timeout, host_only=True)
+        w = Watcher(b, HostSampler(r), watch_interval)
+        w.header()
+        times: list[float] = []
+        w.run(lambda s: times.append(s["t"]), samples=watch_samples)
+        extra["watch"] = {"backend": None if getattr(b, "reason", None) else b.name,
+                          "interval_s": watch_interval,
+                          "samples": len(times), "t": times}  # fmt: skip
+        taken = f"; {len(times)} watch samples through {b.name}" + (
+            f" ({w.errors} failed)" if w.errors else ""
+        )
+    path = write_bundle(r, output, extra)
     sys.stdout.write(
         f"wrote {path} ({path.stat().st_size:,} B): {len(r.log)} commands, {len(r.files)} files read; "
-        f"{len(profile.accelerators)} cards, {len(profile.notes)} notes\n"
+        f"{len(profile.accelerators)} cards, {len(profile.notes)} notes{taken}\n"
     )
 
 
 @click.command("parse")
 @click.argument(
     "kind",
-    help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | amd-smi-static | amd-smi-static-json | amd-smi-topology | amd-smi-monitor | amd-smi-process | hy-smi | npu-smi | npu-smi-topo | numactl | lscpu | vllm-log | sglang-log",
+    help="nvidia-smi-topo | nvidia-smi | nvidia-smi-q | nvidia-smi-q-xml | nvidia-smi-csv | nvidia-smi-query-csv | rocm-smi | rocm-smi-showtopo | rocm-smi-json | rocm-smi-csv | rocm-smi-all | rocm-smi-pids | amd-smi-static | amd-smi-static-json | amd-smi-topology | amd-smi-monitor | amd-smi-process | amd-smi-metric | hy-smi | hy-smi-pids | npu-smi | npu-smi-topo | numactl | lscpu | vllm-log | sglang-log",
 )
 @click.argument("file", help="A recorded output ('-' for standard input).")
 @json_option

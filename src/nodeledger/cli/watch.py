@@ -200,6 +200,14 @@ _SHARED = [
     help="Judge a recorded stream instead of sampling.",
 )
 @click.option(
+    "--from",
+    "from_bundle",
+    type=click.Path(path_type=Path),
+    metavar="BUNDLE",
+    help="Replay a support bundle's recorded tool outputs (`nodeledger bundle --watch-samples N` "
+    "on the box) through --backend, as a live watch would read them.",
+)
+@click.option(
     "--fail-fast", "fail_fast", is_flag=True, help="Stop (exit 3) at the first failed verification."
 )
 @click.option(
@@ -229,6 +237,7 @@ def watch(
     machine=None,
     record=None,
     replay=None,
+    from_bundle=None,
     fail_fast=False,
     fail_on_idle=False,
     idle_window=60.0,
@@ -250,6 +259,8 @@ def watch(
     _check_tolerance(tolerance, tolerance_gib)
     if replay and record:
         raise InputError("--record applies to a live watch, not to --replay")
+    if replay and from_bundle:
+        raise InputError("give --replay (a recorded stream) or --from (a bundle), not both")
     kw = {
         "tolerance": tolerance,
         "tolerance_bytes": int(tolerance_gib * GiB),
@@ -281,13 +292,30 @@ def watch(
     from nodeledger.watch.backends import open_backend
     from nodeledger.watch.watcher import Watcher
 
-    b = open_backend(backend, timeout=timeout, host_only=True)
+    bundle_notes: list[str] = []
+    if from_bundle:
+        from nodeledger.watch.from_bundle import open_from_bundle
+
+        b, host, clock, recorded, step, bundle_notes = open_from_bundle(from_bundle, backend)
+        w = Watcher(b, host, step, clock=clock)
+        if samples is not None and samples > recorded:
+            bundle_notes.append(
+                f"the bundle holds {recorded} sample(s); samples beyond that repeat the last "
+                "recording of each command (not readings of their own)"
+            )
+        samples = samples if samples is not None or duration is not None else recorded
+        interval = step
+    else:
+        b = open_backend(backend, timeout=timeout, host_only=True)
     try:
-        w = Watcher(b, _host_sampler(b), interval)
-        fake = backend.startswith("fake:")
+        if not from_bundle:
+            w = Watcher(b, _host_sampler(b), interval)
+        fake = backend.startswith("fake:") and not from_bundle
+        replayed = fake or bool(from_bundle)
         expect, prof, profile = _expectations(plan, model, job, job_opts, cards, machine, None,
-                                              not fake)  # fmt: skip
+                                              not replayed)  # fmt: skip
         header = w.header(expect, prof)
+        header["notes"] = header.get("notes", []) + bundle_notes
         an = Analyzer(header, expect, **kw)
         rec = None
         if record:
@@ -316,7 +344,7 @@ def watch(
         _stop_on_sigterm()
         try:
             w.run(on_sample, samples=samples, duration=duration,
-                  sleep=(lambda _s: None) if fake else None)  # fmt: skip
+                  sleep=(lambda _s: None) if replayed else None)  # fmt: skip
         except KeyboardInterrupt:
             pass  # Ctrl-C ends the watch; the verdict follows
         finally:
@@ -327,10 +355,13 @@ def watch(
     finally:
         b.close()
     _finish(an, header, expect, as_json, fail_on_idle,
-            source=(f"{b.name}, its own steps played without waiting" if fake else f"{b.name}, every {interval:g} s")
+            source=(f"{b.name}, its own steps played without waiting" if fake
+                    else f"{b.name} outputs recorded in {from_bundle}, replayed without waiting" if from_bundle
+                    else f"{b.name}, every {interval:g} s")
             + (f", recorded to {record}" if record else ""),
             engine_check=engine_check and (lambda c: engine_check(c, profile)),
-            clock="the scenario's clock" if fake else "this host's clock",
+            clock="the scenario's clock" if fake else "the bundle's sample times" if from_bundle
+            else "this host's clock",
             wall_s=time.monotonic() - started, host_only=getattr(b, "reason", None))  # fmt: skip
 
 
@@ -530,7 +561,9 @@ def _render_summary(s: dict, header: dict) -> None:
     if s.get("host_only"):
         con.print(f"note: {s['host_only']}: the host's figures only", markup=False)
     h = s.get("host") or {}
-    if h:
+    if h and h.get("mem_total") is None:
+        con.print("host (last sample): RAM and swap unknown (not read)", markup=False)
+    elif h:
         con.print(
             f"host (last sample): {_gib(h.get('mem_available'))} of {_gib(h.get('mem_total'))} GiB "
             f"available, swap used {_gib((h.get('swap_total') or 0) - (h.get('swap_free') or 0))} GiB",
@@ -551,16 +584,29 @@ def _render_summary(s: dict, header: dict) -> None:
         "owners",
     ):
         t.add_column(col)
+    floors = False
     for c in s["cards"]:
-        owners = ", ".join(f"{o['pid']} {o['name'] or ''}".strip() for o in c["owners"][:3])
+        owners = ", ".join(
+            f"{o['pid']} {o['name'] or ''}".strip()
+            + ("" if o.get("last_bytes") is None else f" {o['last_bytes'] / GiB:,.1f}")
+            for o in c["owners"][:3]
+        )
         if len(c["owners"]) > 3:
             owners += f" +{len(c['owners']) - 3}"
+        last = _gib(c.get("last_bytes"))
+        if c.get("last_bytes") is None and c.get("last_pct") is not None:
+            last = f"{c['last_pct']:g}%"  # the tool gave a percentage of the card only
+        elif c.get("last_bytes") is None and c.get("processes_bytes") is not None:
+            last, floors = f">={c['processes_bytes'] / GiB:,.1f}", True
         t.add_row(str(c["index"]), _gib(c["peak_bytes"]), _gib(c.get("max_bytes")),
-                  _gib(c.get("last_bytes")), _gib(c["predicted_bytes"]),
+                  last, _gib(c["predicted_bytes"]),
                   _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),
                   "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
     if s["cards"]:
         con.print(t)
+        con.print("owners: pid, name and the GiB the card tool gives each process (last sample)"
+                  + ("; >=: the card's own figure unknown, its processes' sum is a floor" if floors else ""),
+                  markup=False)  # fmt: skip
     el = s.get("engine_log")
     if el:
         pg, pt = el.get("pool_gib") or {}, el.get("pool_tokens") or {}

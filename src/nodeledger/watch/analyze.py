@@ -131,6 +131,10 @@ class Analyzer:
         self.util_sum: dict[int, float] = {}
         self.util_n: dict[int, int] = {}
         self.owners: dict[int, dict[int, str | None]] = {}
+        # card -> pid -> [last, max] bytes the card tool gave for that process (None: unknown)
+        self.owner_bytes: dict[int, dict[int, list]] = {}
+        self.proc_sum: dict[int, int | None] = {}  # card -> its processes' bytes, last sample
+        self.last_pct: dict[int, float] = {}  # card -> VRAM % where the tool gives no bytes
         self.dead_run: dict[int, int] = {}
         self.noowner_run: dict[int, int] = {}
         self.idle_seen: dict[tuple[str, int], dict] = {}
@@ -163,6 +167,13 @@ class Analyzer:
                     held = min(q)
                     if held > self.peak.get(i, -1):
                         self.peak[i], self.peak_t[i] = held, t
+            if c.get("used_pct") is not None:
+                self.last_pct[i] = c["used_pct"]
+            procs = c.get("processes")
+            byts = [p.get("used_bytes") for p in procs or []]
+            self.proc_sum[i] = (  # a floor under the card's use where the tool gives none
+                sum(byts) if procs and all(b is not None for b in byts) else None
+            )
             u = c.get("util_pct")
             if u is not None:
                 self.util_sum[i] = self.util_sum.get(i, 0.0) + u
@@ -174,6 +185,13 @@ class Analyzer:
                     known[p["pid"]] = name
                     if len(known) > MAX_OWNERS:  # a long watch with pid churn stays bounded
                         del known[next(iter(known))]
+                seen = self.owner_bytes.setdefault(i, {})
+                if p["pid"] in seen or len(seen) < MAX_OWNERS:
+                    ub = p.get("used_bytes")
+                    last_max = seen.setdefault(p["pid"], [None, None])
+                    last_max[0] = ub
+                    if ub is not None:
+                        last_max[1] = max(ub, last_max[1] or 0)
                 b = p.get("used_bytes") or 0
                 if p["pid"] not in home or b > home[p["pid"]][1]:
                     home[p["pid"]] = (i, b)
@@ -349,7 +367,8 @@ class Analyzer:
         for i, c in sorted(cards.items()):
             used = c.get("used_bytes") or 0
             procs = c.get("processes")
-            dead = [p for p in procs or [] if not (pids.get(str(p["pid"])) or {}).get("alive")]
+            dead = [p for p in procs or []  # liveness None (a bundle without /proc): unknown
+                    if (pids.get(str(p["pid"])) or {"alive": False}).get("alive") is False]  # fmt: skip
             self.dead_run[i] = self.dead_run.get(i, 0) + 1 if dead else 0
             none = procs is not None and not procs and used >= HELD_BYTES
             self.noowner_run[i] = self.noowner_run.get(i, 0) + 1 if none else 0
@@ -553,7 +572,12 @@ class Analyzer:
                 "unsharded_bytes": (grp or {}).get("unsharded_bytes"),
                 "group": (grp or {}).get("name"),
                 "util_mean": round(self.util_sum[i] / self.util_n[i], 1) if self.util_n.get(i) else None,
-                "owners": [{"pid": p, "name": n} for p, n in sorted((self.owners.get(i) or {}).items())][:8],
+                "processes_bytes": self.proc_sum.get(i),
+                "last_pct": self.last_pct.get(i),
+                "owners": [{"pid": p, "name": n,
+                            "last_bytes": (self.owner_bytes.get(i, {}).get(p) or [None, None])[0],
+                            "max_bytes": (self.owner_bytes.get(i, {}).get(p) or [None, None])[1]}
+                           for p, n in sorted((self.owners.get(i) or {}).items())][:8],
             })  # fmt: skip
         return {
             "samples": self.n,

@@ -26,8 +26,8 @@ from __future__ import annotations
 import contextlib
 
 from nodeledger.errors import NodeledgerError
-from nodeledger.machine.parsers.amd_smi import parse_rocm_json, parse_rocm_pids
-from nodeledger.machine.parsers.common import pci_address
+from nodeledger.machine.parsers.amd_smi import parse_concise, parse_rocm_json, parse_rocm_pids
+from nodeledger.machine.parsers.common import ParseError, pci_address
 from nodeledger.machine.parsers.npu_smi import parse_npu
 from nodeledger.machine.parsers.nvidia_query import (
     APPS,
@@ -56,7 +56,10 @@ def _sys_numa(r: Runner, bus: str | None) -> int | None:
 
 def clear_records(r: Runner) -> None:
     """Forget what the Runner recorded for support bundles (runs, reads, which, globs): a watch
-    runs for hours and must not accumulate them."""
+    runs for hours and must not accumulate them.  A Runner collecting a support bundle's watch
+    samples (``keep_records``) keeps them: the bundle is what it collects."""
+    if getattr(r, "keep_records", False):
+        return
     r.log.clear()
     r.files.clear()
     r.problems.clear()
@@ -234,12 +237,33 @@ class RocmSmiBackend(Backend):
         self.tool = tool
         self.r = runner or Runner(live=True)
 
+    describe_note: str | None = None
+
     def _cards(self) -> list[dict]:
+        """Each card's figures from ``--json`` (VRAM in bytes, bus id); where that fails (an
+        old DTK, a bundle holding only the default view), from the tool's default table:
+        VRAM as a percentage (``used_pct``, bytes unknown: the table has no size) and busy %."""
         res = self.r.run([self.tool, "--showuse", "--showmemuse", "--showmeminfo", "vram",
                           "--showbus", "--json"])  # fmt: skip
-        if not res.ok:
-            raise WatchError(f"{self.tool}: {res.problem}")
-        return parse_rocm_json(res.stdout)
+        try:
+            if not res.ok:
+                raise WatchError(f"{self.tool} --json: {res.problem}")
+            return parse_rocm_json(res.stdout)
+        except (WatchError, ParseError) as exc:
+            table = self.r.run([self.tool])
+            if not table.ok:
+                raise WatchError(f"{exc}; {self.tool}: {table.problem}") from None
+            try:
+                concise = parse_concise(table.stdout)
+            except ParseError as exc2:
+                raise WatchError(f"{exc}; {self.tool}: {exc2}") from None
+            self.describe_note = (
+                f"cards read from `{self.tool}`'s default table ({str(exc)[:120]}): VRAM as a "
+                "percentage of the card, its bytes and the card's size unknown"
+            )
+            return [{"index": c.index, "name": c.name, "pci_bus_id": None, "total_bytes": None,
+                     "used_bytes": None, "used_pct": c.vram_used_pct, "util_pct": c.util_pct}
+                    for c in concise.cards]  # fmt: skip
 
     def describe(self) -> list[dict]:
         try:
@@ -256,9 +280,13 @@ class RocmSmiBackend(Backend):
             res = self.r.run([self.tool, "--showpids", "--showpidgpus"])
         finally:
             clear_records(self.r)
-        pids = parse_rocm_pids(res.stdout) if res.ok else None
+        pids = None  # unknown, not none, when the tool or its output fails
+        if res.ok:
+            with contextlib.suppress(ParseError):
+                pids = parse_rocm_pids(res.stdout)
         return [{"index": c["index"], "used_bytes": c["used_bytes"], "total_bytes": c["total_bytes"],
                  "util_pct": c["util_pct"],
+                 **({"used_pct": c["used_pct"]} if c.get("used_pct") is not None else {}),
                  "processes": None if pids is None else pids.get(c["index"], [])} for c in cards]  # fmt: skip
 
 
@@ -335,18 +363,42 @@ class AmdSmiBackend(Backend):
     process's VRAM in bytes) for a sample; each command under the Runner's deadline."""
 
     name = "amd-smi"
+    MONITOR = ("amd-smi", "monitor", "-u", "-v")
+    describe_note: str | None = None
 
     def __init__(self, runner: Runner | None = None):
         self.r = runner or Runner(live=True)
 
     def describe(self) -> list[dict]:
+        """The cards from `amd-smi static --json`; where that fails (an older amd-smi, a
+        bundle without it), from the sample's own `amd-smi monitor -u -v` table: index and
+        VRAM total where it prints them, name and bus unknown (``self.describe_note`` says
+        why)."""
         from nodeledger.machine.parsers.amd_smi import parse_amd_smi_static_json
+        from nodeledger.machine.parsers.amd_smi_live import parse_amd_smi_monitor
+        from nodeledger.machine.parsers.common import ParseError
 
         try:
             res = self.r.run(["amd-smi", "static", "--json"])
-            if not res.ok:
-                raise WatchError(f"amd-smi static --json: {res.problem}")
-            cards = parse_amd_smi_static_json(res.stdout)
+            try:
+                if not res.ok:
+                    raise WatchError(f"amd-smi static --json: {res.problem}")
+                cards = parse_amd_smi_static_json(res.stdout)
+            except (WatchError, ParseError) as exc:
+                mon = self.r.run(list(self.MONITOR))
+                if not mon.ok:
+                    raise WatchError(f"{exc}; amd-smi monitor: {mon.problem}") from None
+                try:
+                    listed = parse_amd_smi_monitor(mon.stdout)["cards"]
+                except ParseError as exc2:
+                    raise WatchError(f"{exc}; amd-smi monitor: {exc2}") from None
+                self.describe_note = (
+                    f"cards listed by `amd-smi monitor` ({str(exc)[:120]}): names and PCI bus "
+                    "ids unknown"
+                )
+                return [{"index": c["index"], "name": None, "uuid": None, "pci_bus_id": None,
+                         "total_bytes": c.get("vram_total_bytes"), "numa_node": None}
+                        for c in listed]  # fmt: skip
             return [{"index": c["index"], "name": c["name"], "uuid": None, "pci_bus_id": c["pci_bus"],
                      "total_bytes": c["vram_total_bytes"],
                      "numa_node": c.get("numa_node") if c.get("numa_node") is not None
@@ -362,7 +414,7 @@ class AmdSmiBackend(Backend):
         from nodeledger.machine.parsers.common import ParseError
 
         try:
-            mon = self.r.run(["amd-smi", "monitor", "-u", "-v"])
+            mon = self.r.run(list(self.MONITOR))
             procs = self.r.run(["amd-smi", "process", "--csv"])
         finally:
             clear_records(self.r)

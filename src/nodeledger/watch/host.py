@@ -103,6 +103,8 @@ class HostSampler:
         r = self.r
         status = r.read(f"/proc/{pid}/status")
         if status is None:
+            if r.problems.get(f"/proc/{pid}/status") == "not in the bundle":
+                return {"alive": None}  # a replayed bundle that did not read it: unknown
             return {"alive": False}
         f = pid_status(status)
         state = f.state

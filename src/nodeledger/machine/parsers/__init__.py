@@ -97,6 +97,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "rocm-smi-json": _lazy("amd_smi", "parse_json", _rocm_cards),
     "rocm-smi-csv": _lazy("amd_smi", "parse_csv", _rocm_cards),
     "rocm-smi-all": _lazy("amd_smi", "parse_all", lambda cards: {"cards": cards}),
+    "rocm-smi-pids": _lazy("amd_smi", "parse_rocm_pids_table"),
+    "hy-smi-pids": _lazy("amd_smi", "parse_rocm_pids_table"),
     "amd-smi-static": _lazy("amd_smi", "parse_amd_smi_static", lambda cards: {"cards": cards}),
     "amd-smi-static-json": _lazy(
         "amd_smi", "parse_amd_smi_static_json", lambda cards: {"cards": cards}
@@ -104,6 +106,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "amd-smi-topology": _amd_smi_topo,
     "amd-smi-monitor": _lazy("amd_smi_live", "parse_amd_smi_monitor"),
     "amd-smi-process": _lazy("amd_smi_live", "parse_amd_smi_process"),
+    "amd-smi-metric": _lazy("amd_smi_live", "parse_amd_smi_metric"),
     "npu-smi": _lazy("npu_smi", "parse", _plain),
     "npu-smi-topo": _npu_topo,
     "numactl": _lazy("numa", "parse_numactl", _plain),

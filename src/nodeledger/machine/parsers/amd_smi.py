@@ -40,6 +40,7 @@ class AmdCard:
     vram_used_pct: float | None
     power_cap_w: float | None
     partitions: str | None = None
+    util_pct: float | None = None  # the GPU% / HCU% / DCU% column: compute busy
 
 
 @dataclass
@@ -92,6 +93,13 @@ def parse_concise(text: str) -> AmdConcise:
                 # simple tables align one token per column: read VRAM% by position ("N/A" stays None)
                 v = tokens[header.index("VRAM%")]
                 pct = [v.rstrip("%"), "0"] if v.endswith("%") else []
+            util_col = next((h for h in ("GPU%", "DCU%", "HCU%") if h in header), None)
+            util = None
+            if len(tokens) == len(header) and util_col:
+                u = tokens[header.index(util_col)]
+                util = to_float(u.rstrip("%"), hi=100.0) if u.endswith("%") else None
+            elif len(pct) >= 2 and util_col:
+                util = to_float(pct[-1], hi=100.0)  # the last percentage of a row is busy%
             vram = None
             if len(pct) >= 2:
                 vram = to_float(pct[-2], hi=100.0)
@@ -110,6 +118,7 @@ def parse_concise(text: str) -> AmdConcise:
             card = AmdCard(
                 index=index, name=None, vram_used_pct=vram, power_cap_w=cap,
                 partitions=f"{part.group(1)}, {part.group(2)}" if part else None,
+                util_pct=util,
             )  # fmt: skip
             cards.append(card)
             pending_name = card
@@ -277,31 +286,84 @@ def parse_rocm_json(text: str) -> list[dict]:
             for c in sorted(parse_json(text), key=lambda c: c["index"])]  # fmt: skip
 
 
-_KFD = re.compile(r"^([0-9]{1,10})\s+(.+?)\s+([0-9]{1,6})\s+([0-9]{1,16})\s+\S+\s+\S+\s*$")
+_KFD = re.compile(
+    r"^([0-9]{1,10})\s+(.+?)\s+([0-9]{1,6})\s+([0-9]{1,16}|UNKNOWN|N/A)\s+\S+\s+\S+\s*$"
+)
+_KFD_HEAD = re.compile(r"^PID\s+PROCESS NAME\s+(GPU\(s\)|GPU)\s+VRAM USED", re.M)
 _PIDGPU = re.compile(
     r"PID ([0-9]{1,10}) is using ([0-9]{1,6}) DRM device\(s\):?\s*\n?\s*([0-9 ,]*)"
 )
 
 
-def parse_rocm_pids(text: str) -> dict[int, list[dict]]:
-    """``rocm-smi --showpids --showpidgpus`` (text): the "KFD process information" rows (PID,
-    PROCESS NAME, GPU(s), VRAM USED, SDMA USED, CU OCCUPANCY) and the "PID n is using k DRM
-    device(s):" lists -> {card index: [{pid, name, used_bytes}]}; a process on several cards is
-    listed on each, its VRAM (a total over its cards) unknown."""
-    procs: dict[int, dict] = {}
-    for line in text.splitlines():
+def parse_rocm_pids_table(text: str) -> dict:
+    """``rocm-smi --showpids [--showpidgpus]`` (also ``--showpids=details``; Hygon's DTK
+    rocm-smi / hy-smi share the layout): the "KFD process information" rows and the "PID n is
+    using k DRM device(s):" lists -> {"processes": [{pid, name, gpus, vram_bytes, cards}],
+    "notes"}.
+
+    1. ``GPU(s)`` is the *number* of cards the process opened, not an index (rocm_smi_lib#166;
+       rocm-systems#4405 shows ``--showpids=details`` printing the same count in its ``GPU``
+       column as of ROCm 6.4.2): the cards come only from the ``--showpidgpus`` lists, else
+       they are unknown (None).
+    2. ``VRAM USED`` is bytes, the process's total over its cards; ``UNKNOWN`` (a process
+       without access to every card, rocm_smi_lib#166 / legacy-rocm-build#3002) is None.
+    3. ``--showpids=details`` prints one row per (process, card): the rows are kept, each with
+       its own VRAM.
+    4. MI300 lists processes that only opened /dev/kfd with 0 B (legacy-rocm-build#4411): they
+       are kept, with 0 B; a watch sees 0 B owners as no memory held."""
+    text = clean(text)
+    head = _KFD_HEAD.search(text)
+    if head is None:
+        if "No KFD PIDs currently running" in text:
+            return {"processes": [], "notes": ["no KFD process is running"]}
+        raise ParseError(
+            "not a rocm-smi --showpids output: no 'PID  PROCESS NAME  GPU(s)  VRAM USED' header"
+        )
+    details = head.group(1) == "GPU"
+    rows = []
+    for line in text[head.end() :].splitlines()[1:]:
+        if line.startswith("=") or not line.strip():
+            if rows:
+                break
+            continue
         m = _KFD.match(line.strip())
-        if m:
-            procs[int(m.group(1))] = {"name": m.group(2).strip(), "ngpus": int(m.group(3)),
-                                      "vram": int(m.group(4))}  # fmt: skip
-    out: dict[int, list[dict]] = {}
+        if m is None:
+            continue
+        vram = m.group(4)
+        rows.append({"pid": int(m.group(1)), "name": m.group(2).strip(),
+                     "gpus": int(m.group(3)),
+                     "vram_bytes": int(vram) if vram.isdigit() else None, "cards": None})  # fmt: skip
+    lists = {}
     for m in _PIDGPU.finditer(text):
-        pid = int(m.group(1))
-        cards = [int(x) for x in re.findall(r"[0-9]{1,7}", m.group(3))]
-        p = procs.get(pid, {"name": None, "vram": None})
+        lists[int(m.group(1))] = [int(x) for x in re.findall(r"[0-9]{1,7}", m.group(3))]
+    for r in rows:
+        r["cards"] = lists.get(r["pid"])
+    notes = []
+    if details:
+        notes.append(
+            "--showpids=details: one row per process and card; the GPU column is the count of "
+            "cards the process opened (as --showpids' GPU(s)), not the card's index"
+        )
+    if rows and not lists:
+        notes.append(
+            "no --showpidgpus lists: which cards each process uses is unknown (GPU(s) counts them)"
+        )
+    if any(r["vram_bytes"] is None for r in rows):
+        notes.append("VRAM USED UNKNOWN for some processes: unknown, not 0")
+    return {"processes": rows, "notes": notes}
+
+
+def parse_rocm_pids(text: str) -> dict[int, list[dict]]:
+    """:func:`parse_rocm_pids_table` by card, as the watch samples it -> {card index: [{pid,
+    name, used_bytes}]}: a process on several cards is listed on each, its VRAM (a total over
+    its cards) unknown there; a process whose cards are not listed is left out (its card is
+    unknown)."""
+    out: dict[int, list[dict]] = {}
+    for p in parse_rocm_pids_table(text)["processes"]:
+        cards = p["cards"] or []
         for c in cards:
-            out.setdefault(c, []).append({"pid": pid, "name": p["name"],
-                                          "used_bytes": p["vram"] if len(cards) == 1 else None})  # fmt: skip
+            out.setdefault(c, []).append({"pid": p["pid"], "name": p["name"],
+                                          "used_bytes": p["vram_bytes"] if len(cards) == 1 else None})  # fmt: skip
     return out
 
 

@@ -308,3 +308,103 @@ def _process_json(text: str) -> dict:
         if not found:
             idle.append(card)
     return {"processes": procs, "cards_without_processes": sorted(set(idle))}
+
+
+# -- amd-smi metric ----------------------------------------------------------------------------
+
+MAX_METRIC_JSON = 64 * 2**20  # characters of `amd-smi metric --json` read (8 GPUs: ~200 KB)
+# (section, key) of `amd-smi metric` -> (field, unit the field is in)
+_METRIC = {
+    ("usage", "gfx_activity"): ("gfx_activity_pct", "%"),
+    ("usage", "umc_activity"): ("umc_activity_pct", "%"),
+    ("power", "socket_power"): ("socket_power_w", "W"),
+    ("mem_usage", "total_vram"): ("vram_total_bytes", "B"),
+    ("mem_usage", "used_vram"): ("vram_used_bytes", "B"),
+    ("temperature", "edge"): ("edge_temp_c", "C"),
+    ("temperature", "hotspot"): ("hotspot_temp_c", "C"),
+    ("temperature", "mem"): ("mem_temp_c", "C"),
+}
+_METRIC_UNITS = {"%": "%", "W": "W", "C": "C", "°C": "C", "MB": "B", "B": "B", "KB": "B",
+                 "GB": "B"}  # fmt: skip
+
+
+def _metric_value(v, field_unit: str):
+    """A `{"value": v, "unit": u}` (JSON, ROCm 6.1+), a bare number (older JSON) or a text
+    cell "42 %" / "196592 MB" -> the field's unit; "N/A" and unknown units -> None.  amd-smi's
+    MB is MiB: its code divides bytes by 1024*1024 (amdsmi_commands.py, mem_usage)."""
+    unit = None
+    if isinstance(v, dict):
+        v, unit = v.get("value"), v.get("unit")
+    if isinstance(v, str):
+        m = re.fullmatch(r"\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([A-Za-z°%]*)\s*", v)
+        if m is None:
+            return None
+        v, unit = float(m.group(1)), m.group(2) or unit
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return None
+    if field_unit == "B":
+        scale = _UNIT.get(str(unit or "MB").upper())
+        return None if scale is None else round(v * scale)
+    if unit is not None and _METRIC_UNITS.get(str(unit)) not in (field_unit, None):
+        return None
+    return int(v) if float(v).is_integer() else float(v)
+
+
+@_refusing("amd-smi metric")
+def parse_amd_smi_metric(text: str) -> dict:
+    """``amd-smi metric [--json]`` -> {"cards": [{index, gfx_activity_pct, umc_activity_pct,
+    socket_power_w, vram_total_bytes, vram_used_bytes, edge/hotspot/mem_temp_c[, timestamp]}],
+    "notes"}: the fields a watch uses, each None where the card prints N/A (or the section was
+    not asked: ``-p`` prints power only).  JSON: a list of per-GPU objects (ROCm 6.x) or
+    ``{"gpu_data": [...]}`` (amd-smi 26.x); text: "GPU: n" blocks of "SECTION:" and
+    "KEY: value unit" lines."""
+    import json
+
+    body = text.strip()
+    notes: list[str] = []
+    if body.startswith(("[", "{")):
+        if len(body) > MAX_METRIC_JSON:
+            raise ParseError(f"amd-smi metric --json output is over {MAX_METRIC_JSON:,} characters")
+        data = json.loads(body)
+        if isinstance(data, dict):
+            data = data.get("gpu_data")
+        if not isinstance(data, list):
+            raise ParseError(
+                "amd-smi metric --json: neither a list of GPUs nor {'gpu_data': [...]}"
+            )
+        gpus = [(g.get("gpu"), g) for g in data if isinstance(g, dict)]
+    else:
+        gpus = []
+        cur: dict | None = None
+        section = None
+        for line in text.splitlines():
+            m = re.match(r"^GPU:\s*([0-9]{1,6})\s*$", line)
+            if m:
+                cur = {}
+                gpus.append((int(m.group(1)), cur))
+                continue
+            if cur is None or not line.strip():
+                continue
+            indent = len(line) - len(line.lstrip())
+            key, _, value = line.strip().partition(":")
+            if indent <= 4 and not value.strip():
+                section = key.strip().lower()
+                cur.setdefault(section, {})
+            elif section is not None and indent <= 8 and value.strip():
+                cur[section][key.strip().lower()] = value.strip()
+        if "[output truncated]" in text:
+            notes.append("the output says it was truncated: GPUs after the last block unread")
+    if not gpus:
+        raise ParseError("not an amd-smi metric output: no 'GPU: n' block or JSON GPU list")
+    cards = []
+    for idx, g in gpus:
+        if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < 2**20:
+            raise ParseError(f"amd-smi metric: GPU index {str(idx)[:40]!r} is not a card index")
+        card: dict = {"index": idx}
+        for (sec, key), (fld, unit) in _METRIC.items():
+            s = g.get(sec)
+            card[fld] = _metric_value(s.get(key), unit) if isinstance(s, dict) else None
+        if isinstance(g.get("timestamp"), int):
+            card["timestamp"] = g["timestamp"]
+        cards.append(card)
+    return {"cards": cards, "notes": notes}

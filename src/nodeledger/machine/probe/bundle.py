@@ -102,13 +102,29 @@ class ReplayRunner(Runner):
     def __init__(self, manifest: dict, blobs: dict[str, str], where: str) -> None:
         super().__init__()
         self.manifest, self.blobs, self.where = manifest, blobs, where
-        self._cmds = {tuple(c["argv"]): c for c in manifest.get("commands", [])}
+        # A command recorded several times (a watch's samples, ``bundle --watch-samples``)
+        # answers with its recordings in order, then with its last one again.
+        self._cmds: dict[tuple[str, ...], list[dict]] = {}
+        for c in manifest.get("commands", []):
+            self._cmds.setdefault(tuple(c["argv"]), []).append(c)
+        self._played: dict[tuple[str, ...], int] = {}
+
+    @property
+    def rounds(self) -> int:
+        """The most times any one command was recorded (1 for a probe's bundle)."""
+        return max((len(v) for v in self._cmds.values()), default=0)
 
     def which(self, tool: str) -> str | None:
         return self.manifest.get("tools", {}).get(tool)
 
     def run(self, argv: list[str]) -> RawResult:
-        c = self._cmds.get(tuple(argv))
+        key = tuple(argv)
+        recorded = self._cmds.get(key)
+        c = None
+        if recorded:
+            k = self._played.get(key, 0)
+            c = recorded[min(k, len(recorded) - 1)]
+            self._played[key] = k + 1
         if c is None:
             res = RawResult(list(argv), problem="not in the bundle")
         else:

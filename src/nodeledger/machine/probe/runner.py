@@ -276,3 +276,4 @@ class Runner:
     problems: dict[str, str] = field(default_factory=dict)
     tools: dict[str, str | None] = field(default_factory=dict)  # which() answers
     globs: dict[str, list[str]] = field(default_factory=dict)  # glob() answers
+    keep_records: bool = False  # a bundle taking watch samples keeps what a watch would clear

@@ -1,0 +1,105 @@
+"""A watch over a support bundle: the card tool's and the host's recorded outputs replayed
+through the same backend and host sampler a live watch uses (`watch --from BUNDLE`).
+
+What the bundle holds decides what the watch can say:
+
+1. ``nodeledger bundle --watch-samples N`` runs the watch's own commands N times on the box
+   (``amd-smi monitor -u -v``, ``amd-smi process --csv``, ``npu-smi info`` ...), so each
+   sample replays as it was, with the times it was taken (``manifest["watch"]["t"]``).
+2. A command recorded once answers every sample the same (a probe's bundle: one snapshot).
+3. A /proc file the bundle did not read (a bundle assembled from pasted outputs) makes that
+   process's liveness unknown, never "dead": the dead-owner finding needs a reading.
+4. NVML and amdsmi answers are not replayable (they are in-process calls): a bundle replays
+   through the text tools only, and ``auto`` tries them in the live order without the two
+   libraries.
+"""
+
+from __future__ import annotations
+
+from nodeledger.errors import InputError
+from nodeledger.machine.probe.bundle import load_bundle
+from nodeledger.watch.backends import open_backend
+from nodeledger.watch.host import HostSampler
+
+MAX_TIMES = 1_000_000  # timestamps read from a manifest (a hostile one cannot make more)
+
+
+class ReplayClock:
+    """The sample times a bundle recorded: the header and the first sample get the first,
+    each later sample the next; past the last, one interval more each time."""
+
+    def __init__(self, times: list[float], interval: float) -> None:
+        self.times, self.interval, self.k = times or [0.0], interval, -1
+
+    def __call__(self) -> float:
+        self.k += 1
+        i = max(0, self.k - 1)
+        if i < len(self.times):
+            return self.times[i]
+        return self.times[-1] + (i - len(self.times) + 1) * self.interval
+
+
+class _BundleHost(HostSampler):
+    """The host sampler over the bundle's files, naming the bundle's host, not this one."""
+
+    def __init__(self, runner, hostname: str | None) -> None:
+        super().__init__(runner)
+        self.hostname = hostname
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["hostname"] = self.hostname or "unknown (not in the bundle)"
+        return d
+
+
+def _watch_info(manifest: dict, where: str) -> dict:
+    info = manifest.get("watch") or {}
+    if not isinstance(info, dict):
+        raise InputError(f"{where}: bundle manifest field watch is malformed")
+    times = info.get("t", [])
+    if (
+        not isinstance(times, list)
+        or len(times) > MAX_TIMES
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in times)
+    ):
+        raise InputError(f"{where}: bundle manifest field watch.t is malformed")
+    # backend None: the bundle's host had no card tool
+    for key, types in (("backend", str), ("interval_s", (int, float)), ("samples", int)):
+        v = info.get(key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            raise InputError(f"{where}: bundle manifest field watch.{key} is malformed")
+    host = manifest.get("hostname")
+    if host is not None and not isinstance(host, str):
+        raise InputError(f"{where}: bundle manifest field hostname is malformed")
+    return info
+
+
+def open_from_bundle(path, backend: str = "auto", interval: float | None = None):
+    """(backend, host sampler, clock, samples recorded, interval, notes) for a watch replaying
+    bundle ``path``.  ``backend`` ``auto``: the one the bundle's watch samples used, else the
+    first text tool whose recorded output lists cards.  Bad bundle: InputError (exit 2); no
+    card tool in it: WatchError (exit 4)."""
+    rr = load_bundle(path)
+    info = _watch_info(rr.manifest, str(path))
+    name = backend if backend != "auto" else info.get("backend") or "auto"
+    if name in ("nvml", "amdsmi"):  # recorded through their tools' text, never in-process
+        name = "auto"
+    step = interval or float(info.get("interval_s") or 1.0)
+    b = open_backend(name, runner=rr, host_only=True)  # a bundle of a host without cards
+    times = [float(x) for x in info.get("t", [])]
+    notes = []
+    if not times:
+        notes.append(
+            "the bundle holds no sample times: samples are placed "
+            f"{step:g} s apart from 0 (the watch's idle window counts those seconds)"
+        )
+    made = (
+        (rr.manifest.get("composed_from") or "")
+        if isinstance(rr.manifest.get("composed_from"), str)
+        else ""
+    )
+    if made:
+        notes.append(f"the bundle was assembled from {made[:300]}")
+    samples = info.get("samples") or max(1, rr.rounds)
+    host = _BundleHost(rr, rr.manifest.get("hostname"))
+    return b, host, ReplayClock(times, step), samples, step, notes
