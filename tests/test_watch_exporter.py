@@ -430,3 +430,44 @@ def _wait_ready(port: int) -> None:
             return
         except OSError:
             time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("spec", "used", "util", "labels"),
+    [
+        ("8x-ascend-910b2-vllmascend4661.toml", "npu_chip_info_hbm_used_memory",
+         "npu_chip_info_utilization", {"id", "model_name", "vdie_id"}),
+        ("8x-mi300x-rocmblogs.toml", None, "gpu_gfx_activity",
+         {"gpu_id", "serial_number", "card_model", "hostname", "gpu_partition_id",
+          "gpu_compute_partition_type"}),
+    ],
+)  # fmt: skip
+def test_vendor_exporter_names_on_replayed_bundles(tmp_path, spec, used, util, labels):
+    """On Ascend and AMD cards the exporter uses npu-exporter's and AMD device-metrics-
+    exporter's names and labels (not dcgm's); nodeledger's own names stay."""
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "bundles"))
+    from compose import compose
+
+    from nodeledger.watch.from_bundle import open_from_bundle
+
+    b, host, clock, _, step, _ = open_from_bundle(compose(Path(__file__).parent / "fixtures" /
+                                                          "bundles" / spec, tmp_path / "b.tgz"))  # fmt: skip
+    w = Watcher(b, host, step, clock=clock)
+    header = w.header()
+    exp = Exporter(w, Analyzer(header, None), header)
+    exp.update(w.sample())
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(exp))
+    fams = _parse(generate_latest(reg).decode())
+    assert "DCGM_FI_DEV_FB_USED" not in fams and "DCGM_FI_DEV_GPU_UTIL" not in fams
+    u = fams[util].samples
+    assert len(u) == 8 and set(u[0].labels) == labels
+    if used:  # npu-smi's HBM-Usage MB per NPU is the MiB figure the exporter serves
+        import re
+
+        text = (Path(__file__).parent / "fixtures" / "ascend" /
+                "vllmascend4661-910b2-x8-npu-smi-info.txt").read_text()  # fmt: skip
+        hbm = [float(x) for x in re.findall(r"([0-9]+)/ 65536", text)]
+        assert sorted(s.value for s in fams[used].samples) == sorted(hbm) and len(hbm) == 8
+        assert {s.value for s in fams["npu_chip_info_hbm_total_memory"].samples} == {65536.0}
+    assert len(fams["nodeledger_process_card_memory_bytes"].samples) == 8

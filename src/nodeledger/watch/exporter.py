@@ -10,9 +10,15 @@ MetricsServer: a fixed pool of handler threads, idle / slow clients dropped afte
 ``--allow`` network list, TLS (``ssl`` as prometheus-client's own start_http_server does it) and
 basic auth (``user:sha256hex`` lines, constant-time compare).
 
-Names follow dcgm-exporter where they overlap (so existing Grafana dashboards work), for every
-vendor: ``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB), ``DCGM_FI_DEV_GPU_UTIL`` (%),
-labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``.
+Names follow the vendor's own exporter where they overlap (so existing Grafana dashboards
+work): dcgm-exporter on NVIDIA (and Hygon, whose exporter's names no public source documents):
+``DCGM_FI_DEV_FB_USED`` / ``DCGM_FI_DEV_FB_FREE`` (MiB), ``DCGM_FI_DEV_GPU_UTIL`` (%), labels
+``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``; AMD's
+device-metrics-exporter on amd-smi / amdsmi / rocm-smi (``gpu_used_vram``, ``gpu_total_vram``,
+``gpu_free_vram`` in MiB, ``gpu_gfx_activity``; labels ``gpu_id``, ``serial_number``,
+``card_model``, ``hostname``, ``gpu_partition_id``, ``gpu_compute_partition_type``); Ascend's
+npu-exporter on npu-smi (``npu_chip_info_hbm_used_memory`` / ``_hbm_total_memory`` in MiB,
+``npu_chip_info_utilization``; labels ``id``, ``model_name``, ``vdie_id``).  VENDOR_NAMES.
 nodeledger's own (``card`` label = the card index):
   nodeledger_card_memory_used_bytes, nodeledger_card_memory_total_bytes,
   nodeledger_card_memory_planned_bytes (the ledger's prediction; planned cards only),
@@ -66,6 +72,36 @@ DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "amd-smi": "card", "r
                  "npu-smi": "davinci"}  # fmt: skip
 
 
+# The vendor's own exporter names, used instead of dcgm-exporter's on its cards (a dashboard
+# made for that exporter works unchanged).  Memory in MiB ("MB" in both exporters' docs: amd-smi's
+# MB are bytes // 2**20; npu-smi's HBM MB are binary too), utilisation in %.
+#   AMD: ROCm/device-metrics-exporter docs/configuration/metricslist.md and configmap.md @
+#     afd0fe81 (GPU_USED_VRAM / GPU_TOTAL_VRAM / GPU_FREE_VRAM "in MB", GPU_GFX_ACTIVITY %;
+#     labels that "are always set": serial_number, gpu_id, card_model, hostname,
+#     gpu_partition_id, gpu_compute_partition_type, as its example series print them).
+#   Ascend: MindX DL npu-exporter (npu_chip_info_hbm_used_memory / _hbm_total_memory in MB,
+#     npu_chip_info_utilization %, labels id, model_name, vdie_id), as queried by public
+#     dashboards and HAMi's metrics generator.
+# Hygon's DCU exporter names are not documented in a public source found: hy-smi keeps dcgm's.
+VENDOR_NAMES = {
+    "amd": {"used": "gpu_used_vram", "total": "gpu_total_vram", "free": "gpu_free_vram",
+            "util": "gpu_gfx_activity",
+            "labels": ["gpu_id", "serial_number", "card_model", "hostname", "gpu_partition_id",
+                       "gpu_compute_partition_type"]},
+    "ascend": {"used": "npu_chip_info_hbm_used_memory", "total": "npu_chip_info_hbm_total_memory",
+               "free": None, "util": "npu_chip_info_utilization",
+               "labels": ["id", "model_name", "vdie_id"]},
+}  # fmt: skip
+VENDOR_OF_BACKEND = {"amd-smi": "amd", "amdsmi": "amd", "rocm-smi": "amd", "npu-smi": "ascend"}
+
+
+def _vendor_labels(vendor: str, i: int, d: dict, hostname: str) -> list[str]:
+    """The vendor exporter's labels of card ``i`` ("" where nodeledger does not know one)."""
+    if vendor == "amd":
+        return [str(i), "", d.get("name") or "", hostname, "", ""]
+    return [str(i), d.get("name") or "", d.get("uuid") or ""]
+
+
 def parse_listen(text: str) -> tuple[str, int, bool]:
     """ "HOST:PORT" ("[::1]:9835" for IPv6) -> (host, port, loopback?)."""
     host, sep, port = text.rpartition(":")
@@ -87,14 +123,20 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
     info = {c["index"]: c for c in mach.get("cards", [])}
     hostname = mach.get("hostname") or ""
     prefix = DEVICE_PREFIX.get(header.get("backend", ""), "card")
-    dl = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
-    fb_used = GaugeMetricFamily(
-        "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=dl
-    )
-    fb_free = GaugeMetricFamily(
-        "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=dl
-    )
-    util = GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=dl)
+    vendor = VENDOR_OF_BACKEND.get(header.get("backend", ""))
+    names = VENDOR_NAMES.get(vendor)
+    if names is None:  # NVIDIA, Hygon, fakes: dcgm-exporter's names and labels
+        dl = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
+        names = {"used": "DCGM_FI_DEV_FB_USED", "free": "DCGM_FI_DEV_FB_FREE",
+                 "util": "DCGM_FI_DEV_GPU_UTIL", "total": None}  # fmt: skip
+    else:
+        dl = names["labels"]
+    fb_used = GaugeMetricFamily(names["used"], "Card memory used (in MiB).", labels=dl)
+    fb_free = GaugeMetricFamily(names["free"] or "_unused_free", "Card memory free (in MiB).",
+                                labels=dl)  # fmt: skip
+    fb_total = GaugeMetricFamily(names["total"] or "_unused_total", "Card memory (in MiB).",
+                                 labels=dl)  # fmt: skip
+    util = GaugeMetricFamily(names["util"], "Card utilization (in %).", labels=dl)
     used_b = GaugeMetricFamily(
         "nodeledger_card_memory_used_bytes", "Card memory in use.", labels=["card"]
     )
@@ -108,12 +150,16 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
                              labels=["card", "to"])  # fmt: skip
     proc = GaugeMetricFamily("nodeledger_process_card_memory_bytes",
                              "Card memory a process holds.", labels=["card", "pid", "process"])  # fmt: skip
-    out = [fb_used, fb_free, util, used_b, total_b, planned, head, proc]
+    out = [fb_used, util, used_b, total_b, planned, head, proc]
+    out[1:1] = [f for f, n in ((fb_free, names["free"]), (fb_total, names["total"])) if n]
     for c in (sample or {}).get("cards", []):
         i = c["index"]
         d = info.get(i, {})
-        labels = [str(i), d.get("uuid") or "", d.get("pci_bus_id") or "", f"{prefix}{i}",
-                  d.get("name") or "", hostname]  # fmt: skip
+        if vendor in VENDOR_NAMES:
+            labels = _vendor_labels(vendor, i, d, hostname)
+        else:
+            labels = [str(i), d.get("uuid") or "", d.get("pci_bus_id") or "", f"{prefix}{i}",
+                      d.get("name") or "", hostname]  # fmt: skip
         used, total = c.get("used_bytes"), c.get("total_bytes") or d.get("total_bytes")
         if used is not None:
             fb_used.add_metric(labels, used // MiB)  # dcgm-exporter: whole MiB
@@ -124,6 +170,7 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
             util.add_metric(labels, c["util_pct"])
         if total:
             total_b.add_metric([str(i)], total)
+            fb_total.add_metric(labels, total // MiB)
         pred = an.predicted.get(i)
         if pred is not None:
             planned.add_metric([str(i)], pred)
