@@ -604,6 +604,9 @@ def _render_summary(s: dict, header: dict) -> None:
                   "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
     if s["cards"]:
         con.print(t)
+        con.print(f"card: {header.get('backend') or 'the card tool'}'s own index (the smi index; "
+                  "the index a process sees under CUDA/HIP/ASCEND_RT_VISIBLE_DEVICES can differ: "
+                  "`nodeledger machine show probe` maps them)", markup=False)
         con.print("owners: pid, name and the GiB the card tool gives each process (last sample)"
                   + ("; >=: the card's own figure unknown, its processes' sum is a floor" if floors else ""),
                   markup=False)  # fmt: skip
