@@ -37,6 +37,7 @@ UNITS: dict[str, int] = {
     "nodeledger.bench": 7,
     "nodeledger.triage": 7,
     "nodeledger.golive": 8,
+    "nodeledger.fleet": 8,  # hooks into Prometheus / Slurm / Kubernetes: above the consumers
     "nodeledger.cli": 9,
     "nodeledger.__main__": 10,
 }

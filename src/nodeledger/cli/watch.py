@@ -604,9 +604,12 @@ def _render_summary(s: dict, header: dict) -> None:
                   "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
     if s["cards"]:
         con.print(t)
-        con.print(f"card: {header.get('backend') or 'the card tool'}'s own index (the smi index; "
-                  "the index a process sees under CUDA/HIP/ASCEND_RT_VISIBLE_DEVICES can differ: "
-                  "`nodeledger machine show probe` maps them)", markup=False)
+        con.print(
+            f"card: {header.get('backend') or 'the card tool'}'s own index (the smi index; "
+            "the index a process sees under CUDA/HIP/ASCEND_RT_VISIBLE_DEVICES can differ: "
+            "`nodeledger machine show probe` maps them)",
+            markup=False,
+        )
         con.print("owners: pid, name and the GiB the card tool gives each process (last sample)"
                   + ("; >=: the card's own figure unknown, its processes' sum is a floor" if floors else ""),
                   markup=False)  # fmt: skip
@@ -662,6 +665,18 @@ def _render_summary(s: dict, header: dict) -> None:
 
 
 @click.command("exporter")
+@click.option(
+    "--rules",
+    "print_rules",
+    is_flag=True,
+    help="Print the Prometheus recording and alerting rules over these metrics (YAML) and exit.",
+)
+@click.option(
+    "--dashboard",
+    "print_dashboard",
+    is_flag=True,
+    help="Print a Grafana dashboard (JSON) over these metrics, per host and across hosts, and exit.",
+)
 @click.option(
     "--listen",
     "listen",
@@ -754,11 +769,22 @@ def exporter(
     tolerance_gib=1.0,
     timeout=5.0,
     duration=None,
+    print_rules=False,
+    print_dashboard=False,
     **job_opts,
 ) -> None:
-    """Serve Prometheus metrics (dcgm-exporter names where they overlap, plus nodeledger_*):
-    per-card memory used / total / planned and headroom, utilisation, per-process memory, host
-    RAM / swap, findings.  Samples once per --interval whatever the scrape rate."""
+    """Serve Prometheus metrics (the vendor exporter's names where they overlap, plus
+    nodeledger_*): per-card memory used / total / planned and headroom, utilisation,
+    per-process memory, host RAM / swap, findings, the lifeboat card.  Samples once per
+    --interval whatever the scrape rate.  --rules / --dashboard print the Prometheus rules and
+    the Grafana dashboard over these metrics."""
+    if print_rules or print_dashboard:
+        from nodeledger.fleet import prometheus as fp
+
+        if print_rules and print_dashboard:
+            raise InputError("give --rules or --dashboard, not both")
+        sys.stdout.write(fp.rules_text() if print_rules else fp.dashboard_text())
+        return
     import threading
     import time
 

@@ -110,7 +110,9 @@ def from_plan(path: str, machine) -> dict:
             raise InputError(
                 f"--plan {path}: no 'replicas' list (expected `nodeledger place --json`)"
             )
-        return {"source": f"placement {p.name}", "groups": _groups(data["replicas"], {})}
+        boats = data.get("lifeboat")
+        return {"source": f"placement {p.name}", "groups": _groups(data["replicas"], {}),
+                "lifeboat": [int(c) for c in boats] if isinstance(boats, list) else []}  # fmt: skip
     from nodeledger.placement.planner import plan
     from nodeledger.verdict.catalogue import load_catalogue, load_specs
 
@@ -127,7 +129,8 @@ def from_plan(path: str, machine) -> dict:
     shards = {w.id: getattr(w.job(), "shard", None) for w in ws}
     kinds = {w.id: w.kind for w in ws}
     groups = _groups(res["replicas"], unsharded, shards, kinds)
-    return {"source": f"plan {p.name} ({len(res['replicas'])} replicas placed)", "groups": groups}
+    return {"source": f"plan {p.name} ({len(res['replicas'])} replicas placed)", "groups": groups,
+            "lifeboat": list(res.get("lifeboat") or [])}  # fmt: skip
 
 
 def _groups(replicas: list, unsharded: dict, shards: dict | None = None, kinds: dict | None = None):

@@ -29,7 +29,9 @@ nodeledger's own (``card`` label = the card index):
   nodeledger_host_memory_total_bytes, nodeledger_host_memory_available_bytes,
   nodeledger_host_swap_total_bytes, nodeledger_host_swap_used_bytes,
   nodeledger_host_numa_free_bytes{node}, nodeledger_host_swap_pages_total{direction},
-  nodeledger_finding{rule, card} (1 per active verify / idle finding),
+  nodeledger_finding{rule, card, cause} (1 per active verify / idle finding; cause: the idle
+    card's likely cause as a short class), nodeledger_lifeboat_card{card} (the plan's lifeboat),
+  nodeledger_card_processes{card} (processes the card tool lists),
   nodeledger_verify_failed (1 when verification fails), nodeledger_sample_timestamp_seconds,
   nodeledger_sample_duration_seconds, nodeledger_sample_errors_total, nodeledger_samples_total.
 """
@@ -100,6 +102,25 @@ def _vendor_labels(vendor: str, i: int, d: dict, hostname: str) -> list[str]:
     if vendor == "amd":
         return [str(i), "", d.get("name") or "", hostname, "", ""]
     return [str(i), d.get("name") or "", d.get("uuid") or ""]
+
+
+# An idle finding's likely cause (free text with figures) as a label value of few values: the
+# words each cause sentence of Analyzer._causes starts with.
+_CAUSES = (("its job fails verification", "verification failed"), ("remote NUMA", "remote numa"),
+           ("CPU starvation", "cpu starvation"), ("host swapping", "host swapping"),
+           ("IO wait", "io wait"), ("NUMA node", "numa node full"),
+           ("host RAM nearly exhausted", "host ram exhausted"),
+           ("no host-side cause", "none on the host"))  # fmt: skip
+
+
+def cause_class(text: str | None) -> str:
+    """A finding's likely cause as one of a few label values ("" when none was found)."""
+    if not text:
+        return ""
+    for start, cls in _CAUSES:
+        if text.startswith(start):
+            return cls
+    return "other"
 
 
 def parse_listen(text: str) -> tuple[str, int, bool]:
@@ -212,15 +233,32 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
             pages.add_metric([d], h[key])
     out.append(pages)
     fnd = GaugeMetricFamily(
-        "nodeledger_finding", "1 per active verify / idle finding.", labels=["rule", "card"]
-    )
+        "nodeledger_finding", "1 per active verify / idle finding (cause: an idle card's likely "
+        "cause, as a short class).", labels=["rule", "card", "cause"]
+    )  # fmt: skip
     ver = an.verify()
     for f in ver["findings"]:
         for c in f["cards"]:
-            fnd.add_metric([f["rule"], str(c)], 1)
+            fnd.add_metric([f["rule"], str(c), ""], 1)
     for f in an.idle(active_only=True):
-        fnd.add_metric([f"idle: {f['kind']}", str(f["card"])], 1)
+        fnd.add_metric(
+            [f"idle: {f['kind']}", str(f["card"]), cause_class(f.get("likely_cause"))], 1
+        )
     out.append(fnd)
+    boat = GaugeMetricFamily(
+        "nodeledger_lifeboat_card", "1 for each card the plan keeps free as the lifeboat.",
+        labels=["card"],
+    )  # fmt: skip
+    for c in (an.expect or {}).get("lifeboat") or []:
+        boat.add_metric([str(c)], 1)
+    out.append(boat)
+    nproc = GaugeMetricFamily(
+        "nodeledger_card_processes", "Processes the card tool lists on the card.", labels=["card"]
+    )
+    for c in (sample or {}).get("cards", []):
+        if c.get("processes") is not None:
+            nproc.add_metric([str(c["index"])], len(c["processes"]))
+    out.append(nproc)
     vf = GaugeMetricFamily(
         "nodeledger_verify_failed", "1 when verification against the plan fails."
     )

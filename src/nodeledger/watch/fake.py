@@ -15,6 +15,10 @@ node i, node i = CPUs 12i..12i+11, 125 GiB of host RAM.  Scenarios (``--backend 
   node 1 (a copied numactl line) while card 3 sits on node 3: card 3 idles at ~5 %.
 - ``extra-contexts``: the same DDP job where ranks 1-7 also opened a 0.5 GiB context on card 0
   (torch.cuda calls before set_device).
+- ``two-loads``: the field notes' broken rule: a ~60 GB checkpoint loads onto card 0 through host
+  RAM and, at t = 30 s, a second one onto card 1 while the first is still resident: MemAvailable
+  falls to ~3 GiB of 125, the host swaps (~5,000 pages/s); from t = 10 s a stray notebook holds
+  3 GiB on card 7 (the plan's lifeboat, when the expectations name one).  400 steps.
 """
 
 from __future__ import annotations
@@ -164,6 +168,24 @@ def _ddp(remote_rank: int | None, extra_contexts: bool) -> Callable[[float, rand
     return frame
 
 
+def _two_loads(t: float, rng: random.Random) -> Frame:
+    cards, procs = {}, {}
+    for i, start in ((0, 0.0), (1, 30.0)):
+        if t < start:
+            continue
+        pid = 4000 + i
+        procs[pid] = _owner(i, 0, pid, cpu=2.0)
+        used = int((_ramp(t - start, 0, 60, 0.5, 56.0) + rng.uniform(-0.1, 0.1)) * GiB)
+        cards[i] = (used, round(rng.uniform(0, 5), 1), [(pid, used - DRIVER)])
+    if t >= 10:
+        procs[4007] = _owner(None, 0, 4007, cpu=0.2)
+        cards[7] = (3 * GiB, 0.0, [(4007, 3 * GiB - DRIVER)])
+    two = t >= 30
+    avail = (3.0 if two else 62.0) + rng.uniform(-0.2, 0.2)
+    return Frame(cards, procs, mem_available=int(avail * GiB), swap_used=(2 * GiB if two else 0),
+                 swap_pages_s=5000.0 if two else 0.0)  # fmt: skip
+
+
 FSDP_32B = {"model": "qwen3-32b", "job": "train", "machine": "k100-ai-8x64g",
             "options": {"dp": 8, "shard": "fsdp", "precision": "bf16", "checkpointing": "full"}}  # fmt: skip
 LORA_8B = {"model": "qwen3-8b", "job": "lora", "machine": "k100-ai-8x64g",
@@ -175,6 +197,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "dead-owner": lambda: Scenario("dead-owner", _dead_owner, 90),
     "remote-numa": lambda: Scenario("remote-numa", _ddp(3, False), 45, interval=2.0),
     "extra-contexts": lambda: Scenario("extra-contexts", _ddp(None, True), 30, expect=LORA_8B),
+    "two-loads": lambda: Scenario("two-loads", _two_loads, 400),
 }
 
 

@@ -1,0 +1,227 @@
+"""Prometheus rules and a Grafana dashboard over the metrics `nodeledger exporter` serves, and
+the recording of the exporter's own output as `promtool test rules` input series.
+
+1. The rules are a data file (rules.yml beside this module, with the sources of its
+   thresholds); `nodeledger exporter --rules` prints it.
+2. The dashboard is built here from a list of panels; each panel's PromQL uses only the
+   exporter's metric names (``metric_names``), the rules' recorded names and ``up``; a test
+   checks that and `promtool` parses every expression.
+3. ``record_series`` turns the exporter's scrapes (its text exposition, sample after sample)
+   into promtool's ``input_series`` notation, so the rules are tested on what the exporter
+   really writes, not on series typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+RULES_FILE = Path(__file__).with_name("rules.yml")
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+# PromQL words that look like metric names in an expression
+_KEYWORDS = {
+    "sum", "count", "avg", "min", "max", "by", "without", "on", "ignoring", "group_left",
+    "group_right", "and", "or", "unless", "rate", "irate", "increase", "time", "topk",
+    "bottomk", "label_replace", "clamp_min", "clamp_max", "absent", "offset", "bool",
+    "max_over_time", "min_over_time", "avg_over_time", "changes", "count_over_time", "vector",
+    "scalar", "instance", "job", "card", "rule", "cause", "to", "node", "pid", "process",
+    "direction", "e", "inf", "nan", "le",
+}  # fmt: skip
+
+
+def rules_text() -> str:
+    return RULES_FILE.read_text(encoding="utf-8")
+
+
+def metric_names() -> set[str]:
+    """Every series name the exporter can serve (counters with their ``_total``), for every
+    vendor's names; from the exporter's own families, not a list kept by hand."""
+    from nodeledger.watch.analyze import Analyzer
+    from nodeledger.watch.exporter import VENDOR_NAMES, families
+
+    names: set[str] = set()
+    for backend in ("nvidia-smi", "amd-smi", "npu-smi"):
+        header = {"backend": backend, "machine": {"cards": []}}
+        for fam in families(None, header, Analyzer(header, None), {}):
+            if fam.name.startswith("_unused"):
+                continue
+            names.add(fam.name + ("_total" if fam.type == "counter" else ""))
+    for v in VENDOR_NAMES.values():
+        names |= {n for k, n in v.items() if k != "labels" and n}
+    return names
+
+
+def recorded_names() -> set[str]:
+    import yaml
+
+    data = yaml.safe_load(rules_text())
+    return {r["record"] for g in data["groups"] for r in g["rules"] if "record" in r}
+
+
+def rule_expressions() -> list[str]:
+    import yaml
+
+    data = yaml.safe_load(rules_text())
+    return [r["expr"] for g in data["groups"] for r in g["rules"]]
+
+
+def names_in(expr: str) -> set[str]:
+    """The metric names an expression reads: identifiers outside label matchers, strings,
+    range selectors and Grafana ``$variables``."""
+    text = re.sub(r'"[^"]*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges
+    text = re.sub(r"\$\w+", "", text)
+    text = re.sub(r"\bby\s*\([^)]*\)|\bon\s*\([^)]*\)|\bwithout\s*\([^)]*\)", "", text)
+    found = set()
+    for m in _NAME.finditer(text):
+        word = m.group(0)
+        prev = text[m.start() - 1] if m.start() else " "
+        if word.lower() in _KEYWORDS or prev.isdigit() or word.isdigit():
+            continue
+        found.add(word)
+    return found
+
+
+# -- Grafana -----------------------------------------------------------------------------------
+
+
+def _panel(pid: int, title: str, exprs: list[tuple[str, str]], unit: str, x: int, y: int,
+           kind: str = "timeseries", w: int = 12, h: int = 8) -> dict:  # fmt: skip
+    return {
+        "id": pid, "type": kind, "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": [{"refId": chr(65 + k), "expr": e, "legendFormat": leg}
+                    for k, (e, leg) in enumerate(exprs)],
+    }  # fmt: skip
+
+
+PANELS = [
+    ("Card memory: actual vs planned", [
+        ('nodeledger_card_memory_used_bytes{instance=~"$instance"}', "{{instance}} card {{card}} used"),
+        ('nodeledger_card_memory_planned_bytes{instance=~"$instance"}', "{{instance}} card {{card}} planned"),
+    ], "bytes"),
+    ("Card memory over plan", [
+        ('nodeledger:card_memory_over_plan:bytes{instance=~"$instance"}', "{{instance}} card {{card}}"),
+    ], "bytes"),
+    ("Headroom before the card is above plan / tight / full", [
+        ('nodeledger_card_headroom_bytes{instance=~"$instance"}', "{{instance}} card {{card}} to {{to}}"),
+    ], "bytes"),
+    ("Host RAM and page cache", [
+        ('nodeledger_host_memory_total_bytes{instance=~"$instance"}', "{{instance}} total"),
+        ('nodeledger_host_memory_available_bytes{instance=~"$instance"}', "{{instance}} available (incl. page cache)"),
+        ('nodeledger_host_swap_used_bytes{instance=~"$instance"}', "{{instance}} swap used"),
+    ], "bytes"),
+    ("NUMA free", [
+        ('nodeledger_host_numa_free_bytes{instance=~"$instance"}', "{{instance}} node {{node}}"),
+    ], "bytes"),
+    ("Card utilisation", [
+        ('DCGM_FI_DEV_GPU_UTIL{Hostname=~".*"}', "{{Hostname}} gpu {{gpu}}"),
+        ('gpu_gfx_activity', "{{hostname}} gpu {{gpu_id}}"),
+        ('npu_chip_info_utilization', "{{instance}} npu {{id}}"),
+    ], "percent"),
+    ("Memory per process", [
+        ('nodeledger_process_card_memory_bytes{instance=~"$instance"}', "{{instance}} card {{card}} pid {{pid}} {{process}}"),
+    ], "bytes"),
+    ("Swap paging", [
+        ('nodeledger:host_swap_pages:rate5m{instance=~"$instance"}', "{{instance}}"),
+    ], "short"),
+    ("Findings (per box)", [
+        ('nodeledger_finding{instance=~"$instance"} == 1', "{{instance}} card {{card}}: {{rule}} {{cause}}"),
+    ], "short"),
+    ("Across hosts: free cards, findings, host RAM available", [
+        ("nodeledger:box_free_cards:count", "{{instance}} free cards"),
+        ("nodeledger:box_findings:count", "{{instance}} findings"),
+        ("nodeledger:host_memory_available:ratio", "{{instance}} host RAM available"),
+    ], "short"),
+    ("Lifeboat cards", [
+        ("nodeledger_lifeboat_card * on (instance, job, card) group_left () nodeledger_card_memory_used_bytes",
+         "{{instance}} lifeboat card {{card}} used"),
+    ], "bytes"),
+    ("Exporter up and sampling", [
+        ('up{job=~"nodeledger.*"}', "{{instance}} up"),
+        ("time() - nodeledger_sample_timestamp_seconds", "{{instance}} sample age"),
+    ], "short"),
+]  # fmt: skip
+
+
+def dashboard() -> dict:
+    """A Grafana dashboard (JSON model, schemaVersion 39) over the exporter's metrics: per host
+    (the ``$instance`` variable) and across hosts."""
+    panels = []
+    for k, (title, exprs, unit) in enumerate(PANELS):
+        panels.append(_panel(k + 1, title, exprs, unit, x=(k % 2) * 12, y=(k // 2) * 8))
+    return {
+        "title": "nodeledger: card memory planned vs actual, host RAM, findings",
+        "uid": "nodeledger-overview",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "tags": ["nodeledger"],
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "label": "Prometheus",
+                },
+                {
+                    "name": "instance",
+                    "type": "query",
+                    "label": "host",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": "label_values(nodeledger_samples_total, instance)",
+                    "definition": "label_values(nodeledger_samples_total, instance)",
+                    "includeAll": True,
+                    "multi": True,
+                    "refresh": 1,
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def dashboard_text() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def dashboard_expressions() -> list[str]:
+    return [t["expr"] for p in dashboard()["panels"] for t in p["targets"]]
+
+
+# -- recorded series for promtool ------------------------------------------------------------
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def record_series(scrapes: list[str], labels: dict[str, str]) -> list[dict]:
+    """Exposition texts, one per scrape interval -> promtool ``input_series`` items (each
+    series' values in scrape order, ``_`` where a scrape lacks it), with ``labels`` (instance,
+    job) added as Prometheus adds them at scrape time."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rows: dict[str, list[str]] = {}
+    for k, text in enumerate(scrapes):
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name.endswith("_created"):
+                    continue
+                lab = {**s.labels, **labels}
+                key = s.name + "{" + ",".join(
+                    f'{n}="{_escape(v)}"' for n, v in sorted(lab.items())
+                ) + "}"  # fmt: skip
+                vals = rows.setdefault(key, ["_"] * k)
+                vals += ["_"] * (k - len(vals))
+                vals.append(repr(float(s.value)) if s.value == s.value else "NaN")
+    n = len(scrapes)
+    return [{"series": key, "values": " ".join(v + ["_"] * (n - len(v)))}
+            for key, v in sorted(rows.items())]  # fmt: skip
