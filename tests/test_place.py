@@ -184,6 +184,7 @@ def test_sbatch_and_pod_exact():
         "#SBATCH --gres-flags=enforce-binding",
         "#SBATCH --cpus-per-task=16",
         f"#SBATCH --mem={mem}M",
+        "#SBATCH --export=ALL,NODELEDGER_REPLICA=big",
         "",
         "# card, CPU and memory binding come from Slurm (gres.conf Cores=, enforce-binding)",
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID",

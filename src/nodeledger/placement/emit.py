@@ -160,6 +160,8 @@ def sbatch_scripts(
         if cpus:
             lines.append(f"#SBATCH --cpus-per-task={cpus}")
         lines.append(f"#SBATCH --mem={mem_mib}M")
+        if re.fullmatch(r"[A-Za-z0-9._-]{1,64}", wid):  # `nodeledger slurm prolog` books it
+            lines.append(f"#SBATCH --export=ALL,NODELEDGER_REPLICA={wid}")
         if len(reps) > 1:
             lines.append(f"#SBATCH --array=0-{len(reps) - 1}")
         lines += [

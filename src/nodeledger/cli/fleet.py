@@ -1,0 +1,78 @@
+"""CLI layer of the fleet hooks: `nodeledger slurm prolog|epilog`, `nodeledger k8s
+daemonset|features`, `nodeledger fleet BUNDLE…` (the work is in nodeledger/fleet/)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nodeledger.cli.common import exit_with
+
+EXIT_REFUSED = 4
+
+
+@click.group("slurm")
+def slurm() -> None:
+    """Slurm hooks: a TaskProlog that admits a job only when its ledger keeps the host-RAM rules
+    and leaves the lifeboat card free (the reason goes to the job's output and the job is
+    cancelled; the node is never drained), and an Epilog that releases its booking."""
+
+
+@slurm.command("prolog")
+@click.option("--plan", "plan", required=True, help="The plan: a workload catalogue TOML.")
+@click.option(
+    "--machine", "machine", help="Preset, profile file or bundle; default: probe this host."
+)
+@click.option("--state", "state", help="Reservations state file (shared with `nodeledger run`).")
+@click.option("--lifeboat", "lifeboat", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="Cards the plan keeps free for triage.")  # fmt: skip
+@click.option("--settle", "settle", type=click.FloatRange(0, 86400), default=120.0,
+              show_default=True,
+              help="Seconds a booking's host RAM counts as not yet allocated (its load runs).")  # fmt: skip
+@click.option("--no-cancel", "no_cancel", is_flag=True,
+              help="Do not scancel a refused job: exit 4 instead (a dry run, a test).")  # fmt: skip
+def prolog(plan, machine=None, state=None, lifeboat=1, settle=120.0, no_cancel=False) -> None:
+    """Admit (and book) the job of this environment (SLURM_JOB_ID, SLURM_JOB_GPUS,
+    NODELEDGER_REPLICA), or refuse it: `print` lines for the task's stdout, exit 0 (refused:
+    cancelled with scancel; with --no-cancel exit 4)."""
+    import os
+
+    from nodeledger.fleet import slurm as sl
+    from nodeledger.placement import reserve as rs
+
+    store = rs.Store(state)
+    try:
+        a = sl.admit(dict(os.environ), plan, store, machine, lifeboat=lifeboat, settle=settle)
+    except rs.Refused as exc:  # no machine to book on
+        a = sl.Admission(False, sl.job_id(dict(os.environ)), reason=str(exc))
+    finally:
+        store.close()
+    for line in a.lines():
+        sys.stdout.write(line + "\n")
+    if a.ok:
+        return
+    sys.stderr.write(f"nodeledger: job {a.job} refused: {a.reason}\n")
+    if no_cancel:
+        exit_with(EXIT_REFUSED)
+    problem = sl.cancel(a.job)
+    if problem:
+        sys.stdout.write(f"print nodeledger: could not cancel job {a.job}: {problem}\n")
+
+
+@slurm.command("epilog")
+@click.option("--state", "state", help="Reservations state file (as the prolog's).")
+def epilog(state=None) -> None:
+    """Release the booking the prolog made for this job (SLURM_JOB_ID); exit 0."""
+    import os
+
+    from nodeledger.fleet import slurm as sl
+    from nodeledger.placement import reserve as rs
+
+    store = rs.Store(state)
+    try:
+        replica = sl.release(dict(os.environ), store)
+    finally:
+        store.close()
+    if replica:
+        sys.stdout.write(f"nodeledger: released {replica}\n")

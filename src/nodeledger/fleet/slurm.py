@@ -1,0 +1,181 @@
+"""Slurm hooks: a task prolog that admits a job only when its ledger keeps the host-RAM rules
+and leaves the lifeboat card free, and an epilog that releases what the prolog booked.
+
+Where they run (slurm.conf):
+
+- ``TaskProlog=/etc/nodeledger/task-prolog`` (a script: ``exec nodeledger slurm prolog --plan
+  /etc/nodeledger/plan.toml --state /var/lib/nodeledger/state.sqlite``).  A task prolog runs as
+  the job's user with the job's environment, before each task; what it prints as
+  ``print <text>`` goes to the task's standard output (Slurm's prolog/epilog guide), so the
+  reason of a refusal is in the job's output.  A failing *Prolog* would drain the node; this
+  hook never fails the node: it exits 0 and cancels the job it refuses (``scancel``).
+- ``Epilog=/etc/nodeledger/epilog`` (``exec nodeledger slurm epilog --state ...``): releases the
+  job's booking.  A booking whose holder process died is purged at the next check anyway.
+
+Rules (the same as `nodeledger run`, placement/reserve.py):
+
+1. The job names its replica of the plan: ``NODELEDGER_REPLICA`` (``place --emit slurm``
+   writes it into the sbatch file) — "id#n" or a workload id.  A job without it is not one of
+   the plan's: it is admitted, unless the cards Slurm gave it include the lifeboat.
+2. Lifeboat: the plan keeps one card free (a team's field rule: keep one card for triage); a job
+   whose cards (``SLURM_JOB_GPUS``, else ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` /
+   ``HIP_VISIBLE_DEVICES``) include it is refused.
+3. Host RAM: live MemAvailable minus the host bytes of bookings started within ``settle``
+   seconds must cover the replica's host-RAM peak (the ledger's) — two ~60 GB loads never start
+   together on one host.
+4. Once per job: the first task books and writes ``<state>.slurm/<job id>``; later tasks of the
+   same job see it and pass.  The job id must be digits (it becomes a file name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeledger.atomic import write_text
+from nodeledger.errors import InputError
+from nodeledger.placement import reserve as rs
+
+_DIGITS = re.compile(r"^[0-9]{1,12}$")
+_CARDS = re.compile(r"^[0-9]{1,4}(,[0-9]{1,4}){0,255}$")
+
+
+@dataclass
+class Admission:
+    ok: bool
+    job: str
+    replica: str | None = None
+    cards: list[int] = field(default_factory=list)
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+    already: bool = False  # a later task of a job already admitted
+
+    def lines(self) -> list[str]:
+        """The task prolog's output: ``print`` lines reach the task's stdout."""
+        if self.ok:
+            if self.already:
+                return []
+            what = f"{self.replica} on card(s) {','.join(map(str, self.cards))}" if self.replica \
+                else "no replica named (NODELEDGER_REPLICA unset): admitted as not the plan's"  # fmt: skip
+            return [f"print nodeledger: job {self.job} admitted: {what}"] + [
+                f"print nodeledger: note: {n}" for n in self.notes
+            ]
+        return [f"print nodeledger: job {self.job} refused: {self.reason}"]
+
+
+def job_id(env: dict) -> str:
+    jid = (env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "").strip()
+    if not _DIGITS.match(jid):
+        raise InputError(
+            "SLURM_JOB_ID is unset or not a job number "
+            f"({jid[:40]!r}): run this as Slurm's TaskProlog / Epilog"
+        )
+    return jid
+
+
+def job_cards(env: dict) -> list[int] | None:
+    """The cards Slurm gave the job (indices as gres.conf numbers them), or None if unknown."""
+    for key in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES",
+                "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):  # fmt: skip
+        v = (env.get(key) or "").strip()
+        if v:
+            if not _CARDS.match(v):
+                raise InputError(f"{key}={v[:60]!r} is not a list of card numbers")
+            return [int(x) for x in v.split(",")]
+    return None
+
+
+def _marker_dir(store: rs.Store) -> Path:
+    return Path(str(store.path) + ".slurm")
+
+
+def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None,
+          lifeboat: int = 1, settle: float = rs.SETTLE_S, pid: int | None = None,
+          runner=None) -> Admission:  # fmt: skip
+    """Decide (and book when ok) the job of ``env``; InputError on bad input."""
+    jid = job_id(env)
+    marks = _marker_dir(store)
+    mark = marks / jid
+    if mark.is_file():
+        return Admission(True, jid, already=True)
+    cards = job_cards(env)
+    workloads, specs = rs.load_plan_inputs(plan_file)
+    profile, note, _live = rs.resolve_run_machine(machine)
+    live, _dead = store.check()
+    plan = rs.make_plan(profile, workloads, specs, lifeboat, {r.card for r in live})
+    notes = [note] if note else []
+    boats = [c for c in plan.get("lifeboat") or []]
+    if cards is not None and boats and set(cards) & set(boats):
+        taken = sorted(set(cards) & set(boats))
+        return Admission(False, jid, cards=cards, reason=(
+            f"its card(s) {','.join(map(str, cards))} include the lifeboat card "
+            f"{','.join(map(str, taken))}, which the plan keeps free for triage (keep "
+            f"{lifeboat} card free; give the job other cards, or plan with --lifeboat 0)"))  # fmt: skip
+    target = (env.get("NODELEDGER_REPLICA") or "").strip()
+    if not target:
+        if cards is None:
+            notes.append("the job's cards are unknown (no SLURM_JOB_GPUS): lifeboat not checked")
+        _mark(mark, jid, None)
+        return Admission(True, jid, cards=cards or [], notes=notes)
+    left = [p for p in plan.get("not_placed", []) if target in (p["replica"], p["workload"])]
+    placed = [r for r in plan.get("replicas", []) if target in (r["replica"], r["workload"])]
+    if left and not placed:  # the plan itself cannot place it now (host RAM, cards)
+        p = left[0]
+        return Admission(False, jid, replica=target, cards=cards or [], reason=(
+            f"the plan does not place {p['replica']} on this host now ("
+            + (p["reason"] if str(p["reason"]).startswith(str(p["binding"]))
+               else f"{p['binding']}: {p['reason']}") + ")"))  # fmt: skip
+    d = store.take(plan, target, os.getppid() if pid is None else pid, settle)
+    if not d.ok:
+        return Admission(False, jid, replica=target, cards=cards or [], reason=d.reason)
+    rep = d.replica
+    if cards is not None and sorted(cards) != sorted(rep["cards"]):
+        notes.append(
+            f"Slurm gave card(s) {','.join(map(str, cards))}; the plan books "
+            f"{rep['replica']} on {','.join(map(str, rep['cards']))} (gres.conf from "
+            "`place --emit slurm` keeps them the same)"
+        )
+    if d.note:
+        notes.append(d.note)
+    _mark(mark, jid, rep["replica"])
+    return Admission(True, jid, replica=rep["replica"], cards=list(rep["cards"]), notes=notes)
+
+
+def _mark(mark: Path, jid: str, replica: str | None) -> None:
+    try:
+        mark.parent.mkdir(mode=0o1777, exist_ok=True)
+        write_text(mark, f"{replica or ''}\n")
+    except OSError as exc:
+        raise InputError(f"{mark}: cannot record the admission: {exc.strerror or exc}") from None
+
+
+def release(env: dict, store: rs.Store) -> str | None:
+    """The epilog: forget the job's booking (its replica), if the prolog made one."""
+    jid = job_id(env)
+    mark = _marker_dir(store) / jid
+    try:
+        replica = mark.read_text(encoding="utf-8").strip() if mark.is_file() else ""
+    except OSError:
+        replica = ""
+    if replica:
+        store.release(replica)
+    with contextlib.suppress(OSError):
+        mark.unlink(missing_ok=True)
+    return replica or None
+
+
+def cancel(jid: str, timeout: float = 10.0) -> str | None:
+    """``scancel JOBID`` (the user may cancel their own job); the problem, or None."""
+    try:
+        r = subprocess.run(["scancel", jid], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        return "scancel not found"
+    except subprocess.TimeoutExpired:
+        return f"scancel timed out after {timeout:g} s"
+    if r.returncode != 0:
+        return f"scancel exit {r.returncode}: {(r.stderr or r.stdout).strip()[:160]}"
+    return None
