@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "watch": ("nodeledger.cli.watch", "watch", "Every card's memory, utilisation and processes against the plan; idle cards and why."),
     "exporter": ("nodeledger.cli.watch", "exporter", "Prometheus metrics of the cards, the host and the plan."),
     "slurm": ("nodeledger.cli.fleet", "slurm", "Slurm TaskProlog / Epilog: admit a job only within the host-RAM rules and off the lifeboat card."),
+    "k8s": ("nodeledger.cli.fleet", "k8s", "Kubernetes: NFD feature files (node labels: cards, NUMA, lifeboat) and the exporter's DaemonSet."),
     "bench": ("nodeledger.cli.bench", "bench", "Measure and judge disks, host<->card and card<->card copies, collectives."),
     "golive": ("nodeledger.cli.bench", "golive", "The pre-production checklist: doctor, card settings, bench, plan, recovery drill."),
     "machine": ("nodeledger.cli.machine", "machine", "What the box is: bundled presets, profile files, the live probe."),

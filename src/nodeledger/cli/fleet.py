@@ -76,3 +76,60 @@ def epilog(state=None) -> None:
         store.close()
     if replica:
         sys.stdout.write(f"nodeledger: released {replica}\n")
+
+
+@click.group("k8s")
+def k8s() -> None:
+    """Kubernetes: Node Feature Discovery feature files that label a node with its cards, NUMA
+    layout and lifeboat card, and a DaemonSet running the exporter on every node."""
+
+
+@k8s.command("features")
+@click.option("--machine", "machine", default="probe", show_default=True,
+              help="Preset, profile file or bundle (probe: this host).")  # fmt: skip
+@click.option("--plan", "plan", help="A workload catalogue: label the lifeboat card it keeps free.")
+@click.option("--lifeboat", "lifeboat", type=click.IntRange(0, 64), default=1, show_default=True)
+def features(machine="probe", plan=None, lifeboat=1) -> None:
+    """Print the NFD local feature file (`name=value` lines) for this node: install it as
+    /etc/kubernetes/node-feature-discovery/features.d/nodeledger."""
+    from nodeledger.fleet import kubernetes as kz
+    from nodeledger.machine import resolve_machine
+
+    profile = resolve_machine(machine)
+    boats = None
+    if plan:
+        from nodeledger.placement import reserve as rs
+
+        workloads, specs = rs.load_plan_inputs(plan)
+        boats = list(rs.make_plan(profile, workloads, specs, lifeboat, set()).get("lifeboat") or [])
+    sys.stdout.write(kz.features_file(profile, boats))
+
+
+@k8s.command("daemonset")
+@click.option("--image", "image", required=True,
+              help="Container image with nodeledger and the card tools (nodeledger publishes none).")  # fmt: skip
+@click.option("--vendor", "vendor", default="nvidia", show_default=True,
+              help="nvidia | amd | hygon | huawei: the devices and tools the Pod mounts.")  # fmt: skip
+@click.option("--namespace", "namespace", default="nodeledger", show_default=True)
+@click.option("--port", "port", type=int, default=9835, show_default=True)
+@click.option("--host-network", "host_network", is_flag=True,
+              help="Listen on each node's loopback (a node-local Prometheus agent scrapes it); "
+              "default: the Pod IP, --expose --allow --allow-cidr, and a headless Service.")  # fmt: skip
+@click.option("--allow-cidr", "allow_cidr", default="10.0.0.0/8", show_default=True,
+              help="Who may scrape (the cluster's Pod network).")  # fmt: skip
+@click.option("--node-selector", "node_selector", multiple=True, metavar="KEY=VALUE",
+              help="Run only on nodes with this label (repeatable).")  # fmt: skip
+def daemonset_cmd(image, vendor="nvidia", namespace="nodeledger", port=9835,
+                  host_network=False, allow_cidr="10.0.0.0/8", node_selector=()) -> None:  # fmt: skip
+    """Print the exporter's DaemonSet (and headless Service) as YAML."""
+    from nodeledger.errors import InputError
+    from nodeledger.fleet import kubernetes as kz
+
+    sel = {}
+    for item in node_selector:
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise InputError(f"--node-selector {item!r}: give KEY=VALUE")
+        sel[k] = v
+    docs = kz.daemonset(image, vendor, namespace, port, host_network, allow_cidr, sel)
+    sys.stdout.write(kz.to_yaml(docs))

@@ -66,6 +66,22 @@ def _workload_id(wid: str) -> str:
     return wid
 
 
+# node labels `nodeledger k8s features` writes through Node Feature Discovery's local feature
+# files (nodeledger/fleet/kubernetes.py); the Pods select nodes by them
+NFD_PREFIX = "nodeledger.feature.node.kubernetes.io"
+
+
+def node_selector(machine: MachineProfile) -> dict[str, str]:
+    """The Pods' nodeSelector: the card kind and the card memory the plan was made for."""
+    accs = machine.accelerators
+    kinds = sorted({a.product for a in accs})
+    sel = {f"{NFD_PREFIX}/card-kind": label_value(kinds[0] if len(kinds) == 1 else "mixed")}
+    mems = [a.memory_bytes for a in accs if isinstance(a.memory_bytes, int)]
+    if mems:
+        sel[f"{NFD_PREFIX}/card-memory-gib"] = str(min(mems) // 2**30)
+    return sel
+
+
 def label_value(text: str) -> str:
     """A Kubernetes label value: [A-Za-z0-9._-], at most 63, alphanumeric at both ends."""
     v = re.sub(r"[^A-Za-z0-9_.-]+", "-", text, flags=re.ASCII)[:63]
@@ -104,6 +120,10 @@ def gres_conf(machine: MachineProfile, node_name: str) -> str:
         "# core numbering, which matches with one thread per core (ThreadsPerCore=1) - check",
         "# with `slurmd -G` on the node.  Links= counts NVLink lanes (1 = in-box fabric link",
         "# of unknown width, 0 = PCIe path, -1 = itself).",
+        "# AutoDetect=off: these lines are the whole truth.  With AutoDetect=nvml (NVIDIA) or",
+        "# =rsmi (AMD; Hygon's DTK builds of Slurm too) slurmd reads File/Cores/Links from the",
+        "# vendor library instead and lines given here must agree with what it detects, else",
+        "# slurmd refuses to start; `slurmd -G` prints both.",
         "AutoDetect=off",
     ]
     for a in machine.accelerators:
@@ -217,7 +237,6 @@ def k8s_pods(
     image = check_image(image) if image else "IMAGE"
     vendor = machine.accelerators[0].vendor
     res_name = K8S_RESOURCE.get(vendor, "nvidia.com/gpu")
-    product = machine.accelerators[0].product
     out: dict[str, str] = {}
     seen: dict[str, str] = {}
     for r in result["replicas"]:
@@ -235,11 +254,7 @@ def k8s_pods(
         mem = f"{max(1, -(-(r['host_bytes'] + shm) // 2**20))}Mi"
         limits = {res_name: len(r["cards"]), "cpu": str(cpus), "memory": mem}
         cmd = commands.get(r["workload"])
-        selector = (
-            {"nvidia.com/gpu.product": label_value(product.replace(" ", "-"))}
-            if vendor == Vendor.nvidia
-            else {"nodeledger/accelerator": label_value(product)}
-        )
+        selector = node_selector(machine)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",

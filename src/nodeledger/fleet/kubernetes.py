@@ -1,0 +1,171 @@
+"""Kubernetes: node labels through Node Feature Discovery's local feature files, and a DaemonSet
+that runs the exporter (and writes those labels) on every card node.
+
+1. **Labels.** NFD's `local` source reads ``/etc/kubernetes/node-feature-discovery/features.d/``:
+   each line ``name=value`` becomes the node label ``name=value`` when the name carries an
+   allowed prefix; sub-domains of ``feature.node.kubernetes.io`` are allowed by default
+   (NFD docs, "Feature files").  nodeledger writes, under
+   ``nodeledger.feature.node.kubernetes.io/``: ``card-kind``, ``card-vendor``, ``card-count``,
+   ``card-memory-gib`` (the smallest card's, whole GiB), ``numa-nodes``, ``host-ram-gib`` and,
+   with a plan, ``lifeboat-card``.  Values are label values (``[A-Za-z0-9._-]``, at most 63).
+2. **Pods.** ``place --emit k8s`` selects nodes by ``card-kind`` (and ``card-memory-gib``).
+3. **DaemonSet.** One exporter Pod per node with a card label; ``hostPID: true`` (the exporter
+   reads each card owner's /proc entry: alive, NUMA binding, children), ``/sys`` read-only,
+   the card devices (``/dev/kfd`` + ``/dev/dri`` for AMD and Hygon, ``/dev/davinci*`` and
+   the driver tools for Ascend; NVIDIA through its container runtime), an init container
+   writing the feature file into the host's ``features.d``.  Scraping: by default the exporter
+   listens on the Pod IP with ``--expose --allow`` the cluster's Pod network (``--allow-cidr``)
+   and a headless Service names the Pods; with ``--host-network`` it listens on each node's
+   loopback only, for a node-local Prometheus agent.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nodeledger.errors import InputError
+from nodeledger.machine.profile import MachineProfile, Vendor
+from nodeledger.placement.emit import NFD_PREFIX as PREFIX
+from nodeledger.placement.emit import check_image, label_value, node_selector
+
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+_NS = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_CIDR = re.compile(r"^[0-9a-fA-F:.]{2,45}/[0-9]{1,3}$")
+
+
+def node_features(machine: MachineProfile, lifeboat: list[int] | None = None) -> dict[str, str]:
+    """Label name -> value for the node ``machine`` describes."""
+    accs = machine.accelerators
+    out: dict[str, str] = {}
+    if accs:
+        sel = node_selector(machine)  # the same values the Pods select by
+        out[f"{PREFIX}/card-kind"] = sel[f"{PREFIX}/card-kind"]
+        out[f"{PREFIX}/card-vendor"] = label_value(str(accs[0].vendor.value))
+        out[f"{PREFIX}/card-count"] = str(len(accs))
+        if f"{PREFIX}/card-memory-gib" in sel:
+            out[f"{PREFIX}/card-memory-gib"] = sel[f"{PREFIX}/card-memory-gib"]
+    numa = machine.host.numa_nodes
+    if numa:
+        out[f"{PREFIX}/numa-nodes"] = str(len(numa))
+    ram = machine.host.ram_bytes
+    if isinstance(ram, int):
+        out[f"{PREFIX}/host-ram-gib"] = str(ram // 2**30)
+    if lifeboat:
+        out[f"{PREFIX}/lifeboat-card"] = label_value("-".join(str(c) for c in lifeboat))
+    return out
+
+
+def features_file(machine: MachineProfile, lifeboat: list[int] | None = None) -> str:
+    lines = [
+        f"# NFD local feature file, written by nodeledger from machine {machine.name!r}.",
+        f"# Install as {FEATURES_DIR}/nodeledger on the node; NFD labels the node with each line.",
+    ]
+    if lifeboat is None:
+        lines.append("# lifeboat-card: not set (give --plan: the plan names the card kept free)")
+    lines += [f"{k}={v}" for k, v in node_features(machine, lifeboat).items()]
+    return "\n".join(lines) + "\n"
+
+
+def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
+              port: int = 9835, host_network: bool = False,
+              allow_cidr: str = "10.0.0.0/8",
+              node_selector: dict[str, str] | None = None) -> list[dict]:  # fmt: skip
+    """The manifests (DaemonSet, and a headless Service unless ``host_network``).  Without
+    ``node_selector`` the DaemonSet runs on every node (a node without cards is watched for
+    its host alone); e.g. NFD's ``feature.node.kubernetes.io/pci-0302_10de.present=true``
+    keeps it to NVIDIA nodes."""
+    check_image(image)
+    if not _NS.match(namespace):
+        raise InputError(f"--namespace {namespace!r} is not a Kubernetes namespace name")
+    if not 1 <= port <= 65535:
+        raise InputError(f"--port {port}: not a TCP port")
+    if not _CIDR.match(allow_cidr):
+        raise InputError(f"--allow-cidr {allow_cidr!r} is not a CIDR (e.g. 10.0.0.0/8)")
+    try:
+        v = Vendor(vendor)
+    except ValueError:
+        raise InputError(
+            f"--vendor {vendor!r} is not one of {', '.join(x.value for x in Vendor)}"
+        ) from None
+    for k, val in (node_selector or {}).items():
+        if not re.fullmatch(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}", k) or (
+            val and label_value(val) != val
+        ):
+            raise InputError(f"--node-selector {k}={val}: not a label key=value")
+    labels = {"app.kubernetes.io/name": "nodeledger-exporter",
+              "app.kubernetes.io/managed-by": "nodeledger"}  # fmt: skip
+    listen = f"127.0.0.1:{port}" if host_network else f"0.0.0.0:{port}"
+    args = ["exporter", "--listen", listen]
+    if not host_network:
+        args += ["--expose", "--allow", allow_cidr]
+    mounts = [{"name": "sys", "mountPath": "/sys", "readOnly": True},
+              {"name": "features", "mountPath": "/features.d"}]  # fmt: skip
+    volumes = [
+        {"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+        {"name": "features", "hostPath": {"path": FEATURES_DIR, "type": "DirectoryOrCreate"}},
+    ]
+    env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    security: dict = {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    if v in (Vendor.amd, Vendor.hygon):
+        for name, path in (("kfd", "/dev/kfd"), ("dri", "/dev/dri")):
+            volumes.append({"name": name, "hostPath": {"path": path}})
+            mounts.append({"name": name, "mountPath": path})
+        security = {"privileged": True}  # the render nodes' access, as AMD's exporter runs
+    elif v == Vendor.huawei:
+        for name, path in (("dev", "/dev"), ("ascend-driver", "/usr/local/Ascend/driver"),
+                           ("npu-smi", "/usr/local/sbin/npu-smi")):  # fmt: skip
+            volumes.append({"name": name, "hostPath": {"path": path}})
+            mounts.append({"name": name, "mountPath": path, "readOnly": True})
+        security = {"privileged": True}  # npu-smi opens /dev/davinci_manager
+    else:
+        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})  # NVIDIA's runtime
+    container = {
+        "name": "exporter", "image": image, "command": ["nodeledger"], "args": args,
+        "env": env, "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                      "limits": {"cpu": "500m", "memory": "512Mi"}},
+        "securityContext": security, "volumeMounts": mounts,
+        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 30},
+    }  # fmt: skip
+    init = {
+        "name": "node-features", "image": image,
+        "command": ["sh", "-c", "nodeledger k8s features > /features.d/nodeledger.tmp && "
+                    "mv /features.d/nodeledger.tmp /features.d/nodeledger"],
+        "securityContext": security, "volumeMounts": mounts, "env": env,
+    }  # fmt: skip
+    ds = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "nodeledger-exporter", "namespace": namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "nodeledger-exporter"}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": labels,
+                             "annotations": {"prometheus.io/scrape": "true",
+                                             "prometheus.io/port": str(port)}},
+                "spec": {
+                    "hostPID": True, "hostNetwork": host_network,
+                    **({"nodeSelector": dict(node_selector)} if node_selector else {}),
+                    "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+                    "initContainers": [init],
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }  # fmt: skip
+    out = [ds]
+    if not host_network:
+        out.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "nodeledger-exporter", "namespace": namespace, "labels": labels},
+            "spec": {"clusterIP": "None", "selector": {"app.kubernetes.io/name": "nodeledger-exporter"},
+                     "ports": [{"name": "metrics", "port": port, "targetPort": port}]},
+        })  # fmt: skip
+    return out
+
+
+def to_yaml(docs: list[dict]) -> str:
+    import yaml
+
+    return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
