@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "exporter": ("nodeledger.cli.watch", "exporter", "Prometheus metrics of the cards, the host and the plan."),
     "slurm": ("nodeledger.cli.fleet", "slurm", "Slurm TaskProlog / Epilog: admit a job only within the host-RAM rules and off the lifeboat card."),
     "k8s": ("nodeledger.cli.fleet", "k8s", "Kubernetes: NFD feature files (node labels: cards, NUMA, lifeboat) and the exporter's DaemonSet."),
+    "fleet": ("nodeledger.cli.fleet", "fleet_cmd", "One row per box (free cards, lifeboat, host-RAM headroom, findings) from bundles or Prometheus."),
     "bench": ("nodeledger.cli.bench", "bench", "Measure and judge disks, host<->card and card<->card copies, collectives."),
     "golive": ("nodeledger.cli.bench", "golive", "The pre-production checklist: doctor, card settings, bench, plan, recovery drill."),
     "machine": ("nodeledger.cli.machine", "machine", "What the box is: bundled presets, profile files, the live probe."),
