@@ -156,7 +156,7 @@ def test_yaml_scalars_keep_control_characters_escaped_on_one_line():
     (pod,) = emit.k8s_pods(m, _result("chat"), {"chat": ("sh", "-c", "a\nb")}).values()
     assert '        - "a\\nb"' in pod.splitlines()
     assert not any(ln.strip().startswith("kind: Evil") for ln in pod.splitlines())
-    assert "    nvidia.com/gpu.product: H100-kind--Evil" in pod.splitlines()
+    assert "    nodeledger.feature.node.kubernetes.io/card-kind: H100-kind-Evil" in pod.splitlines()
 
 
 def test_k8s_pod_names_that_collide_are_refused():

@@ -401,3 +401,17 @@ def test_a_host_without_cards_is_watched_for_its_host_figures(capsys):
     code = main(["watch", "--samples", "2", "--interval", "0.05", "--job", "serve", "--model",
                  "qwen3-0.6b", "--json"])  # fmt: skip
     assert code == 4
+
+
+def test_two_loads_stream_blames_host_swapping(capsys):
+    """Two ~60 GB loads at once on the 125 GiB box: the cards wait at low utilisation and the
+    watch names the host's swapping (and its near-exhausted RAM) as the likely cause."""
+    code = main(["watch", "--replay", str(STREAMS / "two-loads.jsonl.gz"), "--json"])
+    out, _ = capsys.readouterr()
+    s = json.loads(out)
+    assert code in (0, None)
+    idle = {f["card"]: f for f in s["idle"]}
+    assert {0, 1, 7} <= set(idle)
+    for c in (0, 1, 7):
+        assert idle[c]["likely_cause"].startswith("host swapping"), idle[c]
+    assert any("host RAM nearly exhausted" in e for e in idle[7]["evidence"])

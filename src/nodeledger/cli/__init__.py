@@ -1,7 +1,7 @@
 """The command line: parse, call the library, render, map errors to exit codes.
 
 One module per command group (``machine``, ``model``, ``fit``, ``report``, ``doctor``, ``oom``,
-``bench``, ``place``, ``run``, ``watch``); they share ``common`` and ``options`` and never import
+``bench``, ``place``, ``run``, ``watch``, ``fleet``); they share ``common`` and ``options`` and never import
 each other.  Commands are registered by name in ``COMMANDS`` and their module is imported only
 when the command runs, so a cold ``nodeledger fit`` pays for fit alone.
 
