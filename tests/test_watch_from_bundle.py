@@ -196,3 +196,20 @@ def test_amd_smi_metric_json_shapes():
     assert cards[1]["vram_used_bytes"] is None and cards[1]["gfx_activity_pct"] is None
     with pytest.raises(Exception, match="card index"):
         parse_kind("amd-smi-metric", json.dumps([{"gpu": "x"}]))
+
+
+def test_manifest_sample_count_is_not_trusted(tmp_path):
+    b = compose(BUNDLES / "8x-ascend-910b2-vllmascend4661.toml", tmp_path / "a.tgz")
+    with tarfile.open(b) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    m = json.loads(members["manifest.json"])
+    m["watch"]["samples"] = 10**12
+    members["manifest.json"] = json.dumps(m).encode()
+    hostile = tmp_path / "h.tgz"
+    with tarfile.open(hostile, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    s, code = _watch(hostile)
+    assert code == 0 and s["samples"] == 1

@@ -100,6 +100,8 @@ def open_from_bundle(path, backend: str = "auto", interval: float | None = None)
     )
     if made:
         notes.append(f"the bundle was assembled from {made[:300]}")
-    samples = info.get("samples") or max(1, rr.rounds)
+    # what the bundle holds, never what its manifest claims (a hostile "samples": 10**12 would
+    # replay the last recording for ever): its sample times, else its most-recorded command
+    samples = len(times) if times else max(1, rr.rounds)
     host = _BundleHost(rr, rr.manifest.get("hostname"))
     return b, host, ReplayClock(times, step), samples, step, notes
