@@ -59,13 +59,18 @@ def _free(profile) -> list[int] | None:
 
 
 def from_bundle(path: str, plan_file: str | None = None, lifeboat: int = 1) -> Box:
+    from pathlib import Path
+
     from nodeledger.doctor.checks import run_checks
     from nodeledger.doctor.machine_state import load_state
+    from nodeledger.machine.probe.bundle import load_bundle
 
     state = load_state(from_bundle=path)
     prof = state.profile
     free = _free(prof)
-    box = Box(name=prof.name, source=path, cards=len(prof.accelerators), free_cards=free,
+    host = load_bundle(path).manifest.get("hostname")  # the box's own name, where recorded
+    name = host if isinstance(host, str) and host else Path(path).name
+    box = Box(name=name[:80], source=path, cards=len(prof.accelerators), free_cards=free,
               mem_available_bytes=prof.host.available_bytes, mem_total_bytes=prof.host.ram_bytes)  # fmt: skip
     if plan_file:
         from nodeledger.placement import reserve as rs
@@ -79,6 +84,8 @@ def from_bundle(path: str, plan_file: str | None = None, lifeboat: int = 1) -> B
             )
         else:
             box.lifeboat = "none (the plan keeps none free here)"
+    elif not prof.accelerators:
+        box.lifeboat = "no cards"
     elif free is not None:
         box.lifeboat = "ok: a card is free" if free else "none free"
     box.findings = [f.id for f in run_checks(state) if f.severity in ("warning", "error")]
