@@ -50,7 +50,7 @@ def test_second_60gb_load_is_refused_on_a_125gib_host(tmp_path):
                                      NODELEDGER_REPLICA="loadB"), "--no-cancel")  # fmt: skip
     assert r.returncode == 4
     assert r.stdout.startswith("print nodeledger: job 102 refused: ")  # the job's output
-    assert "host RAM" in r.stdout and "125.0 GiB" in r.stdout
+    assert "host RAM" in r.stdout and "of the host's 125.0 GiB once loadA#0" in r.stdout
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     # a later task of the admitted job passes without booking again
     r = _prolog(tmp_path, plan, _env(tmp_path, "101", 118, SLURM_JOB_GPUS="0",
@@ -75,13 +75,33 @@ def test_settling_load_makes_a_second_one_wait(tmp_path):
     assert "settling" in r.stdout
 
 
-def test_lifeboat_card_is_refused_and_others_admitted(tmp_path):
+def test_lifeboat_rule(tmp_path):
+    """A job of the plan given the planner's lifeboat card is refused; a job outside the plan
+    is refused only when it would leave no card free."""
     plan = tmp_path / "plan.toml"
     plan.write_text(LOADS.format(b="qwen3-8b"))
-    r = _prolog(tmp_path, plan, _env(tmp_path, "301", 118, SLURM_JOB_GPUS="6,7"), "--no-cancel")
-    assert r.returncode == 4 and "include the lifeboat card 7" in r.stdout
-    r = _prolog(tmp_path, plan, _env(tmp_path, "302", 118, SLURM_JOB_GPUS="3"), "--no-cancel")
+    r = _prolog(tmp_path, plan, _env(tmp_path, "301", 118, SLURM_JOB_GPUS="7",
+                                     NODELEDGER_REPLICA="loadB"), "--no-cancel")  # fmt: skip
+    assert r.returncode == 4 and "include the lifeboat card 7" in r.stdout, r.stdout
+    r = _prolog(tmp_path, plan, _env(tmp_path, "302", 118, SLURM_JOB_GPUS="0,1,2,3,4,5,6,7"),
+                "--no-cancel")  # fmt: skip
+    assert r.returncode == 4 and "leave 0 card(s) free of 8" in r.stdout, r.stdout
+    r = _prolog(tmp_path, plan, _env(tmp_path, "303", 118, SLURM_JOB_GPUS="1,2,3,4,5,6,7"),
+                "--no-cancel")  # fmt: skip
     assert r.returncode == 0 and "not the plan's" in r.stdout
+
+
+def test_a_load_alone_is_admitted_whichever_it_is(tmp_path):
+    """The plan is made of what runs and what asks: loadB alone on an empty host starts, even
+    though the catalogue's two loads together would not fit."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(LOADS.format(b="qwen3-32b"))
+    r = _prolog(tmp_path, plan, _env(tmp_path, "501", 118, NODELEDGER_REPLICA="loadB"),
+                "--no-cancel")  # fmt: skip
+    assert r.returncode == 0 and "admitted: loadB#0" in r.stdout, r.stdout + r.stderr
+    r = _prolog(tmp_path, plan, _env(tmp_path, "502", 118, NODELEDGER_REPLICA="loadA"),
+                "--no-cancel")  # fmt: skip
+    assert r.returncode == 4 and "once loadB#0 (64.0 GiB host peak) runs" in r.stdout, r.stdout
 
 
 def test_refused_job_is_cancelled_with_scancel(tmp_path):
@@ -93,7 +113,7 @@ def test_refused_job_is_cancelled_with_scancel(tmp_path):
     sc.chmod(sc.stat().st_mode | stat.S_IEXEC)
     plan = tmp_path / "plan.toml"
     plan.write_text(LOADS.format(b="qwen3-8b"))
-    env = _env(tmp_path, "401", 118, SLURM_JOB_GPUS="7")
+    env = _env(tmp_path, "401", 118, SLURM_JOB_GPUS="0,1,2,3,4,5,6,7")
     env["PATH"] = f"{bindir}:{os.environ['PATH']}"
     r = _prolog(tmp_path, plan, env)
     assert r.returncode == 0 and "refused" in r.stdout

@@ -15,14 +15,18 @@ Where they run (slurm.conf):
 Rules (the same as `nodeledger run`, placement/reserve.py):
 
 1. The job names its replica of the plan: ``NODELEDGER_REPLICA`` (``place --emit slurm``
-   writes it into the sbatch file) — "id#n" or a workload id.  A job without it is not one of
-   the plan's: it is admitted, unless the cards Slurm gave it include the lifeboat.
-2. Lifeboat: the plan keeps one card free (a team's field rule: keep one card for triage); a job
-   whose cards (``SLURM_JOB_GPUS``, else ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` /
-   ``HIP_VISIBLE_DEVICES``) include it is refused.
-3. Host RAM: live MemAvailable minus the host bytes of bookings started within ``settle``
-   seconds must cover the replica's host-RAM peak (the ledger's) — two ~60 GB loads never start
-   together on one host.
+   writes it into the sbatch file) — "id#n" or a workload id.  Its workload is planned alone on
+   what is left: the free cards (booked cards hold their booking) and host RAM less the host
+   peaks of the bookings; the plan's own host-RAM rule then refuses a second ~60 GB load
+   while the first runs on a 125 GiB box.
+2. Lifeboat: that plan keeps one card free (a team's field rule: keep one card for triage); a
+   job whose cards (``SLURM_JOB_GPUS``, else ``CUDA_VISIBLE_DEVICES`` /
+   ``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES``) include it is refused.  A job without a
+   replica is not one of the plan's: it is refused only when its cards leave fewer than
+   ``lifeboat`` free (it books nothing: the next check sees it only through a live probe).
+3. Host RAM now: live MemAvailable minus the host bytes of bookings started within ``settle``
+   seconds must cover the replica's host-RAM peak (the ledger's): a load still reading its
+   checkpoint has not allocated yet.
 4. Once per job: the first task books and writes ``<state>.slurm/<job id>``; later tasks of the
    same job see it and pass.  The job id must be digits (it becomes a file name).
 """
@@ -103,32 +107,55 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
     if mark.is_file():
         return Admission(True, jid, already=True)
     cards = job_cards(env)
+    target = (env.get("NODELEDGER_REPLICA") or "").strip()
     workloads, specs = rs.load_plan_inputs(plan_file)
     profile, note, _live = rs.resolve_run_machine(machine)
     live, _dead = store.check()
-    plan = rs.make_plan(profile, workloads, specs, lifeboat, {r.card for r in live})
     notes = [note] if note else []
-    boats = [c for c in plan.get("lifeboat") or []]
-    if cards is not None and boats and set(cards) & set(boats):
-        taken = sorted(set(cards) & set(boats))
-        return Admission(False, jid, cards=cards, reason=(
-            f"its card(s) {','.join(map(str, cards))} include the lifeboat card "
-            f"{','.join(map(str, taken))}, which the plan keeps free for triage (keep "
-            f"{lifeboat} card free; give the job other cards, or plan with --lifeboat 0)"))  # fmt: skip
-    target = (env.get("NODELEDGER_REPLICA") or "").strip()
-    if not target:
+    booked = _booked(profile, live)  # the booked cards as taken, their host RAM as used
+    free = [a.index for a in booked.accelerators if not a.processes]
+    if not target:  # not one of the plan's jobs: only the lifeboat rule applies
         if cards is None:
             notes.append("the job's cards are unknown (no SLURM_JOB_GPUS): lifeboat not checked")
+        elif len(set(free) - set(cards)) < lifeboat:
+            return Admission(False, jid, cards=cards, reason=(
+                f"its card(s) {','.join(map(str, cards))} leave {len(set(free) - set(cards))} "
+                f"card(s) free of {len(booked.accelerators)}: keep {lifeboat} free as the "
+                f"lifeboat for triage (free now: {','.join(map(str, free)) or 'none'})"))  # fmt: skip
         _mark(mark, jid, None)
         return Admission(True, jid, cards=cards or [], notes=notes)
+    wid = target.rpartition("#")[0] if "#" in target else target
+    ws = [w for w in workloads if w.id == wid]
+    if not ws:
+        raise InputError(
+            f"NODELEDGER_REPLICA={target[:80]!r}: no workload {wid[:80]!r} in {plan_file}"
+        )
+    # the plan of this one workload on what is left: free cards, host RAM minus the bookings
+    plan = rs.make_plan(booked, ws, specs, lifeboat, set())
+    boats = list(plan.get("lifeboat") or [])
+    if cards is not None and set(cards) & set(boats):
+        return Admission(False, jid, replica=target, cards=cards, reason=(
+            f"its card(s) {','.join(map(str, cards))} include the lifeboat card "
+            f"{','.join(map(str, sorted(set(cards) & set(boats))))}, which the plan keeps free "
+            f"for triage (keep {lifeboat} card free; free now: {','.join(map(str, free))})"))  # fmt: skip
     left = [p for p in plan.get("not_placed", []) if target in (p["replica"], p["workload"])]
     placed = [r for r in plan.get("replicas", []) if target in (r["replica"], r["workload"])]
     if left and not placed:  # the plan itself cannot place it now (host RAM, cards)
         p = left[0]
-        return Admission(False, jid, replica=target, cards=cards or [], reason=(
-            f"the plan does not place {p['replica']} on this host now ("
-            + (p["reason"] if str(p["reason"]).startswith(str(p["binding"]))
-               else f"{p['binding']}: {p['reason']}") + ")"))  # fmt: skip
+        held = {r.replica: r.host_bytes for r in live}
+        why = (p["reason"] if str(p["reason"]).startswith(str(p["binding"]))
+               else f"{p['binding']}: {p['reason']}")  # fmt: skip
+        if held and p["binding"] == "host RAM" and profile.host.ram_bytes:
+            why += (f" left of the host's {profile.host.ram_bytes / 2**30:,.1f} GiB once "
+                    + ", ".join(f"{k} ({v / 2**30:,.1f} GiB host peak)" for k, v in held.items())
+                    + " runs")  # fmt: skip
+        return Admission(
+            False,
+            jid,
+            replica=target,
+            cards=cards or [],
+            reason=(f"the plan does not place {p['replica']} on this host now ({why})"),
+        )
     d = store.take(plan, target, os.getppid() if pid is None else pid, settle)
     if not d.ok:
         return Admission(False, jid, replica=target, cards=cards or [], reason=d.reason)
@@ -143,6 +170,27 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
         notes.append(d.note)
     _mark(mark, jid, rep["replica"])
     return Admission(True, jid, replica=rep["replica"], cards=list(rep["cards"]), notes=notes)
+
+
+def _booked(profile, live: list) -> object:
+    """``profile`` as the planner must see it with the live bookings: each booked card holds
+    its booking's process (so it is taken), and host RAM is less the booked replicas' host
+    peaks (each replica once) — the planner's own host-RAM rule then refuses a second big
+    load while the first runs."""
+    from nodeledger.machine.profile import CardProcess
+
+    by_card = {r.card: r for r in live}
+    accs = [
+        a.model_copy(update={"processes": [*a.processes, CardProcess(
+            pid=by_card[a.index].pid, name=f"nodeledger booking {by_card[a.index].replica}")]})
+        if a.index in by_card else a
+        for a in profile.accelerators
+    ]  # fmt: skip
+    host_used = sum({r.replica: r.host_bytes for r in live}.values())
+    host = profile.host
+    if host.ram_bytes is not None and host_used:
+        host = host.model_copy(update={"ram_bytes": max(1, host.ram_bytes - host_used)})
+    return profile.model_copy(update={"accelerators": accs, "host": host})
 
 
 def _mark(mark: Path, jid: str, replica: str | None) -> None:
