@@ -80,9 +80,14 @@ def test_lifeboat_rule(tmp_path):
     is refused only when it would leave no card free."""
     plan = tmp_path / "plan.toml"
     plan.write_text(LOADS.format(b="qwen3-8b"))
-    r = _prolog(tmp_path, plan, _env(tmp_path, "301", 118, SLURM_JOB_GPUS="7",
-                                     NODELEDGER_REPLICA="loadB"), "--no-cancel")  # fmt: skip
-    assert r.returncode == 4 and "include the lifeboat card 7" in r.stdout, r.stdout
+    big = tmp_path / "big.toml"
+    big.write_text('[[workloads]]\nid = "tp8"\nmodel = "llama-3.1-8b"\njob = "serve"\ntp = 8\n')
+    r = _prolog(tmp_path, big, _env(tmp_path, "301", 118, NODELEDGER_REPLICA="tp8"),
+                "--no-cancel")  # fmt: skip
+    assert r.returncode == 4 and "lifeboat" in r.stdout, r.stdout
+    r = _prolog(tmp_path, big, _env(tmp_path, "304", 118, SLURM_JOB_GPUS="0,1,2,3,4,5,6,7",
+                                    NODELEDGER_REPLICA="tp8"), "--no-cancel")  # fmt: skip
+    assert r.returncode == 4 and "leave 0 card(s) free of 8" in r.stdout, r.stdout
     r = _prolog(tmp_path, plan, _env(tmp_path, "302", 118, SLURM_JOB_GPUS="0,1,2,3,4,5,6,7"),
                 "--no-cancel")  # fmt: skip
     assert r.returncode == 4 and "leave 0 card(s) free of 8" in r.stdout, r.stdout

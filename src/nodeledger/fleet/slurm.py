@@ -19,11 +19,13 @@ Rules (the same as `nodeledger run`, placement/reserve.py):
    what is left: the free cards (booked cards hold their booking) and host RAM less the host
    peaks of the bookings; the plan's own host-RAM rule then refuses a second ~60 GB load
    while the first runs on a 125 GiB box.
-2. Lifeboat: that plan keeps one card free (a team's field rule: keep one card for triage); a
-   job whose cards (``SLURM_JOB_GPUS``, else ``CUDA_VISIBLE_DEVICES`` /
-   ``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES``) include it is refused.  A job without a
-   replica is not one of the plan's: it is refused only when its cards leave fewer than
-   ``lifeboat`` free (it books nothing: the next check sees it only through a live probe).
+2. Lifeboat (a team's field rule: keep one card free for triage): a job whose cards
+   (``SLURM_JOB_GPUS``, else ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` /
+   ``HIP_VISIBLE_DEVICES``) leave fewer than ``lifeboat`` cards free is refused; a job Slurm
+   gave no cards to is planned with the lifeboat kept (the plan refuses it when it cannot
+   keep one).  The booking holds the cards Slurm chose.  A job without a replica is not the
+   plan's: only the lifeboat rule applies (it books nothing: a later check sees it only
+   through a live probe's processes).
 3. Host RAM now: live MemAvailable minus the host bytes of bookings started within ``settle``
    seconds must cover the replica's host-RAM peak (the ledger's): a load still reading its
    checkpoint has not allocated yet.
@@ -130,14 +132,13 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
         raise InputError(
             f"NODELEDGER_REPLICA={target[:80]!r}: no workload {wid[:80]!r} in {plan_file}"
         )
+    if cards is not None and len(set(free) - set(cards)) < lifeboat:
+        return Admission(False, jid, replica=target, cards=cards, reason=(
+            f"its card(s) {','.join(map(str, cards))} leave {len(set(free) - set(cards))} "
+            f"card(s) free of {len(booked.accelerators)}: keep {lifeboat} free as the "
+            f"lifeboat for triage (free now: {','.join(map(str, free)) or 'none'})"))  # fmt: skip
     # the plan of this one workload on what is left: free cards, host RAM minus the bookings
     plan = rs.make_plan(booked, ws, specs, lifeboat, set())
-    boats = list(plan.get("lifeboat") or [])
-    if cards is not None and set(cards) & set(boats):
-        return Admission(False, jid, replica=target, cards=cards, reason=(
-            f"its card(s) {','.join(map(str, cards))} include the lifeboat card "
-            f"{','.join(map(str, sorted(set(cards) & set(boats))))}, which the plan keeps free "
-            f"for triage (keep {lifeboat} card free; free now: {','.join(map(str, free))})"))  # fmt: skip
     left = [p for p in plan.get("not_placed", []) if target in (p["replica"], p["workload"])]
     placed = [r for r in plan.get("replicas", []) if target in (r["replica"], r["workload"])]
     if left and not placed:  # the plan itself cannot place it now (host RAM, cards)
@@ -149,13 +150,17 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
             why += (f" left of the host's {profile.host.ram_bytes / 2**30:,.1f} GiB once "
                     + ", ".join(f"{k} ({v / 2**30:,.1f} GiB host peak)" for k, v in held.items())
                     + " runs")  # fmt: skip
-        return Admission(
-            False,
-            jid,
-            replica=target,
-            cards=cards or [],
-            reason=(f"the plan does not place {p['replica']} on this host now ({why})"),
-        )
+        boats = plan.get("lifeboat") or []
+        if p["binding"] == "cards" and boats:
+            why += f"; card {','.join(map(str, boats))} kept free as the lifeboat for triage"
+        elif p["binding"] == "cards" and lifeboat and len(free) >= 1:
+            why += f" once {lifeboat} card is kept free as the lifeboat for triage"
+        return Admission(False, jid, replica=target, cards=cards or [],
+                         reason=f"the plan does not place {p['replica']} on this host now ({why})")  # fmt: skip
+    if cards is not None:  # Slurm chose the cards: the booking holds those
+        for r in plan.get("replicas", []):
+            if target in (r["replica"], r["workload"]) and len(r["cards"]) == len(cards):
+                r["cards"] = sorted(cards)
     d = store.take(plan, target, os.getppid() if pid is None else pid, settle)
     if not d.ok:
         return Admission(False, jid, replica=target, cards=cards or [], reason=d.reason)
