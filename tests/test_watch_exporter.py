@@ -471,3 +471,27 @@ def test_vendor_exporter_names_on_replayed_bundles(tmp_path, spec, used, util, l
         assert sorted(s.value for s in fams[used].samples) == sorted(hbm) and len(hbm) == 8
         assert {s.value for s in fams["npu_chip_info_hbm_total_memory"].samples} == {65536.0}
     assert len(fams["nodeledger_process_card_memory_bytes"].samples) == 8
+
+
+def test_lifeboat_option_is_served():
+    """--lifeboat 7 serves nodeledger_lifeboat_card{card="7"} (what LifeboatCardTaken
+    watches); a card list that is not one is one line, exit 2."""
+    from conftest import run_cli
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodeledger", "exporter", "--backend", "fake:dead-owner",
+         "--listen", f"127.0.0.1:{port}", "--duration", "60", "--lifeboat", "7"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_ready(port)
+        status, _h, body = _request(port)
+        fams = _parse(body.decode())
+        assert status == 200
+        assert [s.labels["card"] for s in fams["nodeledger_lifeboat_card"].samples] == ["7"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    r = run_cli("exporter", "--lifeboat", "seven", "--duration", "1")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -678,6 +678,13 @@ def _render_summary(s: dict, header: dict) -> None:
     help="Print a Grafana dashboard (JSON) over these metrics, per host and across hosts, and exit.",
 )
 @click.option(
+    "--lifeboat",
+    "lifeboat_cards",
+    metavar="CARDS",
+    help="Card(s) kept free for triage (e.g. 7): served as nodeledger_lifeboat_card, which the "
+    "LifeboatCardTaken alert watches; default: the --plan's lifeboat, else none.",
+)
+@click.option(
     "--listen",
     "listen",
     default="127.0.0.1:9835",
@@ -771,6 +778,7 @@ def exporter(
     duration=None,
     print_rules=False,
     print_dashboard=False,
+    lifeboat_cards=None,
     **job_opts,
 ) -> None:
     """Serve Prometheus metrics (the vendor exporter's names where they overlap, plus
@@ -807,6 +815,7 @@ def exporter(
     if client_timeout > 3600:
         raise InputError(f"--client-timeout must be at most 3600 s, got {client_timeout:g}")
     _check_tolerance(tolerance, tolerance_gib)
+    boats = card_indices(lifeboat_cards, "--lifeboat")
     host_addr, port, loopback = parse_listen(listen)
     nets = parse_allow(allow)
     tls = load_tls(tls_cert, tls_key)
@@ -838,6 +847,8 @@ def exporter(
     # a fake scenario too: scrapes see real time
     w = Watcher(b, _host_sampler(b), interval, clock=time.time)
     expect, prof, _ = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
+    if boats is not None:
+        expect = dict(expect or {"source": None, "groups": []}, lifeboat=boats)
     header = w.header(expect, prof)
     an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
                   idle_window=idle_window)  # fmt: skip
