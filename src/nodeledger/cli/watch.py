@@ -549,7 +549,7 @@ def _render_summary(s: dict, header: dict) -> None:
     con = console()
     clock = s.get("clock") or "this host's clock"
     con.print(
-        f"watch: {s['samples']} samples over {s['duration_s']:.{1 if s['duration_s'] < 10 else 0}f} s of {clock}"
+        f"watch: {s['samples']} sample{'' if s['samples'] == 1 else 's'} over {s['duration_s']:.{1 if s['duration_s'] < 10 else 0}f} s of {clock}"
         + (f", {s['wall_s']:.1f} s of wall time" if s.get("wall_s") is not None else "")
         + f" ({s['source']})",
         markup=False,
