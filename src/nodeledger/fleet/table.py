@@ -62,13 +62,15 @@ def from_bundle(path: str, plan_file: str | None = None, lifeboat: int = 1) -> B
     from pathlib import Path
 
     from nodeledger.doctor.checks import run_checks
-    from nodeledger.doctor.machine_state import load_state
+    from nodeledger.doctor.machine_state import MachineState
     from nodeledger.machine.probe.bundle import load_bundle
+    from nodeledger.machine.probe.probe import probe_with_facts
 
-    state = load_state(from_bundle=path)
-    prof = state.profile
+    rr = load_bundle(path)  # read once: doctor's state and the recorded hostname
+    host = rr.manifest.get("hostname")  # the box's own name, where recorded
+    prof, facts = probe_with_facts(rr)
+    state = MachineState(prof, facts, f"support bundle {path} ({prof.name})")
     free = _free(prof)
-    host = load_bundle(path).manifest.get("hostname")  # the box's own name, where recorded
     name = host if isinstance(host, str) and host else Path(path).name
     box = Box(name=name[:80], source=path, cards=len(prof.accelerators), free_cards=free,
               mem_available_bytes=prof.host.available_bytes, mem_total_bytes=prof.host.ram_bytes)  # fmt: skip
