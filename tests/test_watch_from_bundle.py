@@ -213,3 +213,25 @@ def test_manifest_sample_count_is_not_trusted(tmp_path):
             tar.addfile(info, io.BytesIO(data))
     s, code = _watch(hostile)
     assert code == 0 and s["samples"] == 1
+
+
+def test_host_figures_replay_per_sample(tmp_path):
+    """Each watch sample's /proc/meminfo is kept in the bundle and replays as that sample's:
+    MemAvailable falling from 100 to 2 GiB across three samples is seen as it fell."""
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    r = Runner(root=root, timeout=2, keep_records=True)
+    host = HostSampler(r)
+    host.describe()
+    for avail in (100, 50, 2):
+        (root / "proc" / "meminfo").write_text(
+            f"MemTotal: {125 * 2**20} kB\nMemAvailable: {avail * 2**20} kB\n"
+            "SwapTotal: 0 kB\nSwapFree: 0 kB\n"
+        )
+        host.sample([])
+    out = write_bundle(r, tmp_path / "h.tar.gz", {"watch": {"samples": 3, "t": [0.0, 1.0, 2.0]}})
+    from nodeledger.machine.probe.bundle import load_bundle
+
+    rr = load_bundle(out)
+    got = [HostSampler(rr).sample([])[0]["mem_available"] // GiB for _ in range(4)]
+    assert got == [100, 50, 2, 2]  # then the last reading again

@@ -4,8 +4,9 @@ through the same backend and host sampler a live watch uses (`watch --from BUNDL
 What the bundle holds decides what the watch can say:
 
 1. ``nodeledger bundle --watch-samples N`` runs the watch's own commands N times on the box
-   (``amd-smi monitor -u -v``, ``amd-smi process --csv``, ``npu-smi info`` ...), so each
-   sample replays as it was, with the times it was taken (``manifest["watch"]["t"]``).
+   (``amd-smi monitor -u -v``, ``amd-smi process --csv``, ``npu-smi info`` ...) and the host's
+   /proc files each time (``manifest["file_samples"]``), so each sample replays as it was,
+   with the times it was taken (``manifest["watch"]["t"]``).
 2. A command recorded once answers every sample the same (a probe's bundle: one snapshot).
 3. A /proc file the bundle did not read (a bundle assembled from pasted outputs) makes that
    process's liveness unknown, never "dead": the dead-owner finding needs a reading.

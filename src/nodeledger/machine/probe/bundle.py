@@ -41,6 +41,7 @@ MAX_MEMBERS = 65536
 MAX_ARCHIVE_BYTES = MAX_TOTAL_BYTES + 128 * MiB
 STDOUT_BUDGET = MAX_TOTAL_BYTES - 64 * MiB  # commands' stdout in all; the rest: files, manifest
 STDERR_BUDGET = 8 * MiB  # characters of stderr in all (inline in the manifest)
+FILE_SAMPLES_BUDGET = 32 * MiB  # characters of repeated file readings (watch samples) in all
 
 
 def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path:
@@ -80,9 +81,32 @@ def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path
             name = f"files/{j:04d}"
             entries[name] = text.encode()
             files[fpath] = {"file": name}
+    # files read more than once (a watch sample's /proc figures): every reading, in order, so
+    # the replay gives each sample its own; within FILE_SAMPLES_BUDGET characters in all
+    file_samples: dict[str, list[dict]] = {}
+    seen: dict[str, int] = {}
+    for fpath, _text, _problem in getattr(r, "file_log", []):
+        seen[fpath] = seen.get(fpath, 0) + 1
+    used = 0
+    for k, (fpath, text, problem) in enumerate(getattr(r, "file_log", [])):
+        if seen[fpath] < 2:
+            continue
+        if text is None:
+            file_samples.setdefault(fpath, []).append(
+                {"file": None, "problem": problem or "unreadable"}
+            )
+            continue
+        if used + len(text) > FILE_SAMPLES_BUDGET:
+            break  # the rest replay as the last reading (files above)
+        name = f"file_samples/{k:06d}"
+        entries[name] = text.encode()
+        used += len(text)
+        file_samples.setdefault(fpath, []).append({"file": name})
     manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "commands": commands, "files": files, "tools": r.tools, "globs": r.globs,
                 "timeout_s": r.timeout, **(extra or {})}  # fmt: skip
+    if file_samples:
+        manifest["file_samples"] = file_samples
     entries[MANIFEST] = json.dumps(manifest, indent=1).encode()
     try:
         with tarfile.open(p, "w:gz") as tar:
@@ -108,6 +132,9 @@ class ReplayRunner(Runner):
         for c in manifest.get("commands", []):
             self._cmds.setdefault(tuple(c["argv"]), []).append(c)
         self._played: dict[tuple[str, ...], int] = {}
+        samples = manifest.get("file_samples") or {}
+        self._file_samples = samples if isinstance(samples, dict) else {}
+        self._file_played: dict[str, int] = {}
 
     @property
     def rounds(self) -> int:
@@ -135,6 +162,19 @@ class ReplayRunner(Runner):
         return res
 
     def read(self, path: str) -> str | None:
+        recorded = self._file_samples.get(path)
+        if isinstance(recorded, list) and recorded:  # each reading in order, then the last
+            k = self._file_played.get(path, 0)
+            self._file_played[path] = k + 1
+            f = recorded[min(k, len(recorded) - 1)]
+            f = f if isinstance(f, dict) else {"file": None, "problem": "malformed"}
+            if f.get("file") is None or f["file"] not in self.blobs:
+                self.problems[path] = str(f.get("problem") or "not in the bundle")
+                self.files[path] = None
+                return None
+            text = self.blobs[f["file"]]
+            self.files[path] = text
+            return text
         f = self.manifest.get("files", {}).get(path)
         if f is None or f.get("file") is None:
             self.problems[path] = (f or {}).get("problem", "not in the bundle")
@@ -316,6 +356,13 @@ def _check_manifest(m: dict, p: Path) -> None:
             v = c.get(key)
             if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
                 raise bad(f"commands.{i}.{key}")
+    samples = m.get("file_samples", {})
+    if not isinstance(samples, dict) or not all(
+        isinstance(v, list) and all(isinstance(x, dict) and isinstance(x.get("file"), (str, type(None)))
+                                    for x in v)
+        for v in samples.values()
+    ):  # fmt: skip
+        raise bad("file_samples")
     files = m.get("files", {})
     if not isinstance(files, dict):
         raise bad("files")

@@ -199,6 +199,14 @@ class Runner:
         return res
 
     def read(self, path: str) -> str | None:
+        """:meth:`_read_file`; a Runner keeping its records for a bundle's watch samples also
+        logs every read in order (``file_log``), so each sample's /proc figures replay."""
+        text = self._read_file(path)
+        if self.keep_records:
+            self.file_log.append((path, text, self.problems.get(path)))
+        return text
+
+    def _read_file(self, path: str) -> str | None:
         """Text of ``root``/path, or None (the reason is kept in ``problems``).  Regular files
         only — a FIFO or device in a (fake or hostile) tree would block or never end — and at
         most FILE_CAP characters, the cut kept in ``problems`` beside the text."""
@@ -277,3 +285,6 @@ class Runner:
     tools: dict[str, str | None] = field(default_factory=dict)  # which() answers
     globs: dict[str, list[str]] = field(default_factory=dict)  # glob() answers
     keep_records: bool = False  # a bundle taking watch samples keeps what a watch would clear
+    file_log: list = field(
+        default_factory=list
+    )  # (path, text, problem) per read, keep_records only
