@@ -5,6 +5,7 @@ with its source; each can be overridden.  ``torch_peak_bytes`` excludes them; ``
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from nodeledger.units import MiB
@@ -75,10 +76,9 @@ def training_communicators(tp: int, pp: int, dp: int) -> int:
     return (1 if tp > 1 else 0) + (1 if dp > 1 else 0) + (1 if pp > 1 else 0)
 
 
-def provenance(vendor: str) -> dict:
-    """Where the runtime constants that apply to a ``vendor``'s cards were measured
-    (runtimes.toml): {"vendor", "runtime", "measured", "caveat"}; ``caveat`` is the phrase a
-    verdict line carries when they were not measured on that vendor's runtime."""
+@functools.lru_cache(maxsize=1)
+def _runtimes() -> dict:
+    """runtimes.toml, read once per process (a report asks for every card of every job)."""
     import sys
     from importlib import resources
 
@@ -86,9 +86,16 @@ def provenance(vendor: str) -> dict:
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib
-    table = tomllib.loads(
+    return tomllib.loads(
         resources.files("nodeledger.ledger").joinpath("runtimes.toml").read_text("utf-8")
     )
+
+
+def provenance(vendor: str) -> dict:
+    """Where the runtime constants that apply to a ``vendor``'s cards were measured
+    (runtimes.toml): {"vendor", "runtime", "measured", "caveat"}; ``caveat`` is the phrase a
+    verdict line carries when they were not measured on that vendor's runtime."""
+    table = _runtimes()
     v = (vendor or "nvidia").lower()
     entry = table.get(v)
     if entry is None:
