@@ -179,6 +179,20 @@ EXTRA_UNITS = {
     "max_context_at_concurrency": ("tokens per sequence", "KV pool tokens / concurrency"),
     "kv_shortfall": ("", "vLLM KV pool"),
 }
+# where another engine sizes the same figure otherwise (engines.toml [sglang]): its own words
+EXTRA_UNITS_BY_ENGINE = {
+    "sglang": {
+        "kv_pool_bytes": (
+            "B",
+            "SGLang pool (memory free before the weights x mem_fraction_static) minus what loading the weights took",
+        ),
+        "max_concurrency": (
+            "sequences",
+            "KV pool tokens / context tokens (whole sequences)",
+        ),
+        "kv_shortfall": ("", "SGLang KV pool"),
+    },
+}
 
 
 def _render_fit(d: dict[str, Any]) -> None:
@@ -256,7 +270,8 @@ def _render_fit(d: dict[str, Any]) -> None:
                    if val.get("max_position_embeddings") else "")
             )  # fmt: skip
         elif k in EXTRA_UNITS and val is not None:
-            unit, src = EXTRA_UNITS[k]
+            engine = (d.get("job_options") or {}).get("engine")
+            unit, src = EXTRA_UNITS_BY_ENGINE.get(engine, {}).get(k, EXTRA_UNITS[k])
             con.print(f"  {k.replace('_', ' ')}: {num(val, unit)} — {src}")
         elif val is not None:
             con.print(f"  {k}: {val}")
