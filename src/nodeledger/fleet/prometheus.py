@@ -38,17 +38,13 @@ def metric_names() -> set[str]:
     """Every series name the exporter can serve (counters with their ``_total``), for every
     vendor's names; from the exporter's own families, not a list kept by hand."""
     from nodeledger.watch.analyze import Analyzer
-    from nodeledger.watch.exporter import VENDOR_NAMES, families
+    from nodeledger.watch.exporter import families
 
     names: set[str] = set()
-    for backend in ("nvidia-smi", "amd-smi", "npu-smi"):
+    for backend in ("nvidia-smi", "amd-smi", "npu-smi"):  # dcgm's, AMD's and Ascend's names
         header = {"backend": backend, "machine": {"cards": []}}
         for fam in families(None, header, Analyzer(header, None), {}):
-            if fam.name.startswith("_unused"):
-                continue
             names.add(fam.name + ("_total" if fam.type == "counter" else ""))
-    for v in VENDOR_NAMES.values():
-        names |= {n for k, n in v.items() if k != "labels" and n}
     return names
 
 

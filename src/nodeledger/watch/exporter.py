@@ -94,14 +94,22 @@ VENDOR_NAMES = {
                "free": None, "util": "npu_chip_info_utilization",
                "labels": ["id", "model_name", "vdie_id"]},
 }  # fmt: skip
+# NVIDIA, Hygon and the fake scenarios: dcgm-exporter's (it serves no total)
+DCGM_NAMES = {"used": "DCGM_FI_DEV_FB_USED", "total": None, "free": "DCGM_FI_DEV_FB_FREE",
+              "util": "DCGM_FI_DEV_GPU_UTIL",
+              "labels": ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]}  # fmt: skip
 VENDOR_OF_BACKEND = {"amd-smi": "amd", "amdsmi": "amd", "rocm-smi": "amd", "npu-smi": "ascend"}
 
 
-def _vendor_labels(vendor: str, i: int, d: dict, hostname: str) -> list[str]:
-    """The vendor exporter's labels of card ``i`` ("" where nodeledger does not know one)."""
+def _card_labels(vendor: str | None, i: int, d: dict, hostname: str, prefix: str) -> list[str]:
+    """Card ``i``'s label values in the order of its exporter's labels ("" where nodeledger
+    does not know one)."""
     if vendor == "amd":
         return [str(i), "", d.get("name") or "", hostname, "", ""]
-    return [str(i), d.get("name") or "", d.get("uuid") or ""]
+    if vendor == "ascend":
+        return [str(i), d.get("name") or "", d.get("uuid") or ""]
+    return [str(i), d.get("uuid") or "", d.get("pci_bus_id") or "", f"{prefix}{i}",
+            d.get("name") or "", hostname]  # fmt: skip
 
 
 # An idle finding's likely cause (free text with figures) as a label value of few values: the
@@ -145,19 +153,16 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
     hostname = mach.get("hostname") or ""
     prefix = DEVICE_PREFIX.get(header.get("backend", ""), "card")
     vendor = VENDOR_OF_BACKEND.get(header.get("backend", ""))
-    names = VENDOR_NAMES.get(vendor)
-    if names is None:  # NVIDIA, Hygon, fakes: dcgm-exporter's names and labels
-        dl = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
-        names = {"used": "DCGM_FI_DEV_FB_USED", "free": "DCGM_FI_DEV_FB_FREE",
-                 "util": "DCGM_FI_DEV_GPU_UTIL", "total": None}  # fmt: skip
-    else:
-        dl = names["labels"]
-    fb_used = GaugeMetricFamily(names["used"], "Card memory used (in MiB).", labels=dl)
-    fb_free = GaugeMetricFamily(names["free"] or "_unused_free", "Card memory free (in MiB).",
-                                labels=dl)  # fmt: skip
-    fb_total = GaugeMetricFamily(names["total"] or "_unused_total", "Card memory (in MiB).",
-                                 labels=dl)  # fmt: skip
-    util = GaugeMetricFamily(names["util"], "Card utilization (in %).", labels=dl)
+    names = VENDOR_NAMES.get(vendor, DCGM_NAMES)
+    dl = names["labels"]
+
+    def vendor_family(key: str, doc: str):  # None where the vendor's exporter has no such name
+        return GaugeMetricFamily(names[key], doc, labels=dl) if names[key] else None
+
+    fb_used = vendor_family("used", "Card memory used (in MiB).")
+    fb_free = vendor_family("free", "Card memory free (in MiB).")
+    fb_total = vendor_family("total", "Card memory (in MiB).")
+    util = vendor_family("util", "Card utilization (in %).")
     used_b = GaugeMetricFamily(
         "nodeledger_card_memory_used_bytes", "Card memory in use.", labels=["card"]
     )
@@ -171,27 +176,29 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
                              labels=["card", "to"])  # fmt: skip
     proc = GaugeMetricFamily("nodeledger_process_card_memory_bytes",
                              "Card memory a process holds.", labels=["card", "pid", "process"])  # fmt: skip
-    out = [fb_used, util, used_b, total_b, planned, head, proc]
-    out[1:1] = [f for f, n in ((fb_free, names["free"]), (fb_total, names["total"])) if n]
+    nproc = GaugeMetricFamily(
+        "nodeledger_card_processes", "Processes the card tool lists on the card.", labels=["card"]
+    )
+    out = [f for f in (fb_used, fb_free, fb_total, util) if f is not None]
+    out += [used_b, total_b, planned, head, proc]
     for c in (sample or {}).get("cards", []):
         i = c["index"]
         d = info.get(i, {})
-        if vendor in VENDOR_NAMES:
-            labels = _vendor_labels(vendor, i, d, hostname)
-        else:
-            labels = [str(i), d.get("uuid") or "", d.get("pci_bus_id") or "", f"{prefix}{i}",
-                      d.get("name") or "", hostname]  # fmt: skip
+        labels = _card_labels(vendor, i, d, hostname, prefix)
         used, total = c.get("used_bytes"), c.get("total_bytes") or d.get("total_bytes")
         if used is not None:
             fb_used.add_metric(labels, used // MiB)  # dcgm-exporter: whole MiB
             used_b.add_metric([str(i)], used)
-        if used is not None and total:
+        if used is not None and total and fb_free is not None:
             fb_free.add_metric(labels, (total - used) // MiB)
         if c.get("util_pct") is not None:
             util.add_metric(labels, c["util_pct"])
+        if c.get("processes") is not None:
+            nproc.add_metric([str(i)], len(c["processes"]))
         if total:
             total_b.add_metric([str(i)], total)
-            fb_total.add_metric(labels, total // MiB)
+            if fb_total is not None:
+                fb_total.add_metric(labels, total // MiB)
         pred = an.predicted.get(i)
         if pred is not None:
             planned.add_metric([str(i)], pred)
@@ -251,14 +258,7 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
     )  # fmt: skip
     for c in (an.expect or {}).get("lifeboat") or []:
         boat.add_metric([str(c)], 1)
-    out.append(boat)
-    nproc = GaugeMetricFamily(
-        "nodeledger_card_processes", "Processes the card tool lists on the card.", labels=["card"]
-    )
-    for c in (sample or {}).get("cards", []):
-        if c.get("processes") is not None:
-            nproc.add_metric([str(c["index"])], len(c["processes"]))
-    out.append(nproc)
+    out += [boat, nproc]
     vf = GaugeMetricFamily(
         "nodeledger_verify_failed", "1 when verification against the plan fails."
     )
