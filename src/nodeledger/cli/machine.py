@@ -334,21 +334,12 @@ def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0, watch_samples=0,
     extra = {"probed_profile_name": profile.name, "hostname": socket.gethostname()}
     taken = ""
     if watch_samples:
-        from nodeledger.watch.backends import open_backend
-        from nodeledger.watch.host import HostSampler
-        from nodeledger.watch.watcher import Watcher
+        from nodeledger.watch.from_bundle import record_samples
 
-        r.keep_records = True
-        b = open_backend(backend, runner=r, timeout=timeout, host_only=True)
-        w = Watcher(b, HostSampler(r), watch_interval)
-        w.header()
-        times: list[float] = []
-        w.run(lambda s: times.append(s["t"]), samples=watch_samples)
-        extra["watch"] = {"backend": None if getattr(b, "reason", None) else b.name,
-                          "interval_s": watch_interval,
-                          "samples": len(times), "t": times}  # fmt: skip
-        taken = f"; {len(times)} watch samples through {b.name}" + (
-            f" ({w.errors} failed)" if w.errors else ""
+        extra["watch"], through, errors = record_samples(r, backend, watch_samples,
+                                                         watch_interval, timeout)  # fmt: skip
+        taken = f"; {extra['watch']['samples']} watch samples through {through}" + (
+            f" ({errors} failed)" if errors else ""
         )
     path = write_bundle(r, output, extra)
     sys.stdout.write(

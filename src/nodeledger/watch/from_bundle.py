@@ -75,7 +75,7 @@ def _watch_info(manifest: dict, where: str) -> dict:
     return info
 
 
-def open_from_bundle(path, backend: str = "auto", interval: float | None = None):
+def open_from_bundle(path, backend: str = "auto"):
     """(backend, host sampler, clock, samples recorded, interval, notes) for a watch replaying
     bundle ``path``.  ``backend`` ``auto``: the one the bundle's watch samples used, else the
     first text tool whose recorded output lists cards.  Bad bundle: InputError (exit 2); no
@@ -85,7 +85,7 @@ def open_from_bundle(path, backend: str = "auto", interval: float | None = None)
     name = backend if backend != "auto" else info.get("backend") or "auto"
     if name in ("nvml", "amdsmi"):  # recorded through their tools' text, never in-process
         name = "auto"
-    step = interval or float(info.get("interval_s") or 1.0)
+    step = float(info.get("interval_s") or 1.0)
     b = open_backend(name, runner=rr, host_only=True)  # a bundle of a host without cards
     times = [float(x) for x in info.get("t", [])]
     notes = []
@@ -94,15 +94,29 @@ def open_from_bundle(path, backend: str = "auto", interval: float | None = None)
             "the bundle holds no sample times: samples are placed "
             f"{step:g} s apart from 0 (the watch's idle window counts those seconds)"
         )
-    made = (
-        (rr.manifest.get("composed_from") or "")
-        if isinstance(rr.manifest.get("composed_from"), str)
-        else ""
-    )
-    if made:
+    made = rr.manifest.get("composed_from")
+    if isinstance(made, str) and made:
         notes.append(f"the bundle was assembled from {made[:300]}")
     # what the bundle holds, never what its manifest claims (a hostile "samples": 10**12 would
     # replay the last recording for ever): its sample times, else its most-recorded command
     samples = len(times) if times else max(1, rr.rounds)
     host = _BundleHost(rr, rr.manifest.get("hostname"))
     return b, host, ReplayClock(times, step), samples, step, notes
+
+
+def record_samples(r, backend: str, samples: int, interval: float,
+                   timeout: float) -> tuple[dict, str, int]:  # fmt: skip
+    """Take ``samples`` watch samples through ``backend`` on Runner ``r`` (which keeps every
+    record for the bundle) -> (the manifest's ``watch`` entry, whose ``backend`` is None when
+    the host had no card tool; the backend's name; samples whose card tool failed)."""
+    from nodeledger.watch.watcher import Watcher
+
+    r.keep_records = True
+    b = open_backend(backend, runner=r, timeout=timeout, host_only=True)
+    w = Watcher(b, HostSampler(r), interval)
+    w.header()
+    times: list[float] = []
+    w.run(lambda s: times.append(s["t"]), samples=samples)
+    entry = {"backend": None if getattr(b, "reason", None) else b.name, "interval_s": interval,
+             "samples": len(times), "t": times}  # fmt: skip
+    return entry, b.name, w.errors

@@ -85,10 +85,10 @@ def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path
     # the replay gives each sample its own; within FILE_SAMPLES_BUDGET characters in all
     file_samples: dict[str, list[dict]] = {}
     seen: dict[str, int] = {}
-    for fpath, _text, _problem in getattr(r, "file_log", []):
+    for fpath, _text, _problem in r.file_log:
         seen[fpath] = seen.get(fpath, 0) + 1
     used = 0
-    for k, (fpath, text, problem) in enumerate(getattr(r, "file_log", [])):
+    for k, (fpath, text, problem) in enumerate(r.file_log):
         if seen[fpath] < 2:
             continue
         if text is None:
@@ -132,8 +132,7 @@ class ReplayRunner(Runner):
         for c in manifest.get("commands", []):
             self._cmds.setdefault(tuple(c["argv"]), []).append(c)
         self._played: dict[tuple[str, ...], int] = {}
-        samples = manifest.get("file_samples") or {}
-        self._file_samples = samples if isinstance(samples, dict) else {}
+        self._file_samples = manifest.get("file_samples") or {}  # checked by _check_manifest
         self._file_played: dict[str, int] = {}
 
     @property
@@ -144,14 +143,17 @@ class ReplayRunner(Runner):
     def which(self, tool: str) -> str | None:
         return self.manifest.get("tools", {}).get(tool)
 
+    def _next(self, recorded: list, played: dict, key):
+        """The next of ``key``'s recordings (in order, then the last again), or None."""
+        if not recorded:
+            return None
+        k = played.get(key, 0)
+        played[key] = k + 1
+        return recorded[min(k, len(recorded) - 1)]
+
     def run(self, argv: list[str]) -> RawResult:
         key = tuple(argv)
-        recorded = self._cmds.get(key)
-        c = None
-        if recorded:
-            k = self._played.get(key, 0)
-            c = recorded[min(k, len(recorded) - 1)]
-            self._played[key] = k + 1
+        c = self._next(self._cmds.get(key), self._played, key)
         if c is None:
             res = RawResult(list(argv), problem="not in the bundle")
         else:
@@ -162,12 +164,8 @@ class ReplayRunner(Runner):
         return res
 
     def read(self, path: str) -> str | None:
-        recorded = self._file_samples.get(path)
-        if isinstance(recorded, list) and recorded:  # each reading in order, then the last
-            k = self._file_played.get(path, 0)
-            self._file_played[path] = k + 1
-            f = recorded[min(k, len(recorded) - 1)]
-            f = f if isinstance(f, dict) else {"file": None, "problem": "malformed"}
+        f = self._next(self._file_samples.get(path), self._file_played, path)
+        if f is not None:  # a file read at every watch sample: that sample's reading
             if f.get("file") is None or f["file"] not in self.blobs:
                 self.problems[path] = str(f.get("problem") or "not in the bundle")
                 self.files[path] = None

@@ -285,6 +285,5 @@ class Runner:
     tools: dict[str, str | None] = field(default_factory=dict)  # which() answers
     globs: dict[str, list[str]] = field(default_factory=dict)  # glob() answers
     keep_records: bool = False  # a bundle taking watch samples keeps what a watch would clear
-    file_log: list = field(
-        default_factory=list
-    )  # (path, text, problem) per read, keep_records only
+    # (path, text, problem) of every read, in order, while keep_records
+    file_log: list = field(default_factory=list)
