@@ -307,9 +307,8 @@ def watch(
         interval = step
     else:
         b = open_backend(backend, timeout=timeout, host_only=True)
+        w = Watcher(b, _host_sampler(b), interval)
     try:
-        if not from_bundle:
-            w = Watcher(b, _host_sampler(b), interval)
         fake = backend.startswith("fake:") and not from_bundle
         replayed = fake or bool(from_bundle)
         expect, prof, profile = _expectations(plan, model, job, job_opts, cards, machine, None,

@@ -135,6 +135,7 @@ class Analyzer:
         self.owner_bytes: dict[int, dict[int, list]] = {}
         self.proc_sum: dict[int, int | None] = {}  # card -> its processes' bytes, last sample
         self.last_pct: dict[int, float] = {}  # card -> VRAM % where the tool gives no bytes
+        self.last_host: dict | None = None
         self.dead_run: dict[int, int] = {}
         self.noowner_run: dict[int, int] = {}
         self.idle_seen: dict[tuple[str, int], dict] = {}
@@ -160,7 +161,6 @@ class Analyzer:
             if used is not None:
                 self.last_used[i] = used
                 self.max_used[i] = max(used, self.max_used.get(i, 0))
-            if used is not None:
                 q = self.recent.setdefault(i, deque(maxlen=self.confirm))
                 q.append(used)
                 if len(q) == self.confirm:
@@ -562,6 +562,11 @@ class Analyzer:
                 grp_of[c] = grp
         for i in sorted(set(self.info) | set(self.peak)):
             grp = grp_of.get(i)
+            held = self.owner_bytes.get(i, {})  # pid -> [last, max] bytes
+            owners = []
+            for p, n in sorted((self.owners.get(i) or {}).items())[:8]:
+                last, most = held.get(p) or (None, None)
+                owners.append({"pid": p, "name": n, "last_bytes": last, "max_bytes": most})
             cards.append({
                 "index": i,
                 "total_bytes": self._cap(i),
@@ -574,10 +579,7 @@ class Analyzer:
                 "util_mean": round(self.util_sum[i] / self.util_n[i], 1) if self.util_n.get(i) else None,
                 "processes_bytes": self.proc_sum.get(i),
                 "last_pct": self.last_pct.get(i),
-                "owners": [{"pid": p, "name": n,
-                            "last_bytes": (self.owner_bytes.get(i, {}).get(p) or [None, None])[0],
-                            "max_bytes": (self.owner_bytes.get(i, {}).get(p) or [None, None])[1]}
-                           for p, n in sorted((self.owners.get(i) or {}).items())][:8],
+                "owners": owners,
             })  # fmt: skip
         return {
             "samples": self.n,
@@ -586,7 +588,7 @@ class Analyzer:
             "duration_s": round((self.t_last or 0) - (self.t_first or 0), 3),
             "peak_rule": f"sustained peak: the highest memory a card held for {self.confirm} samples in a row",
             "cards": cards,
-            "host": getattr(self, "last_host", None),
+            "host": self.last_host,
             "verify": self.verify(),
             "idle": self.idle(),
         }
