@@ -100,12 +100,11 @@ def _marker_dir(store: rs.Store) -> Path:
 
 
 def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None,
-          lifeboat: int = 1, settle: float = rs.SETTLE_S, pid: int | None = None,
-          runner=None) -> Admission:  # fmt: skip
+          lifeboat: int = 1, settle: float = rs.SETTLE_S,
+          pid: int | None = None) -> Admission:  # fmt: skip
     """Decide (and book when ok) the job of ``env``; InputError on bad input."""
     jid = job_id(env)
-    marks = _marker_dir(store)
-    mark = marks / jid
+    mark = _marker_dir(store) / jid
     if mark.is_file():
         return Admission(True, jid, already=True)
     cards = job_cards(env)
@@ -116,27 +115,23 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
     notes = [note] if note else []
     booked = _booked(profile, live)  # the booked cards as taken, their host RAM as used
     free = [a.index for a in booked.accelerators if not a.processes]
-    if not target:  # not one of the plan's jobs: only the lifeboat rule applies
-        if cards is None:
-            notes.append("the job's cards are unknown (no SLURM_JOB_GPUS): lifeboat not checked")
-        elif len(set(free) - set(cards)) < lifeboat:
-            return Admission(False, jid, cards=cards, reason=(
-                f"its card(s) {','.join(map(str, cards))} leave {len(set(free) - set(cards))} "
-                f"card(s) free of {len(booked.accelerators)}: keep {lifeboat} free as the "
-                f"lifeboat for triage (free now: {','.join(map(str, free)) or 'none'})"))  # fmt: skip
-        _mark(mark, jid, None)
-        return Admission(True, jid, cards=cards or [], notes=notes)
-    wid = target.rpartition("#")[0] if "#" in target else target
-    ws = [w for w in workloads if w.id == wid]
-    if not ws:
-        raise InputError(
-            f"NODELEDGER_REPLICA={target[:80]!r}: no workload {wid[:80]!r} in {plan_file}"
-        )
+    if target:
+        wid = target.rpartition("#")[0] if "#" in target else target
+        ws = [w for w in workloads if w.id == wid]
+        if not ws:
+            raise InputError(
+                f"NODELEDGER_REPLICA={target[:80]!r}: no workload {wid[:80]!r} in {plan_file}"
+            )
     if cards is not None and len(set(free) - set(cards)) < lifeboat:
-        return Admission(False, jid, replica=target, cards=cards, reason=(
+        return Admission(False, jid, replica=target or None, cards=cards, reason=(
             f"its card(s) {','.join(map(str, cards))} leave {len(set(free) - set(cards))} "
             f"card(s) free of {len(booked.accelerators)}: keep {lifeboat} free as the "
             f"lifeboat for triage (free now: {','.join(map(str, free)) or 'none'})"))  # fmt: skip
+    if not target:  # not one of the plan's jobs: only the lifeboat rule applies
+        if cards is None:
+            notes.append("the job's cards are unknown (no SLURM_JOB_GPUS): lifeboat not checked")
+        _mark(mark, jid, None)
+        return Admission(True, jid, cards=cards or [], notes=notes)
     # the plan of this one workload on what is left: free cards, host RAM minus the bookings
     plan = rs.make_plan(booked, ws, specs, lifeboat, set())
     left = [p for p in plan.get("not_placed", []) if target in (p["replica"], p["workload"])]

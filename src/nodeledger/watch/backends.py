@@ -237,8 +237,6 @@ class RocmSmiBackend(Backend):
         self.tool = tool
         self.r = runner or Runner(live=True)
 
-    describe_note: str | None = None
-
     def _cards(self) -> list[dict]:
         """Each card's figures from ``--json`` (VRAM in bytes, bus id); where that fails (an
         old DTK, a bundle holding only the default view), from the tool's default table:
@@ -364,7 +362,6 @@ class AmdSmiBackend(Backend):
 
     name = "amd-smi"
     MONITOR = ("amd-smi", "monitor", "-u", "-v")
-    describe_note: str | None = None
 
     def __init__(self, runner: Runner | None = None):
         self.r = runner or Runner(live=True)
@@ -376,7 +373,6 @@ class AmdSmiBackend(Backend):
         why)."""
         from nodeledger.machine.parsers.amd_smi import parse_amd_smi_static_json
         from nodeledger.machine.parsers.amd_smi_live import parse_amd_smi_monitor
-        from nodeledger.machine.parsers.common import ParseError
 
         try:
             res = self.r.run(["amd-smi", "static", "--json"])
@@ -411,7 +407,6 @@ class AmdSmiBackend(Backend):
             parse_amd_smi_monitor,
             parse_amd_smi_process,
         )
-        from nodeledger.machine.parsers.common import ParseError
 
         try:
             mon = self.r.run(list(self.MONITOR))

@@ -19,6 +19,7 @@ class WatchError(NodeledgerError):
 
 class Backend:
     name = "base"
+    describe_note: str | None = None  # how the cards were listed, when not the usual way
 
     def describe(self) -> list[dict]:  # pragma: no cover - interface
         raise NotImplementedError

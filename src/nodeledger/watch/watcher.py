@@ -28,7 +28,7 @@ class Watcher:
         if self._host_info is None:
             self._host_info = self.host.describe()
         cards = getattr(self.backend, "cards", None) or self.backend.describe()
-        note = getattr(self.backend, "describe_note", None)  # how the cards were listed
+        note = self.backend.describe_note  # how the cards were listed, when unusual
         return {
             **({"notes": [note]} if note else {}),
             "nodeledger_watch": VERSION,
