@@ -14,7 +14,7 @@ import functools
 import io
 import re
 
-from nodeledger.machine.parsers.common import ParseError
+from nodeledger.machine.parsers.common import ParseError, size_to_bytes
 
 
 def _refusing(what: str):
@@ -43,8 +43,6 @@ def _refusing(what: str):
     return wrap
 
 
-_UNIT = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40,
-         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
 _NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
 # monitor column -> (field, kind); both the short (amd-smi 25+) and long (24.x) headers
 _MONITOR = {
@@ -69,6 +67,17 @@ _PROC_FIELDS = {"GTT_MEM": "gtt_bytes", "CPU_MEM": "cpu_bytes", "VRAM_MEM": "vra
                 "MEM_USAGE": "mem_usage_bytes", "GFX": "gfx_ns", "ENC": "enc_ns"}  # fmt: skip
 
 
+def _sized(value: float, unit: str, otherwise):
+    """``value`` in bytes when ``unit`` is a byte unit size_to_bytes knows ("2.8 GB", "196592
+    MB": binary, as amd-smi means them), else ``otherwise``."""
+    if not unit.upper().endswith("B"):
+        return otherwise
+    try:
+        return size_to_bytes(value, unit)
+    except ParseError:
+        return otherwise
+
+
 def _bytes(text: str) -> int | None:
     """ "2.8 GB" -> bytes (binary units, as amd-smi means them); "N/A" -> None."""
     t = text.strip()
@@ -79,7 +88,7 @@ def _bytes(text: str) -> int | None:
         if re.fullmatch(r"[0-9]+", t):
             return int(t)
         raise ValueError(f"not a memory size: {t!r}")
-    return round(float(m.group(1)) * _UNIT[m.group(2).upper()])
+    return size_to_bytes(float(m.group(1)), m.group(2))
 
 
 def _ns(text: str) -> int | None:
@@ -261,7 +270,7 @@ def _value(v, what: str) -> int | None:
         raise ValueError(f"{what}: not a number: {val!r}")
     if unit in _NS:
         return round(val * _NS[unit])
-    return round(val * _UNIT.get(unit.upper() or "B", 1))
+    return _sized(val, unit or "B", round(val))
 
 
 def _process_json(text: str) -> dict:
@@ -343,8 +352,7 @@ def _metric_value(v, field_unit: str):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
         return None
     if field_unit == "B":
-        scale = _UNIT.get(str(unit or "MB").upper())
-        return None if scale is None else round(v * scale)
+        return _sized(v, str(unit or "MB"), None)
     if unit is not None and _METRIC_UNITS.get(str(unit)) not in (field_unit, None):
         return None
     return int(v) if float(v).is_integer() else float(v)
