@@ -13,6 +13,7 @@ the recording of the exporter's own output as `promtool test rules` input series
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -48,18 +49,20 @@ def metric_names() -> set[str]:
     return names
 
 
-def recorded_names() -> set[str]:
+@functools.lru_cache(maxsize=1)
+def _rules() -> tuple[dict, ...]:
+    """The shipped rules, parsed once: every rule of every group."""
     import yaml
 
-    data = yaml.safe_load(rules_text())
-    return {r["record"] for g in data["groups"] for r in g["rules"] if "record" in r}
+    return tuple(r for g in yaml.safe_load(rules_text())["groups"] for r in g["rules"])
+
+
+def recorded_names() -> set[str]:
+    return {r["record"] for r in _rules() if "record" in r}
 
 
 def rule_expressions() -> list[str]:
-    import yaml
-
-    data = yaml.safe_load(rules_text())
-    return [r["expr"] for g in data["groups"] for r in g["rules"]]
+    return [r["expr"] for r in _rules()]
 
 
 def names_in(expr: str) -> set[str]:
