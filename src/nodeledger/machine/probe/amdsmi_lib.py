@@ -14,41 +14,23 @@ MiB), ``amdsmi_get_gpu_activity`` (``gfx_activity`` %), ``amdsmi_topo_get_numa_n
 
 from __future__ import annotations
 
-import contextlib
-
 from nodeledger.machine.probe.nvml import NvmlSession
 
 
 class AmdsmiSession(NvmlSession):
-    label = "amdsmi"
+    """NvmlSession's worker thread and deadlines over amdsmi's init, handles and shutdown."""
 
-    def __init__(self, timeout: float = 5.0):
+    label = "amdsmi"
+    INIT, SHUTDOWN = "amdsmi_init", "amdsmi_shut_down"
+
+    @staticmethod
+    def _library():
         import amdsmi  # ROCm's Python library; the only import of it in nodeledger
 
-        self.nv = amdsmi
-        self.timeout = timeout
-        self.opened = False
-        import queue
-
-        self._jobs = queue.SimpleQueue()
-        self._worker = None
-        self._stuck = None
-
-    def open(self, timeout: float | None = None) -> None:
-        self.call(self.nv.amdsmi_init, timeout)
-        self.opened = True
+        return amdsmi
 
     def handles(self, timeout: float | None = None) -> list:
         return self.call(self.nv.amdsmi_get_processor_handles, timeout)
-
-    def close(self) -> None:
-        if self.opened:
-            self.opened = False
-            with contextlib.suppress(Exception):
-                self.call(self.nv.amdsmi_shut_down)
-        if self._worker is not None:
-            self._jobs.put(None)
-            self._worker = None
 
 
 def processes(lib, handle) -> list[dict]:

@@ -76,11 +76,16 @@ class NvmlSession:
     in the caller's thread as they are; :func:`err_name` / :func:`err_text` name them."""
 
     label = "NVML"  # names the library in the deadline messages
+    INIT, SHUTDOWN = "nvmlInit", "nvmlShutdown"  # the library's own calls (open / close)
 
-    def __init__(self, timeout: float = 5.0):
+    @staticmethod
+    def _library():
         import pynvml  # nvidia-ml-py; the only import of it in nodeledger
 
-        self.nv = pynvml
+        return pynvml
+
+    def __init__(self, timeout: float = 5.0):
+        self.nv = self._library()
         self.timeout = timeout
         self.opened = False
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -121,8 +126,8 @@ class NvmlSession:
         return box["value"]
 
     def open(self, timeout: float | None = None) -> None:
-        """nvmlInit."""
-        self.call(self.nv.nvmlInit, timeout)
+        """The library's init (nvmlInit)."""
+        self.call(getattr(self.nv, self.INIT), timeout)
         self.opened = True
 
     def handles(self, timeout: float | None = None) -> list:
@@ -134,12 +139,12 @@ class NvmlSession:
         )
 
     def close(self) -> None:
-        """nvmlShutdown (after a successful open; its errors ignored), then end the worker
-        (at once when idle, after the stuck call returns otherwise)."""
+        """The library's shutdown (nvmlShutdown; after a successful open, its errors ignored),
+        then end the worker (at once when idle, after the stuck call returns otherwise)."""
         if self.opened:
             self.opened = False
             with contextlib.suppress(Exception):
-                self.call(self.nv.nvmlShutdown)
+                self.call(getattr(self.nv, self.SHUTDOWN))
         if self._worker is not None:
             self._jobs.put(None)
             self._worker = None
