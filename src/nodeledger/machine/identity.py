@@ -73,9 +73,7 @@ def device_identity(profile: MachineProfile, env: dict | None = None,
     if not cards:
         return {"rows": [], "notes": ["no accelerator"], "index_name": None}
     vendor = cards[0].vendor
-    by_pci = sorted(
-        (a.index for a in cards), key=lambda i: _bus_key(cards_by(profile)[i].pci_bus_id)
-    )
+    by_pci = [a.index for a in sorted(cards, key=lambda a: _bus_key(a.pci_bus_id))]
     if vendor == Vendor.nvidia:
         mode = env.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST"
         if mode == "PCI_BUS_ID":
@@ -115,10 +113,6 @@ def device_identity(profile: MachineProfile, env: dict | None = None,
             "numa_node": a.numa_node,
         })  # fmt: skip
     return {"rows": rows, "notes": notes, "index_name": INDEX_NAME.get(vendor, "runtime index")}
-
-
-def cards_by(profile: MachineProfile) -> dict:
-    return {a.index: a for a in profile.accelerators}
 
 
 def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:
