@@ -394,6 +394,23 @@ def bottlenecks(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _capacity_note(replicas: int, card_tier: str, fits_one: bool, conc, per: int,
+                   business: int, context) -> str | None:  # fmt: skip
+    """Why a workload's serving capacity is what it is, where that needs saying."""
+    if replicas:
+        if card_tier in ("fits", "tight"):
+            return None
+        return (
+            f"the workload's own concurrency is {card_tier}; the capacity is at the most that fit"
+        )
+    if fits_one:
+        return f"one replica needs {per} cards, more than the {business} business cards"
+    if conc == 0:
+        return (f"not one sequence of {context:,} tokens fits beside the weights (card memory): "
+                "no replica")  # fmt: skip
+    return f"does not fit ({card_tier}): no replica"
+
+
 def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -> dict:
     n = len(machine.accelerators)
     business = max(0, n - lifeboat)
@@ -433,18 +450,8 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
             "max_sequences_per_replica": conc,
             "context": largest.get("context"),
             "total_sequences": None if conc is None else replicas * conc,
-            "note": (
-                (None if card_tier in ("fits", "tight") else
-                 f"the workload's own concurrency is {card_tier}; the capacity is at the most that fit")
-                if replicas
-                else (
-                    f"one replica needs {per} cards, more than the {business} business cards"
-                    if fits_one
-                    else (f"not one sequence of {largest.get('context'):,} tokens fits beside the "
-                          "weights (card memory): no replica" if conc == 0
-                          else f"does not fit ({card_tier}): no replica")
-                )
-            ),
+            "note": _capacity_note(replicas, card_tier, fits_one, conc, per, business,
+                                   largest.get("context")),
         })  # fmt: skip
     return {"cards": n, "lifeboat": lifeboat, "business_cards": business, "workloads": out}
 
