@@ -142,13 +142,11 @@ def run_cmd(
     store.check()  # a bad state file is reported before any planning
     workloads, specs = rs.load_plan_inputs(plan)
     try:
-        profile, note, live = rs.resolve_run_machine(machine)
+        profile, live = rs.resolve_run_machine(machine)
     except rs.Refused as exc:
         store.close()
         _err(f"refused: {exc}")
         raise click.exceptions.Exit(rs.EXIT_REFUSED) from None
-    if note:
-        _err(note)
     cached: dict = {}
 
     def get_plan(reserved: set[int]) -> dict:

@@ -110,9 +110,9 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
     cards = job_cards(env)
     target = (env.get("NODELEDGER_REPLICA") or "").strip()
     workloads, specs = rs.load_plan_inputs(plan_file)
-    profile, note, _live = rs.resolve_run_machine(machine)
+    profile, _live = rs.resolve_run_machine(machine)
     live, _dead = store.check()
-    notes = [note] if note else []
+    notes: list[str] = []
     booked = _booked(profile, live)  # the booked cards as taken, their host RAM as used
     free = [a.index for a in booked.accelerators if not a.processes]
     if target:

@@ -488,7 +488,7 @@ def decide(plan: dict, target: str, live: list[Reservation], settle: float, now:
 
 
 def resolve_run_machine(ref: str | None):
-    """(profile, note, live): --machine as given; none: probe this host.  A host whose probe
+    """(profile, live): --machine as given; none: probe this host.  A host whose probe
     finds no accelerator is refused (Refused, exit 4): `run` books cards on this host and
     starts the command there, so it never falls back to the reference machine as `report`
     does; --machine names a profile to book on instead (to rehearse a plan elsewhere)."""
@@ -501,7 +501,7 @@ def resolve_run_machine(ref: str | None):
             "starts the command here, so there is nothing to book; --machine PRESET|FILE|BUNDLE "
             "plans and books on that profile instead"
         )
-    return r.profile, None, r.live
+    return r.profile, r.live
 
 
 def load_plan_inputs(plan_file: str):
