@@ -122,14 +122,10 @@ def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:
     Missing files are skipped: the node stays unknown."""
     out: dict[str, tuple[str, int]] = {}
     base = Path(root)
-    nv = base / "proc/driver/nvidia/gpus"
-    try:
-        entries = sorted(nv.iterdir()) if nv.is_dir() else []
-    except OSError:
-        entries = []
-    for d in entries[:64]:
+    for d in _entries(base / "proc/driver/nvidia/gpus")[:64]:
         try:
-            text = (d / "information").read_text(errors="replace")[:8192]
+            with open(d / "information", errors="replace") as fh:
+                text = fh.read(8192)
         except OSError:
             continue
         m = re.search(r"Device Minor:\s*(\d+)", text)
@@ -138,21 +134,19 @@ def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:
                 f"/dev/nvidia{m.group(1)}",
                 int(m.group(1)),
             )
-    pci = base / "sys/bus/pci/devices"
-    try:
-        devs = sorted(pci.iterdir()) if pci.is_dir() else []
-    except OSError:
-        devs = []
-    for d in devs[:512]:
-        drm = d / "drm"
-        try:
-            names = [p.name for p in drm.iterdir()] if drm.is_dir() else []
-        except OSError:
-            continue
-        for n in names:
+    for d in _entries(base / "sys/bus/pci/devices")[:512]:
+        for n in (p.name for p in _entries(d / "drm")):
             m = re.fullmatch(r"renderD(\d+)", n)
             if m:
                 out.setdefault(
                     pci_address(d.name) or d.name.lower(), (f"/dev/dri/{n}", int(m.group(1)))
                 )
     return out
+
+
+def _entries(folder: Path) -> list[Path]:
+    """``folder``'s entries, sorted; none when it is missing or unreadable."""
+    try:
+        return sorted(folder.iterdir()) if folder.is_dir() else []
+    except OSError:
+        return []
