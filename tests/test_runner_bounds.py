@@ -408,6 +408,39 @@ def test_a_huge_file_is_cut_at_the_cap(tmp_path):
     assert len(text) == FILE_CAP and "truncated" in r.problems["/sys/big"]
 
 
+def test_proc_sys_is_read_in_chunks_the_kernel_accepts(tmp_path, monkeypatch):
+    """Linux 6.18 answers ENOMEM to one read of /proc/sys asking for 4 MiB or more, so a read of
+    the whole 16 MiB cap left numa_balancing and swappiness unknown on every modern host.  The
+    kernel's refusal is played here by an os.read that refuses such sizes."""
+    (tmp_path / "proc" / "sys" / "vm").mkdir(parents=True)
+    (tmp_path / "proc" / "sys" / "vm" / "swappiness").write_text("60\n")
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "big").write_bytes(b"y" * (300 * 1024))
+    real_read, asked = os.read, []
+
+    def kernel_read(fd, n):
+        asked.append(n)
+        if n >= 4 * MiB:
+            raise OSError(12, "Cannot allocate memory")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", kernel_read)
+    r = Runner(root=tmp_path)
+    assert r.read("/proc/sys/vm/swappiness") == "60\n"
+    assert r.read("/sys/big") == "y" * (300 * 1024) and "/sys/big" not in r.problems
+    assert asked and max(asked) < 4 * MiB
+
+
+@pytest.mark.skipif(not Path("/proc/sys/vm/swappiness").is_file(), reason="no /proc/sys here")
+def test_probe_reads_swappiness_and_numa_balancing_on_this_live_kernel():
+    """On the live kernel (6.18 here, where the single large read failed): both tuning facts
+    are read, not 'unknown (Cannot allocate memory)'."""
+    r = Runner()
+    assert (r.read("/proc/sys/vm/swappiness") or "").strip().isdigit(), r.problems
+    if Path("/proc/sys/kernel/numa_balancing").is_file():
+        assert (r.read("/proc/sys/kernel/numa_balancing") or "").strip().isdigit(), r.problems
+
+
 def test_machine_probe_cli_with_an_endless_tool_is_bounded_in_time_and_memory(tmp_path):
     """As a user runs it: `machine probe` with an nvidia-smi that never stops printing.  Before
     the caps it grew to 4.6 GB; now it ends in seconds, well under 300 MiB, with the host kept

@@ -29,7 +29,8 @@ from nodeledger.units import MiB
 
 STDOUT_CAP = 16 * MiB  # bytes of a tool's stdout kept; past it the tool is killed
 STDERR_CAP = 1 * MiB  # stderr is for the first line of a failure (and the bundle manifest)
-FILE_CAP = 16 * MiB  # characters of one /proc or /sys file kept (the largest real ones are KiB)
+FILE_CAP = 16 * MiB  # bytes of one /proc or /sys file kept (the largest real ones are KiB)
+FILE_CHUNK = 64 * 1024  # bytes asked for per read: /proc/sys refuses a read of 4 MiB or more
 EXIT_GRACE = 0.5  # s a tool's leftover children may keep its pipes open after it exits
 REAP_WAIT = 2.0  # s to wait for a killed tool (one stuck in the kernel cannot be waited for)
 _CHUNK = 65536
@@ -39,6 +40,21 @@ def _text(data: bytes) -> str:
     """Bytes as ``subprocess.run(text=True, errors="replace")`` gives them (universal newlines)."""
     text = data.decode(locale.getpreferredencoding(False), errors="replace")
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_capped(fd: int, cap: int) -> bytes:
+    """At most ``cap`` bytes of ``fd``, asked for FILE_CHUNK at a time: Linux refuses one read of
+    a /proc/sys file that asks for KMALLOC_MAX_SIZE or more (4 MiB on x86-64; ENOMEM from
+    proc_sys_call_handler, seen on 6.18), so a single read of the whole cap fails there."""
+    parts: list[bytes] = []
+    got = 0
+    while got < cap:
+        chunk = os.read(fd, min(FILE_CHUNK, cap - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
 
 
 def _kill_group(pgid: int) -> None:
@@ -230,14 +246,16 @@ class Runner:
                     os.strerror(errno.EISDIR) if stat.S_ISDIR(mode) else "not a regular file"
                 )
                 return None
-            with os.fdopen(fd, errors="replace") as fh:  # text mode, as Path.read_text
-                text = fh.read(FILE_CAP + 1)
+            try:
+                data = _read_capped(fd, FILE_CAP + 1)
+            finally:
+                os.close(fd)
         except OSError as exc:
             self.files[path] = None
             self.problems[path] = exc.strerror or type(exc).__name__
             return None
-        if len(text) > FILE_CAP:
-            text = text[:FILE_CAP]
+        text = _text(data[:FILE_CAP])  # as Path.read_text: locale encoding, universal newlines
+        if len(data) > FILE_CAP:
             self.problems[path] = f"truncated at {FILE_CAP / MiB:g} MiB"
         self.files[path] = text
         return text
