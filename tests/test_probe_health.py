@@ -336,6 +336,7 @@ def _box(tmp_path: Path, refuse_health: bool = False, rdma: bool = True) -> Runn
               "to query.' >&2; exit 2;;\n" if refuse_health else "")  # fmt: skip
     _tool(bindir, "nvidia-smi", f'case "$1" in\n{refuse}'
           f'--query-gpu=*remapped_rows*) cat {tmp_path}/full.txt;;\n'
+          "--query-gpu=index,uuid) printf '0, GPU-5f3c1e2a-0000\\n1, [N/A]\\n';;\n"
           f'--query-gpu=*) cat {tmp_path}/base.txt;;\n'
           f'--query-compute-apps=*) cat {tmp_path}/apps.txt;;\n'
           f'topo) cat {tmp_path}/topo.txt;;\nesac\n')  # fmt: skip
@@ -386,6 +387,13 @@ def test_fake_box_health_processes_and_nics(tmp_path):
     )
 
 
+def test_fake_box_uuid_from_the_vendor_tool_with_its_source(tmp_path):
+    """The probe kept uuid null although nvidia-smi gives it (seen on a real H200)."""
+    a, b = probe_machine(_box(tmp_path, rdma=False)).accelerators
+    assert (a.uuid, a.sources["uuid"]) == ("GPU-5f3c1e2a-0000", "nvidia-smi --query-gpu=uuid")
+    assert b.uuid is None and "uuid" not in b.sources  # [N/A] stays unknown
+
+
 def test_fake_box_old_driver_refusing_health_fields(tmp_path):
     r = _box(tmp_path, refuse_health=True)
     p = probe_machine(r)
@@ -395,7 +403,7 @@ def test_fake_box_old_driver_refusing_health_fields(tmp_path):
         "with health fields exit 2" in n and "retrying with the base fields" in n for n in p.notes
     )
     queries = [res.argv[1] for res in r.log if res.argv[1].startswith("--query-gpu")]
-    assert queries == [f"--query-gpu={QUERY}", f"--query-gpu={QUERY_BASE}"]
+    assert queries == [f"--query-gpu={QUERY}", f"--query-gpu={QUERY_BASE}", "--query-gpu=index,uuid"]
     assert [x.pid for x in p.accelerators[0].processes] == [4242]
 
 
@@ -416,18 +424,31 @@ def test_compute_apps_failure_leaves_processes_unknown(tmp_path):
     assert any(n.startswith("NVIDIA processes unknown") for n in p.notes)
 
 
-def test_nvml_probe_runs_topo_only_with_rdma_devices(monkeypatch, tmp_path):
+def test_nvml_probe_runs_topo_for_rdma_devices_or_a_numa_node_nvml_lacks(monkeypatch, tmp_path):
+    """NVML's NUMA query is unsupported on many drivers and VMs (sysfs says -1 there): topo -m's
+    NUMA Affinity fills it, said as such (a real H200 VM: NVML none, topo -m 0).  Where NVML
+    knows every card's node and the host has no RDMA device, topo -m is not run."""
     from test_nvml import fake_nvml
 
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(n=2, nvlinks={0: [1], 1: [0]}))
-    for rdma in (True, False):
-        r = _box(tmp_path / str(rdma), rdma=rdma)
+    for rdma, nvml_numa in ((True, False), (False, False), (False, True)):
+        fake = fake_nvml(n=2, nvlinks={0: [1], 1: [0]})
+        if nvml_numa:
+            fake.nvmlDeviceGetNumaNodeId = lambda h: 1
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        r = _box(tmp_path / f"{rdma}-{nvml_numa}", rdma=rdma)
         r.live = True
         p = probe_machine(r)
         assert len(p.accelerators) == 2 and p.link(0, 1).label == "NV1"  # NVML's links kept
         ran_topo = any(res.argv[1:] == ["topo", "-m"] for res in r.log)
-        assert ran_topo is rdma
+        assert ran_topo is (rdma or not nvml_numa)
         assert not any(res.argv[1].startswith("--query") for res in r.log)
+        a = p.accelerators[0]
+        if nvml_numa:
+            assert (a.numa_node, a.sources["numa_node"]) == (1, "NVML nvmlDeviceGetNumaNodeId")
+        else:
+            assert (a.numa_node, a.sources["numa_node"]) == (0, "nvidia-smi topo -m NUMA Affinity")
+        if not rdma:
+            assert p.network.nics == [] or all(n.kind != "rdma" for n in p.network.nics)
         if rdma:
             nics = {n.name: n for n in p.network.nics}
             assert nics["mlx5_0"].near_cards == [0] and nics["ens2np0"].near_cards == [1]

@@ -114,6 +114,36 @@ def _cards_from_table(table: nvidia_smi.SmiInfo) -> list[Accelerator]:
     return cards
 
 
+def _numa_from_topo(cards: list[Accelerator], topo) -> None:
+    """The NUMA Affinity column of ``topo -m`` for the cards whose NUMA node is still unknown
+    (a VM's sysfs says -1, NVML may not support the query: the tool still knows it)."""
+    by_index = {c.index: c for c in topo.cards}
+    for card in cards:
+        tc = by_index.get(card.index)
+        if card.numa_node is None and tc is not None and tc.numa_node is not None:
+            card.numa_node = tc.numa_node
+            card.sources["numa_node"] = "nvidia-smi topo -m NUMA Affinity"
+
+
+def _uuids_from_query(r: Runner, cards: list[Accelerator], notes: list[str]) -> None:
+    """Each card's GPU UUID from ``--query-gpu=index,uuid`` (its own query, so a recording of
+    the card query made before this field was asked for still replays)."""
+    res = r.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader,nounits"])
+    if not res.ok:
+        notes.append(f"NVIDIA uuids unknown: nvidia-smi --query-gpu=index,uuid {res.problem}")
+        return
+    by_index = {c.index: c for c in cards}
+    for line in res.stdout.splitlines()[: 4 * len(cards) + 4]:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 2 or not parts[0].isdecimal() or len(parts[0]) > 6:
+            continue
+        card = by_index.get(int(parts[0]))
+        uuid = parts[1]
+        if card is not None and uuid and not uuid.startswith("[") and len(uuid) <= 128:
+            card.uuid = uuid
+            card.sources["uuid"] = "nvidia-smi --query-gpu=uuid"
+
+
 def probe(
     r: Runner, notes: list[str], want_nics: bool = False
 ) -> tuple[list[Accelerator], Interconnect | None, list[TopoNic]]:
@@ -125,14 +155,21 @@ def probe(
         found = nvml.probe(notes, timeout=r.timeout, runner=r)
         if found is not None and found[0]:
             nics: list[TopoNic] = []
-            if want_nics and r.which("nvidia-smi") is not None:
+            no_numa = any(c.numa_node is None for c in found[0])
+            if (want_nics or no_numa) and r.which("nvidia-smi") is not None:
+                # topo -m: the NICs' distance to the cards, and the NUMA affinity NVML did not
+                # give (nvmlDeviceGetNumaNodeId is unsupported on many drivers / VMs)
                 t = r.run(["nvidia-smi", "topo", "-m"])
+                topo = None
                 try:
-                    nics = nvidia_topo.parse(t.stdout).nics if t.ok else []
+                    topo = nvidia_topo.parse(t.stdout) if t.ok else None
                 except InputError as exc:
                     notes.append(f"NVIDIA topology not understood ({exc}); NIC distances unknown")
                 if not t.ok:
                     notes.append(f"nvidia-smi topo -m {t.problem}; NIC distances unknown")
+                if topo is not None:
+                    nics = topo.nics if want_nics else []
+                    _numa_from_topo(found[0], topo)
             return found[0], found[1], nics
     if r.which("nvidia-smi") is None:
         notes.append("NVIDIA backend: nvidia-smi absent (not on PATH)")
@@ -159,6 +196,7 @@ def probe(
             return [], None, []
         cards = [_card_from_row(row) for row in rows]
         _processes_from_apps(r, cards, notes)
+        _uuids_from_query(r, cards, notes)
     else:
         notes.append(f"NVIDIA backend: nvidia-smi --query-gpu {q.problem}")
         if q.problem.startswith(("timed out", "permission")):
@@ -197,12 +235,7 @@ def probe(
             topo = None
         if topo is not None:
             nics = topo.nics
-            by_index = {c.index: c for c in topo.cards}
-            for card in cards:
-                tc = by_index.get(card.index)
-                if tc is not None and tc.numa_node is not None:
-                    card.numa_node = tc.numa_node
-                    card.sources["numa_node"] = "nvidia-smi topo -m NUMA Affinity"
+            _numa_from_topo(cards, topo)
             known = {c.index for c in cards}
             dropped = [lk for lk in topo.links if lk.a not in known or lk.b not in known]
             if dropped:

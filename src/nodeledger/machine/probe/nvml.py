@@ -225,7 +225,7 @@ def _collect(nv, handles: list) -> dict:
         card["bus"] = bus
         bus_of[bus.lower()] = i
         for key, fn in (("persistence", "nvmlDeviceGetPersistenceMode"), ("mig", "nvmlDeviceGetMigMode"),
-                        ("numa", "nvmlDeviceGetNumaNodeId")):  # fmt: skip
+                        ("numa", "nvmlDeviceGetNumaNodeId"), ("uuid", "nvmlDeviceGetUUID")):  # fmt: skip
             try:
                 card[key] = getattr(nv, fn)(h)
             except Exception:  # an unsupported query on this card/driver is unknown, not fatal
@@ -341,6 +341,12 @@ def probe(notes: list[str], timeout: float = 5.0, runner: Runner | None = None):
             "product": "NVML nvmlDeviceGetName",
         }
         sources.update({f: HEALTH_SOURCES[f] for f, v in fields.items() if v is not None})
+        uuid = as_text(c["uuid"]).strip() if c.get("uuid") else ""
+        numa = c["numa"] if isinstance(c.get("numa"), int) and c["numa"] >= 0 else None
+        if uuid:
+            sources["uuid"] = "NVML nvmlDeviceGetUUID"
+        if numa is not None:
+            sources["numa_node"] = "NVML nvmlDeviceGetNumaNodeId"
         procs = _card_processes(c, runner)
         if health.get("processes") is not None:
             sources["processes"] = (
@@ -351,8 +357,7 @@ def probe(notes: list[str], timeout: float = 5.0, runner: Runner | None = None):
         cards.append(Accelerator(
             index=c["index"], vendor="nvidia", product=c["name"] or "unknown NVIDIA GPU",
             memory_bytes=c["memory"] or None, pci_bus_id=c["bus"] or None, partition=mig_txt,
-            numa_node=c["numa"] if isinstance(c.get("numa"), int) and c["numa"] >= 0 else None,
-            processes=procs, sources=sources, **fields,
+            numa_node=numa, uuid=uuid[:128] or None, processes=procs, sources=sources, **fields,
         ))  # fmt: skip
     pairs = []
     for (i, j), (count, level) in data["links"].items():
