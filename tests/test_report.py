@@ -394,8 +394,14 @@ def test_compare_with_prices():
     assert a100["serving_sequences"]["serve-8b-tp1"] == 3 * a["max_sequences_per_replica"]
     assert a40["serving_sequences"]["serve-8b-tp1"] == 7 * b["max_sequences_per_replica"]
     tiers = {r["id"]: r["machines"] for r in d["workloads"]}
-    assert tiers["serve-0.6b-tp1"]["4x-a100-80g-pcie"]["tier"] == "cannot"  # 8 replicas > 4 cards
-    assert tiers["serve-0.6b-tp1"]["4x-a100-80g-pcie"]["binding"] == "cards"
+    # 8 replicas asked of a 4-card box: it still serves (the capacity above counts 3 replicas on
+    # its business cards), so the tier is tight on cards, never a "cannot" beside that capacity
+    small = tiers["serve-0.6b-tp1"]["4x-a100-80g-pcie"]
+    assert (small["tier"], small["binding"]) == ("tight", "cards")
+    assert "8 cards asked" in small["reason"] and "4 replica(s) fit" in small["reason"]
+    assert sv["4x-a100-80g-pcie"]["serve-0.6b-tp1"]["replicas_on_business_cards"] == 3
+    # a replica larger than the box stays a cannot
+    assert tiers["serve-235b-moe-tp8"]["4x-a100-80g-pcie"]["tier"] == "cannot"
 
 
 @pytest.mark.parametrize(

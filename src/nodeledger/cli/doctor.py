@@ -71,9 +71,8 @@ VERDICT_STYLE = {"go": "green", "wait": "yellow", "no-go": "red"}
     "--lifeboat",
     "lifeboat",
     type=int,
-    default=1,
-    show_default=True,
-    help="--job: cards to keep free for triage (default 1).",
+    default=None,
+    help="--job: cards to keep free for triage [default: 1; 0 on a one-card machine, said once].",
 )
 @online_option
 @no_fail_option
@@ -87,7 +86,7 @@ def doctor(
     machine=None,
     dataset=None,
     timeout=5.0,
-    lifeboat=1,
+    lifeboat=None,
     online=False,
     no_fail=False,
     as_json=False,
@@ -108,7 +107,7 @@ def doctor(
         if given:
             names = ", ".join("--" + k.replace("_", "-") for k in given)
             raise NodeledgerError(f"{names} applies to a pre-flight: add --job and a MODEL")
-        if lifeboat != 1:
+        if lifeboat is not None:
             raise NodeledgerError("--lifeboat applies to a pre-flight: add --job and a MODEL")
         _checks(from_bundle, machine, tuple(dataset or ()), timeout, as_json)
         return
@@ -178,7 +177,7 @@ def _preflight(
     from nodeledger.ledger.jobs import build_job
     from nodeledger.model import load_model
 
-    if lifeboat < 0:
+    if lifeboat is not None and lifeboat < 0:
         raise NodeledgerError(f"--lifeboat must be >= 0, got {lifeboat}")
     job_obj = build_job(job_kind, opts)
     state = load_state(from_bundle, machine, timeout, fallback_preset=True)

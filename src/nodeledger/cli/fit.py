@@ -38,9 +38,8 @@ from nodeledger.errors import NodeledgerError
     "--lifeboat",
     "lifeboat",
     type=int,
-    default=1,
-    show_default=True,
-    help="Cards --search keeps free for triage (default 1).",
+    default=None,
+    help="Cards --search keeps free for triage [default: 1; 0 on a one-card machine, said once].",
 )
 @click.option(
     "--from-engine-log",
@@ -56,7 +55,7 @@ def fit_cmd(
     job="serve",
     machine=None,
     search=False,
-    lifeboat=1,
+    lifeboat=None,
     engine_log=None,
     online=False,
     no_fail=False,
@@ -66,7 +65,7 @@ def fit_cmd(
     """Account every byte of one job on each card and in host RAM; say whether it fits.
     Exit 0 fits, 1 tight (or unknown), 3 cannot, 2 bad input; --no-fail: 0 whatever the verdict."""
     opts = job_opts
-    if lifeboat != 1 and not search:
+    if lifeboat is not None and not search:
         raise NodeledgerError("--lifeboat applies to --search")
     engine = opts.get("engine") or "hf"
     if engine_log is not None and (job != "serve" or engine == "hf"):
@@ -85,13 +84,16 @@ def fit_cmd(
     job_obj = build_job(job, opts)
     profile = resolve_machine(machine)
     spec, src = load_model(model, online=online)
+    settings: dict = {}
     if job == "serve":
-        job_obj, _ = resolve_job(job_obj, profile, spec)
+        job_obj, settings = resolve_job(job_obj, profile, spec)
     result = fit(spec, job_obj, profile)
     data = _fit_json(result, src, profile, job)
     from nodeledger.verdict.fit import flips
 
     data["verdict"]["flips"] = flips(spec, job_obj, profile, result.verdict.tier)
+    if settings.get("assumed"):  # a release newer than any read: the verdict line says so
+        data["verdict"]["flips"].insert(0, settings["assumed"])
     if job == "serve" and job_obj.engine == "hf" and job_obj.concurrency == 1:
         data["verdict"]["flips"].append(
             "assumes the hf engine at 1 sequence (--concurrency N|max, or --engine vllm|sglang for a serving engine's pool)"
@@ -108,11 +110,18 @@ def fit_cmd(
         from nodeledger.verdict.engine_check import engine_check
 
         data["engine_check"] = engine_check(result.ledger, job_obj, reported, spec)
+    exit_tier = data["verdict"]["tier"]
+    if search:
+        # --search asks which layouts fit: its exit follows the best one found, not the layout
+        # given (which the verdict line above still judges)
+        tiers = {x["tier"] for x in data["search"]["best"]}
+        found = "fits" if "fits" in tiers else "tight" if "tight" in tiers else None
+        data["search"]["exit_tier"] = exit_tier = found or exit_tier
     if as_json:
         print_json(data)
     else:
         _render_fit(data)
-    verdict_exit(data["verdict"]["tier"], no_fail)
+    verdict_exit(exit_tier, no_fail)
 
 
 def _read_engine_log(path: str, engine: str) -> dict[str, Any]:
@@ -129,19 +138,18 @@ def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
     from dataclasses import asdict
 
     from nodeledger.ledger.jobs import JobError, ServeJob, TrainJob
+    from nodeledger.verdict.lifeboat import resolve_lifeboat
     from nodeledger.verdict.search import search_serve, search_train
 
-    if lifeboat < 0 or lifeboat >= len(profile.accelerators):
-        raise JobError(
-            f"--lifeboat {lifeboat} must leave at least one of {len(profile.accelerators)} cards"
-        )
+    lifeboat, lifeboat_note = resolve_lifeboat(len(profile.accelerators), lifeboat)
     if isinstance(job_obj, TrainJob):
         found, tried = search_train(spec, job_obj, profile, lifeboat=lifeboat)
     elif isinstance(job_obj, ServeJob):
         found, tried = search_serve(spec, job_obj, profile, lifeboat=lifeboat)
     else:
         raise JobError("--search applies to serve and train/lora/qlora jobs")
-    return {"tried": tried, "lifeboat": lifeboat, "best": [asdict(x) for x in found]}
+    return {"tried": tried, "lifeboat": lifeboat, "lifeboat_note": lifeboat_note,
+            "best": [asdict(x) for x in found]}  # fmt: skip
 
 
 def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
@@ -273,8 +281,10 @@ def _render_fit(d: dict[str, Any]) -> None:
             engine = (d.get("job_options") or {}).get("engine")
             unit, src = EXTRA_UNITS_BY_ENGINE.get(engine, {}).get(k, EXTRA_UNITS[k])
             con.print(f"  {k.replace('_', ' ')}: {num(val, unit)} — {src}")
+        elif isinstance(val, dict):
+            con.print(f"  {k.replace('_', ' ')}: {_flat(val)}", markup=False)
         elif val is not None:
-            con.print(f"  {k}: {val}")
+            con.print(f"  {k.replace('_', ' ')}: {_scalar(k, val)}", markup=False)
     for s in v["suggestions"]:
         con.print(f"  would fit: {s['change']} — {s['reason']}")
     _render_speed(con, d.get("speed"))
@@ -297,6 +307,14 @@ def _render_fit(d: dict[str, Any]) -> None:
                 x["detail"],
             )
         con.print(st)
+        if sr["best"]:
+            n_fit = sum(1 for x in sr["best"] if x["tier"] == "fits")
+            con.print(
+                f"  search: {n_fit} of the {len(sr['best'])} layouts shown fit; best: "
+                f"{sr['best'][0]['options']} ({sr['best'][0]['tier']}). The exit code follows "
+                f"it ({sr['exit_tier']}); the job as given is {v['tier'].upper()}",
+                markup=False,
+            )
         if not sr["best"]:
             con.print(
                 f"  no layout fits on this machine with {sr['lifeboat']} lifeboat card(s) kept free"
@@ -306,6 +324,36 @@ def _render_fit(d: dict[str, Any]) -> None:
                     else ""
                 )
             )
+
+
+def _scalar(key: str, v) -> str:
+    """A figure of the ledger's extras with its unit: bytes as B and GiB, shares and small
+    figures exact (0.92 stays 0.92), counts with separators."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if key.endswith("_bytes") and isinstance(v, (int, float)):
+        return f"{v:,.0f} B ({gib(v)})"
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1000 else num(v)
+    if isinstance(v, int):
+        unit = {"concurrency": "sequences", "kv_blocks": "blocks", "cuda_graphs": "graphs"}
+        return num(v, unit.get(key, ""))
+    return str(v)
+
+
+def _flat(d: dict) -> str:
+    """One readable line of a figures dict (the engine's accounting): bytes in GiB, names
+    without underscores, nested settings and long sources left to --json."""
+    parts = []
+    for k, v in d.items():
+        if v is None or isinstance(v, (dict, list)) or k in ("mirrors", "settings"):
+            continue
+        name = k.removesuffix("_bytes").replace("_", " ")
+        if k.endswith("_bytes") and isinstance(v, (int, float)):
+            parts.append(f"{name} {gib(v)}")
+        else:
+            parts.append(f"{name} {_scalar(k, v)}")
+    return "; ".join(parts) + (" (formulas and sources: --json)" if "mirrors" in d else "")
 
 
 def _secs(x: float | None) -> str:

@@ -68,9 +68,8 @@ lifeboat_option = click.option(
     "--lifeboat",
     "lifeboat",
     type=int,
-    default=1,
-    show_default=True,
-    help="Cards kept free for triage.",
+    default=None,
+    help="Cards kept free for triage [default: 1; 0 on a one-card machine, said once]; 0 disables, with a warning.",
 )
 
 
@@ -94,7 +93,7 @@ lifeboat_option = click.option(
 )
 @no_fail_option
 @json_option
-def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=1, details=False,
+def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, details=False,
            no_fail=False, as_json=False) -> None:  # fmt: skip
     """Capacity report: can / tight / cannot for each workload, what binds, serving capacity
     with the lifeboat card, big loads at once, links and network, and the scale-out verdict.
@@ -277,7 +276,7 @@ def _render_report(rep: dict, intro: list[str], output: Path | None, details: bo
 @lifeboat_option
 @json_option
 def compare_cmd(
-    machines, workloads=None, price=None, fmt=None, output=None, lifeboat=1, as_json=False
+    machines, workloads=None, price=None, fmt=None, output=None, lifeboat=None, as_json=False
 ) -> None:
     """Which machine runs which workloads in which tier, serving capacity, cost per workload."""
 

@@ -64,9 +64,8 @@ def _err(line: str) -> None:
     "--lifeboat",
     "lifeboat",
     type=int,
-    default=1,
-    show_default=True,
-    help="Cards kept free by the plan.",
+    default=None,
+    help="Cards kept free by the plan [default: 1; 0 on a one-card machine].",
 )
 @click.option(
     "--settle",
@@ -92,7 +91,7 @@ def run_cmd(
     wait=False,
     timeout=None,
     state=None,
-    lifeboat=1,
+    lifeboat=None,
     settle=120.0,
     list_=False,
     release=None,

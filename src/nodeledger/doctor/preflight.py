@@ -26,6 +26,7 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import Accelerator
 from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB
+from nodeledger.verdict.lifeboat import one_card_note
 
 VERDICT_EXIT = {"go": 0, "wait": 1, "no-go": 3}
 LEVELS = ("ok", "info", "warning", "wait", "no-go")
@@ -131,12 +132,17 @@ def _binding_lines(chosen: list[Accelerator], state: MachineState) -> list[str]:
     return lines
 
 
-def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> Preflight:
+def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = None) -> Preflight:
+    """``lifeboat`` None: one card kept free, none on a one-card machine (said in a note)."""
     from nodeledger.verdict.fit import fit
 
     prof, facts = state.profile, state.facts
     reasons: list[Reason] = []
     notes: list[str] = []
+    if lifeboat is None:
+        lifeboat = 0 if len(prof.accelerators) == 1 else 1
+        if len(prof.accelerators) == 1:
+            notes.append(one_card_note(1))
     add = lambda level, topic, text: reasons.append(Reason(level, topic, text))  # noqa: E731
 
     have = len(prof.accelerators)
@@ -266,6 +272,7 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int = 1) -> P
             add("ok", "cards", f"needs {needed} of {len(free_cards)} free cards; "
                 + (f"card {_ids(boat)} stays free as the lifeboat" if lifeboat == 1 else
                    f"cards {_ids(boat)} stay free as lifeboats" if lifeboat else
+                   "no lifeboat card (a one-card machine)" if len(cards) == 1 else
                    "no lifeboat card kept (--lifeboat 0)"))  # fmt: skip
         elif len(cards) - needed < lifeboat:
             add("warning", "cards", f"needs {needed} of the machine's {len(cards)} cards: no "

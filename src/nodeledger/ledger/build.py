@@ -373,7 +373,7 @@ def serve_ledger(
     kv_split = kv.kv_split_across_tp(spec, tp) * pp
     capacity = card_capacity(machine, cards_per_replica * job.replicas)
     communicators = rt.serving_communicators(cards_per_replica)
-    notes: list[str] = []
+    notes: list[str] = [engine_settings["assumed"]] if engine_settings.get("assumed") else []
     extras: dict = {}
     cards = list(range(cards_per_replica * job.replicas))
     if job.engine == "hf":

@@ -85,6 +85,28 @@ def engine_choice(version: str) -> str | None:
     return m.group(1).upper() if m and m.start() > 0 else None
 
 
+def newest_read(engine: str) -> str:
+    """The newest release of ``engine`` whose accounting engines.toml was read from."""
+    if engine == "vllm":
+        return data()["vllm"]["family"][-1]["last"]
+    return data()["sglang"]["default_version"]
+
+
+def beyond_newest(engine: str, version: str | None) -> str | None:
+    """The assumption a release newer than any read forces, as the verdict names it; None for
+    a release nodeledger has read (or no version given: the default is the newest read)."""
+    if not version:
+        return None
+    newest = newest_read(engine)
+    if parse_version(version) <= parse_version(newest):
+        return None
+    name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
+    return (
+        f"{name} {version} is newer than the newest release nodeledger has read ({newest}): "
+        f"modelled as {newest}"
+    )
+
+
 def vllm_family(version: str | None) -> VllmFamily:
     """The accounting family of a vLLM release (engines.toml ``[[vllm.family]]``); a release
     newer than the newest read falls in the last family, one older than 0.4 is refused.  A
@@ -215,7 +237,10 @@ def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None 
             src["max_num_seqs"] = f"`vllm serve` default on this card ({where})"
     for k in upd:
         src.setdefault(k, "given")
-    return dataclasses.replace(job, **upd), {"family": fam.id, "sources": src}
+    settings = {"family": fam.id, "sources": src}
+    if assumed := beyond_newest("vllm", job.engine_version):
+        settings["assumed"] = assumed
+    return dataclasses.replace(job, **upd), settings
 
 
 # -- profile-run terms -------------------------------------------------------------------------
@@ -582,4 +607,7 @@ def resolve_sglang(job: ServeJob, gpu_mem_bytes: int | None, mla: bool = False):
         )
     for k in upd:
         src.setdefault(k, "given")
-    return dataclasses.replace(job, **upd), {"family": "sglang", "sources": src}
+    settings = {"family": "sglang", "sources": src}
+    if assumed := beyond_newest("sglang", job.engine_version):
+        settings["assumed"] = assumed
+    return dataclasses.replace(job, **upd), settings

@@ -317,6 +317,12 @@ class JobOption:
         return self.flag or "--" + self.name.replace("_", "-")
 
 
+def _flags(names: list[str]) -> str:
+    """The options as the user typed them (``load_format`` is ``--format``)."""
+    flag = {o.name: o.cli_flag for o in JOB_OPTIONS}
+    return ", ".join(flag.get(n, "--" + n.replace("_", "-")) for n in names)
+
+
 JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("tp", int, "all", "Tensor-parallel cards per replica."),
     JobOption("pp", int, "all", "Pipeline stages per replica."),
@@ -393,12 +399,10 @@ def build_job(kind: str, o: dict):
         other = set().union(*(v for e, v in ENGINE_ONLY.items() if e != engine))
         wrong = sorted((given & other) - ENGINE_ONLY[engine])
         if wrong:
-            names = ", ".join("--" + w.replace("_", "-") for w in wrong)
-            raise JobError(f"{names} does not apply to --engine {engine}")
+            raise JobError(f"{_flags(wrong)} does not apply to --engine {engine}")
     stray = sorted(given - allowed)
     if stray:
-        names = ", ".join("--" + s.replace("_", "-") for s in stray)
-        raise JobError(f"{names} does not apply to --job {kind}")
+        raise JobError(f"{_flags(stray)} does not apply to --job {kind}")
     pick = {k: v for k, v in o.items() if v is not None}
     par = Parallel(tp=pick.get("tp", 1), pp=pick.get("pp", 1), dp=pick.get("dp", 1))
     if kind == "serve":

@@ -41,6 +41,7 @@ from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, fit
+from nodeledger.verdict.lifeboat import resolve_lifeboat
 
 WORKER_BYTES = 300 * 2**20  # fit's HostSide.worker_rss_bytes default
 KIND_SCORE = {
@@ -336,17 +337,13 @@ def plan(
     machine: MachineProfile,
     workloads: list[Workload],
     specs: dict[str, ModelSpec],
-    lifeboat: int = 1,
+    lifeboat: int | None = None,
     share: bool = False,
 ) -> dict:
     cards = [a.index for a in machine.accelerators]
     if not cards:
         raise InputError(f"machine {machine.name} has no accelerator: nothing to place")
-    if lifeboat < 0 or lifeboat >= len(cards):
-        raise InputError(
-            f"--lifeboat {lifeboat}: must be >= 0 and leave at least one of the machine's "
-            f"{len(cards)} cards"
-        )
+    lifeboat, lifeboat_note = resolve_lifeboat(len(cards), lifeboat)
     numa = {a.index: a.numa_node for a in machine.accelerators}
     running = {a.index: [p.pid for p in a.processes] for a in machine.accelerators if a.processes}
     free = [c for c in cards if c not in running]
@@ -355,7 +352,9 @@ def plan(
     cap_card = None if any(c is None for c in caps) else int(min(caps) * TIGHT["card memory"])
     ram = machine.host.ram_bytes
     notes: list[str] = []
-    if lifeboat == 0:
+    if lifeboat_note:
+        notes.append(lifeboat_note)
+    elif lifeboat == 0:
         notes.append(f"--lifeboat 0: no card kept free ({field_notes.cited('lifeboat')})")
     best = None
     score = LinkScores(machine)

@@ -512,7 +512,7 @@ def load_plan_inputs(plan_file: str):
     return ws, load_specs(ws)
 
 
-def make_plan(profile, workloads, specs, lifeboat: int, reserved_cards: set[int]) -> dict:
+def make_plan(profile, workloads, specs, lifeboat: int | None, reserved_cards: set[int]) -> dict:
     """planner.plan on ``profile``, with the processes on cards we reserved not counted as
     foreign (a live probe sees our own running replicas; the plan must not move them)."""
     from nodeledger.placement.planner import plan

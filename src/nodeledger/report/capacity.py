@@ -29,7 +29,8 @@ from nodeledger.speed.load import load_speed
 from nodeledger.speed.work import decode_weight_bytes
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
-from nodeledger.verdict.fit import TIGHT, _judge, fit, largest_serving, verdict_of
+from nodeledger.verdict.fit import TIGHT, _judge, fit, verdict_of
+from nodeledger.verdict.lifeboat import resolve_lifeboat
 from nodeledger.verdict.links import RATIO_TIERS, link_check
 
 TIER_NAME = {"fits": "can", "tight": "tight", "cannot": "cannot", "unknown": "unknown"}
@@ -114,23 +115,25 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
     have = len(machine.accelerators) * w.machines
     need = cards_needed(job)
     row["cards_needed"] = need
+    fewer = None  # serving replicas asked beyond the box: the replicas that fit are judged
     if need > have:
-        res = _resource(
-            "cards", "cannot", need, have, f"needs {need} cards, {machine.name} has {have}"
-        )
-        row.update(tier="cannot", binding="cards", reason=res["reason"], resources=[res])
-        row.update(ledger=None, stack=None, links=None, largest=None)
         per = need // job.replicas if isinstance(job, ServeJob) else need
-        if isinstance(job, ServeJob) and w.machines == 1 and per <= have:
-            # what one replica does here, for the serving capacity (the tier stays "cannot")
-            one_job = dataclasses.replace(job, replicas=have // per)
-            one = fit(spec, one_job, machine, suggest=False)
-            card = next(r for r in one.verdict.resources if r.resource == "card memory")
-            res["per_replica_card_tier"] = card.tier
-            big = largest_serving(spec, one_job, machine)
-            row.update(stack=_card_stack(one.ledger), largest=big,
-                       speed=_speed(spec, one_job, machine, {"largest": big}, 1))  # fmt: skip
-        return row
+        if not (isinstance(job, ServeJob) and w.machines == 1 and per <= have):
+            res = _resource(
+                "cards", "cannot", need, have, f"needs {need} cards, {machine.name} has {have}"
+            )
+            row.update(tier="cannot", binding="cards", reason=res["reason"], resources=[res])
+            row.update(ledger=None, stack=None, links=None, largest=None)
+            return row
+        # a serving workload of more replicas than the box holds still serves with fewer: the
+        # same replicas the serving capacity counts are judged, and the shortfall of cards is
+        # "tight" (it runs, not at the asked scale), never a "cannot" beside a served capacity
+        fewer = _resource(
+            "cards", "tight", need, have,
+            f"{job.replicas} replicas x {per} card(s) = {need} cards asked, {machine.name} has "
+            f"{have}: {have // per} replica(s) fit (serving capacity: what the business cards hold)",
+        )  # fmt: skip
+        job = dataclasses.replace(job, replicas=have // per)
     pool = span(machine, w.machines)
     result = fit(spec, job, pool, suggest=True)
     lg, v = result.ledger, result.verdict
@@ -164,6 +167,8 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         )
     if isinstance(job, LoadJob):
         resources.append(disk_resource(spec, job, machine))
+    if fewer is not None:
+        resources.append(fewer)
     if isinstance(job, TrainJob):
         row["model_state"] = model_state(lg)
         row["framework"] = lg.extras.get("framework")
@@ -635,13 +640,11 @@ def capacity_report(
     machine: MachineProfile,
     workloads: list[Workload],
     specs: dict[str, ModelSpec],
-    lifeboat: int = 1,
+    lifeboat: int | None = None,
 ) -> dict:
-    if lifeboat < 0 or (lifeboat >= max(1, len(machine.accelerators)) and machine.accelerators):
-        raise InputError(
-            f"--lifeboat {lifeboat}: must be >= 0 and leave at least one of the machine's "
-            f"{len(machine.accelerators)} cards"
-        )
+    """The report of ``workloads`` on ``machine``; ``lifeboat`` None: one card kept free, none
+    on a one-card machine (verdict/lifeboat.py, said in ``serving.lifeboat_note``)."""
+    lifeboat, lifeboat_note = resolve_lifeboat(len(machine.accelerators), lifeboat)
     rows = {}
     for w in workloads:
         try:
@@ -662,6 +665,7 @@ def capacity_report(
         r["tier_name"] = TIER_NAME[r["tier"]]
         r["agrees"] = None if not r["expect"] else r["expect"] == r["tier_name"]
     serving = serving_capacity(ordered, machine, lifeboat)
+    serving["lifeboat_note"] = lifeboat_note
     runtime = provenance(machine.accelerators[0].vendor if machine.accelerators else "")
     return {
         "runtime": runtime,

@@ -49,7 +49,7 @@ def compare(
     workloads: list[Workload],
     specs: dict[str, ModelSpec],
     prices: dict[str, float] | None = None,
-    lifeboat: int = 1,
+    lifeboat: int | None = None,
     years: float = AMORTIZE_YEARS,
 ) -> dict:
     """machines: (the name the user gave, profile) pairs."""
@@ -101,11 +101,20 @@ def compare(
     return {"workloads": table, "machines": summary, "reports": reports,
             "throughput_basis": (
                 "output tokens/s of the serving workloads on the business cards (lifeboat "
-                f"{lifeboat}), concurrency at the most that fit, prompts/answers as each workload "
+                f"{_lifeboats(reports)}), concurrency at the most that fit, prompts/answers as each workload "
                 "states (speed/serve.py); price per million output tokens spreads the price over "
                 f"{years:g} years of serving around the clock at that rate (power, staff left out)"
             ),
             "faster": _faster(summary)}  # fmt: skip
+
+
+def _lifeboats(reports: dict) -> str:
+    """The lifeboat each machine keeps: one figure when they agree (a one-card machine keeps
+    none, verdict/lifeboat.py)."""
+    kept = {ref: rep["serving"]["lifeboat"] for ref, rep in reports.items()}
+    if len(set(kept.values())) <= 1:
+        return str(next(iter(kept.values()), 0))
+    return ", ".join(f"{v} on {k}" for k, v in kept.items())
 
 
 def _faster(summary: list[dict]) -> dict:

@@ -38,7 +38,7 @@ def headline(rep: dict) -> str:
 
 def serving_lines(rep: dict) -> list[str]:
     s = rep["serving"]
-    out = []
+    out = [s["lifeboat_note"]] if s.get("lifeboat_note") else []
     for w in s["workloads"]:
         if w["note"]:
             out.append(f"{w['id']}: {w['note']}")

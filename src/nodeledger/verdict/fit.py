@@ -3,7 +3,12 @@ would fit instead (each suggestion re-checked by the ledger itself).
 
 Margins for "tight" (documented in the README):
   card memory: used > 90 % of the card's memory (the allocator, fragmentation and run-to-run
-               variance eat the last 10 %);
+               variance eat the last 10 %).  A serving engine (vLLM, SGLang) takes a fixed
+               share of the card by design (gpu_memory_utilization, mem_fraction_static) and
+               fills it with its KV pool: its card is judged by what the job needs inside that
+               budget — cannot when the budget and what it leaves outside exceed the card or
+               the requested sequences do not fit the pool, tight when they fill more than 90 %
+               of the pool, else fits;
   host RAM:    used > 50 % of RAM: another job of the same size would not fit beside it
                (field notes: host RAM is the machine's shortest plank; "a 62 GB checkpoint can
                take half the host RAM in one copy" is its example of tight, and rule 1 is never
@@ -106,11 +111,34 @@ def _judge(resource: str, used: int, cap: int | None) -> ResourceVerdict:
     return ResourceVerdict(resource, used, cap, tier, head, round(100 * head / cap, 1))
 
 
+def engine_budget_note(extras: dict) -> tuple[str | None, float | None]:
+    """(the engine's by-design budget as the verdict names it, the share of its KV pool the
+    requested sequences fill) for a vLLM / SGLang ledger; (None, None) for any other job."""
+    eng = extras.get("engine")
+    if not isinstance(eng, dict) or eng.get("name") not in ENGINE_NAMES:
+        return None, None
+    name = ENGINE_NAMES[eng["name"]]
+    share = eng.get("gpu_memory_utilization", eng.get("mem_fraction_static"))
+    knob = "gpu_memory_utilization" if "gpu_memory_utilization" in eng else "mem_fraction_static"
+    of = "the card" if knob == "gpu_memory_utilization" else "the card's free memory"
+    what = f"{name} reserves {share:g} of {of} by design ({knob})" if share else None
+    fit_seqs = extras.get("max_concurrency_printed")
+    asked = extras.get("concurrency")
+    if not fit_seqs or not asked or fit_seqs <= 0:
+        return what, None
+    return what, asked / fit_seqs
+
+
 def verdict_of(ledger: Ledger) -> Verdict:
     card = max(ledger.cards, key=lambda c: c.total_bytes)
     res = [_judge("card memory", card.total_bytes, card.capacity_bytes),
            _judge("host RAM", ledger.host.peak_bytes, ledger.host.capacity_bytes)]  # fmt: skip
     shortfall = ledger.extras.get("kv_shortfall")
+    budget, pool_share = engine_budget_note(ledger.extras)
+    if budget and res[0].tier == "tight":
+        # the engine's own budget, not the 90 % line, decides: the pool is full by design
+        by_max = ledger.extras.get("concurrency_source") == "max"
+        res[0].tier = "tight" if pool_share is not None and pool_share > 0.9 and not by_max else "fits"
     if shortfall and res[0].tier != "unknown":
         res[0].tier = "cannot"  # vLLM: the requested sequences do not fit its KV pool
     known = [r for r in res if r.capacity_bytes]
@@ -132,6 +160,12 @@ def verdict_of(ledger: Ledger) -> Verdict:
         reason += f" + {ledger.host.reclaimable_bytes / gib:.1f} GiB evictable page cache"
     if shortfall:
         reason += f"; {shortfall}"
+    elif budget and worst.resource == "card memory" and tier != "unknown":
+        reason += f"; {budget}" + (
+            f": the requested sequences fill {100 * pool_share:.1f} % of its KV pool"
+            if pool_share is not None
+            else ""
+        )
     largest = ledger.extras.get("largest")
     if (
         ledger.job_kind == "serve"
@@ -231,10 +265,16 @@ def fit(spec: ModelSpec, job, machine: MachineProfile, suggest: bool = True) -> 
         largest = largest_serving(spec, job, machine)
         if job.concurrency is None and largest["max_concurrency_at_context"]:
             job = dataclasses.replace(job, concurrency=largest["max_concurrency_at_context"])
+    by_max = isinstance(job, ServeJob) and largest is not None and job.concurrency is not None
+    by_max = by_max and largest.get("concurrency") != job.concurrency
     ledger = ledger_for(spec, job, machine)
     refuse_absurd(ledger, job, machine)
     if largest is not None:
         ledger.extras["largest"] = largest
+    if isinstance(job, ServeJob):
+        ledger.extras["concurrency"] = job.concurrency
+        if by_max:
+            ledger.extras["concurrency_source"] = "max"
     v = verdict_of(ledger)
     if suggest and v.tier in ("cannot", "tight"):
         v.suggestions = suggestions(spec, job, machine, v)
