@@ -131,3 +131,16 @@ def test_an_option_of_another_job_is_named_as_the_user_typed_it():
     assert proc.returncode == 2
     assert "--format does not apply to --job qlora" in proc.stderr
     assert "--load-format" not in proc.stderr
+
+
+def test_speed_never_decodes_more_sequences_than_the_kv_pool_holds():
+    """Issue 28's first mechanism: 500 clients on Qwen3-32B at 2,100 tokens, one H100: the
+    ledger's pool holds a few sequences, and the speed section decodes that batch, not 500."""
+    proc = run_cli("fit", "qwen3-32b", "--job", "serve", "--engine", "vllm", "--machine",
+                   "dgx-h100", "--context", "2100", "--concurrency", "500", "--json")  # fmt: skip
+    d = json.loads(proc.stdout)
+    most = d["extras"]["largest"]["max_concurrency_at_context"]
+    assert 0 < most < 500
+    sp = d["speed"]
+    assert sp["concurrency"] == most and sp["batch_capped"]["asked"] == 500
+    assert sp["batch_capped"]["batch"] == most

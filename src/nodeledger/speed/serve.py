@@ -201,6 +201,14 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     cards = [a.index for a in machine.accelerators][: job.parallel.tp * job.parallel.pp]
     fig = inputs(machine, cards, fp8=job.dtype == "fp8", tp=job.parallel.tp, machines=machines)
     conc = concurrency if concurrency is not None else max_concurrency
+    capped = None
+    if conc and max_concurrency and conc > max_concurrency:
+        # the engine never runs more sequences than its KV pool (and max_num_seqs) holds: the
+        # rest wait in its queue, so the decode batch is the pool's, not the clients'
+        capped = {"asked": conc, "batch": max_concurrency,
+                  "why": f"{conc:,} sequences asked, the KV pool holds {max_concurrency:,} "
+                  "(the ledger's largest; max_num_seqs caps it too): the rest queue"}  # fmt: skip
+        conc = max_concurrency
     out: dict = {
         "input_len": input_len,
         "output_len": output_len,
@@ -209,6 +217,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
         "inputs": {
             k: (_fig(v) if hasattr(v, "unit") else v) for k, v in fig.items() if v is not None
         },
+        "batch_capped": capped,
         "source": "nodeledger.speed.serve: roofline decode step (weights + live KV vs memory "
         "bandwidth, FLOPs vs peak) + tensor-parallel all-reduces; speed/terms.py",
     }
