@@ -380,6 +380,8 @@ def _render_speed(con, sp: dict | None) -> None:
             f"  per replica ({sp['cards_per_replica']} card(s)), prompts of {sp['input_len']:,} "
             f"tokens, answers of {sp['output_len']:,}, {num(sp['concurrency'])} sequence(s) at once:"
         )
+        if sp.get("batch_capped"):
+            con.print(f"  batch capped: {sp['batch_capped']['why']}", markup=False)
         con.print(f"  ttft_s (one prompt alone): {_secs(sp['ttft_s'])}")
         con.print(f"  tpot_s (time per output token): {_secs(sp['tpot_s'])}"
                   + (f"; at batch 1 {_secs(sp['tpot_batch1_s'])}" if sp["concurrency"] != 1 else ""))  # fmt: skip
