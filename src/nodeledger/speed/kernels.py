@@ -1,0 +1,253 @@
+"""Kernel tables: what one card's kernels take, measured, and the times the operator model
+(speed/operators.py) reads from them.
+
+A table is JSON Lines, one measurement a line, in the format ``bench --kernels`` writes and the
+first shipped table (``kernels/h200.jsonl``, measured on a real H200) uses:
+
+  {"part": "meta", "card": "NVIDIA H200", "source": "...", "date": "...", "torch": "..."}
+  {"part": "gemm_bf16", "m": M, "n": N, "k": K, "s": seconds}         x @ w.t(), x (M, K), w (N, K)
+  {"part": "gemm_fp8", ...}                                             the same, e4m3 -> bf16
+  {"part": "attn_prefill_causal", "b": B, "s": S, "fwd_s": s, "fwd_bwd_s": s}
+        causal SDPA, 32 query heads, 8 KV heads, head_dim 128 (FLOPs 2 B H S^2 d)
+  {"part": "attn_decode", "b": B, "kv_len": L, "s": seconds, "kv_gbps": GB/s}
+        one query token per sequence against L keys: K and V bytes read / s
+  {"part": "d2d_copy", "mib": MiB, "s": s, "read_plus_write_gbps": GB/s}
+
+Each time was taken with CUDA events around one eager PyTorch call, so it holds the host's
+dispatch of that call as well as the kernel: an idle card waits for the launch after the start
+event.  The dispatch is read from the table itself (``dispatch_s``: the smallest GEMM's time
+less its bytes at the table's own streaming bandwidth) and taken off when a kernel runs inside a
+CUDA / HIP graph replay, where nothing is dispatched per kernel (the replay's own cost is the
+engine's, speed/engines).  A shape the table lacks is read from its nearest measured shape (by
+N x K) scaled by N x K, and a card without a table gets a measured table transferred through
+the two datasheets' rooflines (the measured efficiency at that shape kept): the output says
+which.  Pure functions of the rows; no I/O beyond reading a table once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+from nodeledger.errors import InputError
+
+PARTS = ("meta", "gemm_bf16", "gemm_fp8", "attn_prefill_causal", "attn_decode", "d2d_copy",
+         "h2d_d2h")  # fmt: skip
+TABLE_LIMIT = 8 * 2**20  # bytes of one table file; the shipped one is ~40 KiB
+MAX_ROWS = 100_000
+# the shipped tables: (product substrings as the vendor names the card, file)
+SHIPPED = ((("H200",), "h200.jsonl"),)
+REF_HEADS, REF_HEAD_DIM = 32, 128  # the attention shapes the tables time
+
+
+def _num(row: dict, key: str, lo: float = 0.0) -> float:
+    v = row.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= lo:
+        raise InputError(f"kernel table row {row.get('part')!r}: {key!r} is not a positive number")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """One card's measured kernels (see the module docstring for the rows)."""
+
+    card: str
+    source: str
+    gemm: dict = field(default_factory=dict)  # dtype -> {(n, k): ((m, s), ...) by m}
+    prefill: tuple = ()  # ((b, seq, fwd_s, fwd_bwd_s), ...)
+    decode: tuple = ()  # ((kv_bytes, s), ...) by bytes
+    copy: tuple = ()  # ((bytes, s), ...) by bytes
+
+    # -- what the table says about the card and its host --
+
+    @property
+    def stream_gbps(self) -> float | None:
+        """The weight-streaming bandwidth (GB/s): the best bytes / s of the single-row GEMMs
+        (m <= 8 reads the weight matrix once; the largest matrices reach the plateau)."""
+        best = None
+        for (n, k), rows in self.gemm.get("bf16", {}).items():
+            for m, s in rows:
+                if m <= 8:
+                    gbps = (m * k + n * k + m * n) * 2 / s / 1e9
+                    best = gbps if best is None or gbps > best else best
+        return best
+
+    @property
+    def peak_tflops(self) -> float | None:
+        """The best bf16 GEMM rate the table shows (TFLOP/s)."""
+        rates = [2 * m * n * k / s / 1e12 for (n, k), rows in self.gemm.get("bf16", {}).items()
+                 for m, s in rows]  # fmt: skip
+        return max(rates) if rates else None
+
+    @property
+    def dispatch_s(self) -> float:
+        """Host dispatch of one eager PyTorch call (s), as the table's smallest GEMM shows it:
+        its time less its bytes at the streaming bandwidth (never below 0)."""
+        bw = self.stream_gbps
+        rows = [(s, m, n, k) for (n, k), ms in self.gemm.get("bf16", {}).items() for m, s in ms]
+        if not rows or not bw:
+            return 0.0
+        s, m, n, k = min(rows)
+        return max(0.0, s - (m * k + n * k + m * n) * 2 / (bw * 1e9))
+
+    # -- times --
+
+    def gemm_s(self, m: float, n: int, k: int, dtype: str = "bf16", graphs: bool = True) -> float:
+        """Seconds of one (m x k) @ (k x n) product; ``graphs``: inside a graph replay (no
+        per-call dispatch).  KeyError when the table has no GEMM of that dtype."""
+        table = self.gemm[dtype]
+        m = max(1.0, float(m))
+        key = (n, k)
+        scale = 1.0
+        if key not in table:  # the nearest measured shape by weight size, scaled by n x k
+            key = min(table, key=lambda nk: abs(math.log((nk[0] * nk[1]) / (n * k))))
+            scale = (n * k) / (key[0] * key[1])
+        t = _interp_loglog(table[key], m) * scale
+        if graphs:
+            floor = (n * k + m * k + m * n) * 2 / ((self.stream_gbps or 1e3) * 1e9)
+            t = max(t - self.dispatch_s, floor)
+        return t
+
+    def attn_prefill_s(self, flops: float, seq: float, rows: float, backward: bool = False,
+                       graphs: bool = True) -> float | None:  # fmt: skip
+        """Seconds of causal attention doing ``flops`` (forward, 2 b h S^2 d convention) for
+        queries of ``seq`` keys deep, ``rows`` = sequences x query heads in flight; None when
+        the table has no prefill rows."""
+        if not self.prefill or flops <= 0:
+            return 0.0 if flops <= 0 else None
+        by_b: dict[int, list[tuple[float, float]]] = {}
+        for b, s, fwd, fwdbwd in self.prefill:
+            f = 2 * b * REF_HEADS * s * s * REF_HEAD_DIM * (3.5 if backward else 1.0)
+            by_b.setdefault(b, []).append((s, f / ((fwdbwd if backward else fwd) * 1e12)))
+        bs = sorted(by_b)
+        rates = {b: _interp_loglog(sorted(by_b[b]), max(seq, 1.0)) for b in bs}
+        x = rows / REF_HEADS  # sequences of the table's 32 heads with the same parallelism
+        rate = _interp_x(sorted(rates.items()), x)
+        t = flops / (rate * 1e12)
+        return max(0.0, t - self.dispatch_s) if graphs else t
+
+    def attn_decode_s(self, kv_bytes: float, graphs: bool = True) -> float | None:
+        """Seconds of one decode attention call reading ``kv_bytes`` of K and V; None when
+        the table has no decode rows."""
+        if not self.decode or kv_bytes <= 0:
+            return 0.0 if kv_bytes <= 0 else None
+        t = _interp_loglog(list(self.decode), kv_bytes)
+        if graphs:
+            best_gbps = max(b / s for b, s in self.decode)
+            t = max(t - self.dispatch_s, kv_bytes / best_gbps)
+        return t
+
+    def copy_s(self, nbytes: float, graphs: bool = True) -> float | None:
+        """Seconds of moving ``nbytes`` through the card's memory once (read + write), as its
+        device-to-device copies run; None without copy rows."""
+        if not self.copy or nbytes <= 0:
+            return 0.0 if nbytes <= 0 else None
+        best = max(b / s for b, s in self.copy)
+        t = _interp_loglog(list(self.copy), nbytes)
+        return max(t - self.dispatch_s, nbytes / best) if graphs else t
+
+
+def _interp_loglog(points: list[tuple[float, float]], x: float) -> float:
+    """y at x on the log-log polyline through ``points`` (sorted by x); beyond the last point
+    y grows in proportion to x (throughput-bound), before the first it stays the first y."""
+    xs = [p[0] for p in points]
+    if x <= xs[0]:
+        return points[0][1]
+    if x >= xs[-1]:
+        return points[-1][1] * x / xs[-1]
+    i = bisect_left(xs, x)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    span = math.log(x1) - math.log(x0)
+    if span < 1e-12:  # two measurements at (nearly) the same x
+        return y1
+    w = (math.log(x) - math.log(x0)) / span
+    return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+
+
+def _interp_x(points: list[tuple[float, float]], x: float) -> float:
+    """y at x, log-linear in x between points, clamped to the end values (a rate)."""
+    if x <= points[0][0]:
+        return points[0][1]
+    if x >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 <= x <= x1:
+            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + w * (y1 - y0)
+    return points[-1][1]
+
+
+def parse_table(text: str, where: str) -> KernelTable:
+    """A table from its JSON Lines; one bad line is InputError naming it."""
+    if len(text) > TABLE_LIMIT:
+        raise InputError(f"kernel table {where}: larger than {TABLE_LIMIT // 2**20} MiB")
+    meta: dict = {}
+    gemm: dict = {}
+    prefill, decode, copy = [], [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if n > MAX_ROWS:
+            raise InputError(f"kernel table {where}: more than {MAX_ROWS:,} rows")
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            raise InputError(f"kernel table {where} line {n}: not JSON") from None
+        if not isinstance(row, dict) or row.get("part") not in PARTS:
+            raise InputError(f"kernel table {where} line {n}: no known 'part'")
+        part = row["part"]
+        try:
+            if part == "meta":
+                meta = {k: str(v)[:300] for k, v in row.items() if isinstance(v, (str, int, float))}
+            elif part.startswith("gemm_"):
+                m, nn, k = (int(_num(row, x)) for x in ("m", "n", "k"))
+                gemm.setdefault(part[5:], {}).setdefault((nn, k), []).append((m, _num(row, "s")))
+            elif part == "attn_prefill_causal":
+                prefill.append((int(_num(row, "b")), int(_num(row, "s")), _num(row, "fwd_s"),
+                                _num(row, "fwd_bwd_s")))  # fmt: skip
+            elif part == "attn_decode":
+                s = _num(row, "s")
+                decode.append((_num(row, "kv_gbps") * 1e9 * s, s))
+            elif part == "d2d_copy":
+                s = _num(row, "s")
+                copy.append((_num(row, "mib") * 2**20 * 2, s))  # read + write bytes
+        except InputError as exc:
+            raise InputError(f"{exc} (kernel table {where} line {n})") from None
+    for shapes in gemm.values():
+        for key in shapes:
+            # fewer rows never take longer than more (the library may pick a slower algorithm
+            # for a few rows, or a timing is noisy): each time is at most any larger-M time
+            rows = sorted(shapes[key])
+            low = float("inf")
+            for i in range(len(rows) - 1, -1, -1):
+                low = min(low, rows[i][1])
+                rows[i] = (rows[i][0], low)
+            shapes[key] = tuple(rows)
+    return KernelTable(
+        card=meta.get("card", "unknown card"),
+        source=meta.get("source", where),
+        gemm=gemm,
+        prefill=tuple(prefill),
+        decode=tuple(sorted(decode)),
+        copy=tuple(sorted(copy)),
+    )
+
+
+@lru_cache(maxsize=8)
+def shipped(name: str) -> KernelTable:
+    text = resources.files("nodeledger.speed").joinpath("kernels", name).read_text("utf-8")
+    return parse_table(text, f"nodeledger/speed/kernels/{name}")
+
+
+def table_for(product: str | None) -> KernelTable | None:
+    """The shipped table measured on this card model, else None."""
+    p = (product or "").upper()
+    for needles, name in SHIPPED:
+        if any(x in p for x in needles) and "NVL" not in p:
+            return shipped(name)
+    return None
