@@ -144,3 +144,28 @@ def test_speed_never_decodes_more_sequences_than_the_kv_pool_holds():
     sp = d["speed"]
     assert sp["concurrency"] == most and sp["batch_capped"]["asked"] == 500
     assert sp["batch_capped"]["batch"] == most
+
+
+def test_machine_show_fills_a_probed_card_from_the_datasheet_with_its_source(one_card, tmp_path):
+    """A probed H200 showed bandwidth and peaks as unknown although the hardware data has them
+    (issue 29): they are shown, marked as the datasheet's, with the datasheet named."""
+    prof = json.loads(open(one_card).read())
+    keys = ("memory_bandwidth_gbps", "bf16_dense_tflops", "fp8_dense_tflops", "int8_dense_tops")
+    for a in prof["accelerators"]:
+        for k in keys:
+            a[k] = None
+            a["sources"].pop(k, None)
+    f = tmp_path / "probed.json"
+    f.write_text(json.dumps(prof))
+    proc = run_cli("machine", "show", str(f))
+    assert proc.returncode == 0, proc.stderr
+    assert "4,800 GB/s (datasheet)" in proc.stdout and "989.5 TFLOPS (datasheet)" in proc.stdout
+    assert (
+        "datasheet: h200" in proc.stdout and "NVIDIA H200 Tensor Core GPU datasheet" in proc.stdout
+    )
+    data = json.loads(run_cli("machine", "show", str(f), "--json").stdout)
+    bw = data["card_figures"]["0"]["memory_bandwidth_gbps"]
+    assert bw["value"] == 4800 and bw["unit"] == "GB/s" and "datasheet" in bw["source"]
+    # a card nothing knows stays unknown, with the reason
+    k100 = json.loads(run_cli("machine", "show", "k100-ai-8x64g", "--json").stdout)
+    assert k100["card_figures"]["0"]["bf16_dense_tflops"]["value"] is None

@@ -121,10 +121,15 @@ def machine_show(machine=None, as_json=False, save=None) -> None:
         save_profile(profile, save)
     # /dev nodes are this host's: read only for the live probe (a preset's cards are not here)
     ident = device_identity(profile, dev_nodes=read_dev_nodes() if machine == "probe" else None)
+    from nodeledger.speed.figures import card_figures
+
+    figures = {i: {k: {"value": f.value, "unit": f.unit, "source": f.source} for k, f in d.items()}
+               for i, d in card_figures(profile).items()}  # fmt: skip
     if as_json:
-        print_json({**profile.model_dump(mode="json"), "device_identity": ident})
+        print_json({**profile.model_dump(mode="json"), "device_identity": ident,
+                    "card_figures": {str(i): d for i, d in figures.items()}})  # fmt: skip
         return
-    _render_machine(profile)
+    _render_machine(profile, figures)
     _render_identity(ident)
 
 
@@ -168,7 +173,7 @@ def _group_cards(cards):
     return [(i, a) for i, a, _ in groups]
 
 
-def _render_machine(p) -> None:
+def _render_machine(p, figures: dict | None = None) -> None:
     from rich.table import Table
 
     con = console()
@@ -180,15 +185,27 @@ def _render_machine(p) -> None:
             "int8 dense", "NUMA", "PCI bus", "partition")  # fmt: skip
     for c in cols:
         t.add_column(c)
+    figures = figures or {}
+    sheets: dict[str, list[int]] = {}  # datasheet source -> the cards it fills
+
+    def fig(a, field: str, unit: str) -> str:
+        f = figures.get(a.index, {}).get(field)
+        if getattr(a, field) is not None or f is None or f["value"] is None:
+            return num(getattr(a, field), unit)
+        sheets.setdefault(f["source"], []).append(a.index)
+        return num(f["value"], unit) + " (datasheet)"
+
     for indices, a in _group_cards(p.accelerators) if p.accelerators else []:
         t.add_row(
             ranges(indices), a.vendor.value, a.product, gib(a.memory_bytes),
-            num(a.memory_bandwidth_gbps, "GB/s"), num(a.bf16_dense_tflops, "TFLOPS"),
-            num(a.fp8_dense_tflops, "TFLOPS"), num(a.int8_dense_tops, "TOPS"),
+            fig(a, "memory_bandwidth_gbps", "GB/s"), fig(a, "bf16_dense_tflops", "TFLOPS"),
+            fig(a, "fp8_dense_tflops", "TFLOPS"), fig(a, "int8_dense_tops", "TOPS"),
             num(a.numa_node), a.pci_bus_id or UNKNOWN, a.partition or UNKNOWN,
         )  # fmt: skip
     if p.accelerators:
         con.print(t)
+    for src in sheets:
+        con.print(f"  datasheet: {src}", markup=False)
     for a in p.accelerators:
         measured = [(k, getattr(a, k)) for k in ("host_to_card_gbps", "card_to_host_gbps",
                     "host_to_card_pageable_gbps") if getattr(a, k, None) is not None]  # fmt: skip

@@ -59,6 +59,20 @@ def _slowest(figs: list[Figure], unit: str, what: str) -> Figure:
     return min(figs, key=lambda f: f.value)
 
 
+CARD_FIELDS = (("memory_bandwidth_gbps", "memory_bandwidth_gbps", "GB/s"),
+               ("bf16_dense_tflops", "bf16_dense_tflops", "TFLOPS"),
+               ("fp8_dense_tflops", "fp8_dense_tflops", "TFLOPS"),
+               ("int8_dense_tops", "int8_dense_tops", "TOPS"))  # fmt: skip
+
+
+def card_figures(machine: MachineProfile) -> dict[int, dict[str, Figure]]:
+    """Per card, its bandwidth and peak figures as the speed model reads them: the profile's
+    own value (a measurement, a preset) with its source, else the hardware data's for the
+    product (a datasheet, named), else unknown with the reason."""
+    return {a.index: {f: _card_value(a, f, key, unit) for f, key, unit in CARD_FIELDS}
+            for a in machine.accelerators}  # fmt: skip
+
+
 def card_peak(machine: MachineProfile, cards: list[int] | None = None) -> Figure:
     """Dense bf16 TFLOPS of the slowest card of the set."""
     figs = [_card_value(a, "bf16_dense_tflops", "bf16_dense_tflops", "TFLOPS")
