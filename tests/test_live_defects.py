@@ -4,6 +4,7 @@ user's side: the command, its exit code and the line it prints."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -149,7 +150,7 @@ def test_speed_never_decodes_more_sequences_than_the_kv_pool_holds():
 def test_machine_show_fills_a_probed_card_from_the_datasheet_with_its_source(one_card, tmp_path):
     """A probed H200 showed bandwidth and peaks as unknown although the hardware data has them
     (issue 29): they are shown, marked as the datasheet's, with the datasheet named."""
-    prof = json.loads(open(one_card).read())
+    prof = json.loads(Path(one_card).read_text())
     keys = ("memory_bandwidth_gbps", "bf16_dense_tflops", "fp8_dense_tflops", "int8_dense_tops")
     for a in prof["accelerators"]:
         for k in keys:
