@@ -116,6 +116,8 @@ def test_promtool_test_rules_on_recorded_series(tmp_path):
         series.append({"series": f'up{{instance="{host}",job="nodeledger"}}',
                        "values": " ".join(["1"] * n)})  # fmt: skip
     series.append({"series": 'up{instance="box-e",job="nodeledger"}', "values": "0x400"})
+    # box-f answered for 5 s, then service discovery lost it: no `up` series at all after
+    series.append({"series": 'up{instance="box-f",job="nodeledger"}', "values": "1x5"})
     # the shipped rules without their annotations: promtool compares an alert's annotations
     # too, and their templates are checked by `promtool check rules` above; this test is
     # about when each alert fires and with which labels
@@ -155,10 +157,21 @@ def test_promtool_test_rules_on_recorded_series(tmp_path):
         case("NodeledgerShardingNotHappening", 60, []),  # not yet 1 min
         case("NodeledgerHostRamTight", 60, []),  # tight since 30 s: not yet 2 min
     ]  # fmt: skip
-    tests.append(case("NodeledgerExporterDown", 300, [{"instance": "box-e", "job": "nodeledger",
-                                                       "severity": "critical"}]))  # fmt: skip
+    down = {"job": "nodeledger", "severity": "critical"}
+    tests.append(case("NodeledgerExporterDown", 300, [{"instance": "box-e", **down}]))
+    # box-f's last sample leaves the 5 min lookback at 306 s; held 2 min: firing from 426 s
+    # (the recorded boxes' last samples, at 399 s, are still within the lookback at 460 s)
+    tests.append(case("NodeledgerExporterDown", 420, [{"instance": "box-e", **down}]))
+    tests.append(case("NodeledgerExporterDown", 460, [{"instance": "box-e", **down},
+                                                      {"instance": "box-f", **down}]))  # fmt: skip
+    tests.append(case("NodeledgerExportersAbsent", 460, []))
+    # no nodeledger target at all (the scrape job is missing): absent(up{job=~"nodeledger.*"})
+    none = [{"series": 'up{instance="n1:9100",job="node"}', "values": "1x400"}]
+    absent = [case("NodeledgerExportersAbsent", 200, []),  # 5 min not yet held
+              case("NodeledgerExportersAbsent", 399, [{"severity": "critical"}])]  # fmt: skip
     spec = {"rule_files": [str(rules)], "evaluation_interval": "1s",
-            "tests": [{"interval": "1s", "input_series": series, "alert_rule_test": tests}]}  # fmt: skip
+            "tests": [{"interval": "1s", "input_series": series, "alert_rule_test": tests},
+                      {"interval": "1s", "input_series": none, "alert_rule_test": absent}]}  # fmt: skip
     f = tmp_path / "test.yml"
     f.write_text(yaml.safe_dump(spec, width=10**9))
     proc = subprocess.run([PROMTOOL, "test", "rules", str(f)], capture_output=True, text=True,
@@ -177,3 +190,43 @@ def test_cli_prints_rules_and_dashboard():
 
 def test_rules_file_ships_with_the_package():
     assert Path(P.RULES_FILE).is_file()
+
+
+def test_every_alert_has_a_runbook_url_into_the_readme():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", readme, re.M)
+    }  # GitHub's heading anchors
+    alerts = [r for r in P._rules() if "alert" in r]
+    assert len(alerts) >= 10
+    for r in alerts:
+        url = r["annotations"].get("runbook_url", "")
+        path, _, anchor = url.partition("#")
+        assert path == "README.md" and anchor in anchors, (r["alert"], url)
+
+
+def test_dashboard_filters_by_host_and_says_what_it_needs():
+    """Each per-host panel follows $instance (the card utilisation one did not); panels that
+    plot recording rules say they need them; host RAM plots the page cache the exporter serves."""
+    d = P.dashboard()
+    panels = {p["title"]: p for p in d["panels"]}
+    util = panels["Card utilisation"]["targets"]
+    assert {t["expr"].split("{")[0] for t in util} == {
+        "DCGM_FI_DEV_GPU_UTIL", "gpu_gfx_activity", "npu_chip_info_utilization"}  # fmt: skip
+    for p in d["panels"]:
+        if p["title"].startswith("Across hosts"):
+            continue
+        for t in p["targets"]:
+            assert 'instance=~"$instance"' in t["expr"], (p["title"], t["expr"])
+    recorded = P.recorded_names()
+    for p in d["panels"]:
+        uses = {n for t in p["targets"] for n in P.names_in(t["expr"])} & recorded
+        if uses:
+            assert "Empty unless the recording rules are loaded" in p.get("description", ""), p[
+                "title"
+            ]
+            assert all(n in p["description"] for n in uses), p["title"]
+    ram = [t["expr"] for t in panels["Host RAM and page cache"]["targets"]]
+    assert 'nodeledger_host_page_cache_bytes{instance=~"$instance"}' in ram
+    assert "nodeledger_host_page_cache_bytes" in P.metric_names()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -14,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import run_cli
 from nodeledger import atomic
@@ -128,7 +130,9 @@ def test_sbatch_words_are_shell_quoted_and_lines_hold_no_newline():
     m = resolve_machine("dgx-h100")
     cmd = ("python", "$(touch pwned)", "a b", "it's")
     script = emit.sbatch_scripts(m, _result("chat"), {"chat": cmd})["chat"]
-    assert "srun --cpu-bind=cores python '$(touch pwned)' 'a b' 'it'\"'\"'s'" in script.splitlines()
+    srun = [ln for ln in script.splitlines() if ln.startswith("srun ")]
+    assert len(srun) == 1
+    assert srun[0].endswith(" python '$(touch pwned)' 'a b' 'it'\"'\"'s'")
     with pytest.raises(InputError, match="control character"):
         emit.sbatch_scripts(m, _result("chat"), {"chat": ("python", "x\necho PWNED")})
     if shutil.which("bash"):  # the script parses, and its only command is srun
@@ -154,7 +158,8 @@ def test_yaml_scalars_keep_control_characters_escaped_on_one_line():
     m = m.model_copy(update={"accelerators": [a.model_copy(update={"product": "H100\nkind: Evil"})
                                               for a in m.accelerators]})  # fmt: skip
     (pod,) = emit.k8s_pods(m, _result("chat"), {"chat": ("sh", "-c", "a\nb")}).values()
-    assert '        - "a\\nb"' in pod.splitlines()
+    assert '    - "a\\nb"' in pod.splitlines()
+    assert yaml.safe_load(pod)["spec"]["containers"][0]["command"] == ["sh", "-c", "a\nb"]
     assert not any(ln.strip().startswith("kind: Evil") for ln in pod.splitlines())
     assert "    nodeledger.feature.node.kubernetes.io/card-kind: H100-kind-Evil" in pod.splitlines()
 
@@ -284,7 +289,8 @@ def test_place_cli_writes_its_files_atomically(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert files_under(out) == ["chat.sbatch", "gres.conf"]
-    assert "srun --cpu-bind=cores python serve.py" in (out / "chat.sbatch").read_text()
+    assert re.search(r"^srun --cpu-bind=cores --cpus-per-task=\d+ python serve.py$",
+                     (out / "chat.sbatch").read_text(), re.M)  # fmt: skip
 
 
 # -- 3. the reservation state file ----------------------------------------------------------------

@@ -172,33 +172,38 @@ def test_sbatch_and_pod_exact():
     ws = parse_catalogue(text, "t")
     p = plan(m, ws, {w.model: load_model(w.model)[0] for w in ws})
     (r,) = p["replicas"]
-    mem = -(-r["host_bytes"] // 2**20)
+    mem = -(-r["host_bytes"] // 2**20)  # the ledger's host peak, MiB
     script = emit.sbatch_scripts(m, p, {"big": ws[0].command})["big"]
+    # --mem: the host peak + the /dev/shm share the Pod counts too (1 GiB for 2 cards)
     assert script.splitlines() == [
         "#!/bin/bash",
         "# big: 1 replica(s), planned by nodeledger on 'dgx-h100'",
+        f"# CPUs: its CPU slice 0-15 of NUMA node 0 (the plan's); --mem: host peak "
+        f"{r['host_bytes'] / 2**30:,.1f} GiB (nodeledger ledger) + /dev/shm 1.0 GiB (charged "
+        "to the job's memory)",
         "#SBATCH --job-name=big",
         "#SBATCH --nodes=1",
         "#SBATCH --ntasks=1",
         "#SBATCH --gres=gpu:2",
         "#SBATCH --gres-flags=enforce-binding",
         "#SBATCH --cpus-per-task=16",
-        f"#SBATCH --mem={mem}M",
+        f"#SBATCH --mem={mem + 1024}M",
         "#SBATCH --export=ALL,NODELEDGER_REPLICA=big",
         "",
         "# card, CPU and memory binding come from Slurm (gres.conf Cores=, enforce-binding)",
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
-        "srun --cpu-bind=cores python serve.py --port 8000",
+        "srun --cpu-bind=cores --cpus-per-task=16 python serve.py --port 8000",
     ]
     (pod,) = emit.k8s_pods(m, p, {"big": ws[0].command}, "registry.example/serve:1").values()
     body = [ln for ln in pod.splitlines() if not ln.startswith("#")]
     assert body[:4] == ["apiVersion: v1", "kind: Pod", "metadata:", "  name: big-0"]
-    assert "    - name: main" in body and "          nvidia.com/gpu: 2" in body
-    assert '      image: "registry.example/serve:1"' in body
+    assert "  - name: main" in body and "        nvidia.com/gpu: 2" in body
+    assert "    image: registry.example/serve:1" in body
     # memory: the ledger's host peak + the memory-backed /dev/shm (1 GiB for 2 cards)
-    assert '          cpu: "16"' in body and f'          memory: "{mem + 1024}Mi"' in body
-    assert "          mountPath: /dev/shm" in body and '        sizeLimit: "1024Mi"' in body
-    assert "        - python" in body and '        - "8000"' in body
+    assert '        cpu: "16"' in body and f'        memory: "{mem + 1024}Mi"' in body
+    assert "      mountPath: /dev/shm" in body
+    assert '      sizeLimit: "1024Mi"' in body
+    assert "    - python" in body and '    - "8000"' in body
 
 
 def test_place_cli_emit_and_errors(tmp_path):

@@ -495,3 +495,85 @@ def test_lifeboat_option_is_served():
         proc.wait(10)
     r = run_cli("exporter", "--lifeboat", "seven", "--duration", "1")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# --- issue 27: beside the vendor's own exporter, in a Kubernetes Pod -----------------------------
+
+
+def _scrape_cli(*args: str, env: dict | None = None) -> dict:
+    """Start `nodeledger exporter` as a user would, scrape /metrics once, stop it."""
+    import os
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodeledger", "exporter", "--backend", "fake:dead-owner",
+         "--listen", f"127.0.0.1:{port}", "--duration", "60", *args],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    try:
+        _wait_ready(port)
+        status, _h, body = _request(port)
+        assert status == 200
+        return _parse(body.decode())
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_no_vendor_series_leaves_the_vendor_names_out_and_the_gpu_label_joins():
+    """--no-vendor-series: no DCGM_FI_DEV_* (dcgm-exporter serves them on such a box); the
+    nodeledger series stay, each card labelled gpu as dcgm-exporter labels it."""
+    both = _scrape_cli()
+    mine = _scrape_cli("--no-vendor-series")
+    vendor = {n for n in both if n.startswith("DCGM_FI_DEV_")}
+    assert vendor == {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_GPU_UTIL"}
+    assert not {n for n in mine if n.startswith("DCGM_")}
+    used = mine["nodeledger_card_memory_used_bytes"].samples
+    assert len(used) == 8 and all(s.labels["gpu"] == s.labels["card"] for s in used)
+    # the join dcgm-exporter's series need: the same gpu value for the same card
+    dcgm = {s.labels["gpu"]: s.value for s in both["DCGM_FI_DEV_FB_USED"].samples}
+    for s in both["nodeledger_card_memory_used_bytes"].samples:
+        assert dcgm[s.labels["gpu"]] == s.value // MiB
+
+
+def test_hostname_label_is_the_node_name_in_a_pod():
+    """In a Pod the host name is the Pod's; the DaemonSet passes NODE_NAME (spec.nodeName),
+    which becomes the Hostname label, as dcgm-exporter's."""
+    fams = _scrape_cli(env={"NODE_NAME": "gpu-node-7"})
+    assert {s.labels["Hostname"] for s in fams["DCGM_FI_DEV_FB_USED"].samples} == {"gpu-node-7"}
+    fams = _scrape_cli(env={"NODE_NAME": ""})
+    assert {s.labels["Hostname"] for s in fams["DCGM_FI_DEV_FB_USED"].samples} == {"fake-k100"}
+
+
+def test_default_port_is_no_other_exporters():
+    """9835 is nvidia_gpu_exporter's; nodeledger's default is 19835 (exporter and DaemonSet)."""
+    import re
+
+    from conftest import run_cli
+
+    r = run_cli("exporter", "--help")
+    assert r.returncode == 0 and "127.0.0.1:19835" in r.stdout
+    assert not re.search(r"(?<!1)9835", r.stdout)
+    r = run_cli("k8s", "daemonset", "--image", "a/b:1", "--allow-cidr", "10.0.0.0/8")
+    assert r.returncode == 0 and "containerPort: 19835" in r.stdout
+
+
+def test_page_cache_is_served(tmp_path):
+    """/proc/meminfo Cached + Buffers -> nodeledger_host_page_cache_bytes (the dashboard's
+    "Host RAM and page cache" panel)."""
+    from nodeledger.machine.probe.runner import Runner
+    from nodeledger.watch.exporter import families
+    from nodeledger.watch.host import HostSampler
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(
+        "MemTotal: 131072000 kB\nMemFree: 1000 kB\nMemAvailable: 90000000 kB\n"
+        "Buffers: 2048 kB\nCached: 40960000 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n"
+    )
+    host, _ = HostSampler(Runner(root=tmp_path)).sample([])
+    assert host["page_cache"] == (40960000 + 2048) * 1024
+    header = {"backend": "nvml", "machine": {"cards": []}}
+    fams = {f.name: f for f in families({"t": 1.0, "cards": [], "host": host}, header,
+                                        Analyzer(header, None), {})}  # fmt: skip
+    (s,) = fams["nodeledger_host_page_cache_bytes"].samples
+    assert s.value == (40960000 + 2048) * 1024

@@ -78,6 +78,67 @@ def epilog(state=None) -> None:
         sys.stdout.write(f"nodeledger: released {replica}\n")
 
 
+def self_command() -> list[str]:
+    """The argv that runs this nodeledger again from anywhere: the absolute path of the program
+    it was started as (a console script: /usr/local/bin/nodeledger, a venv's bin/nodeledger),
+    else this Python with ``-m nodeledger`` (symbolic links kept: a venv's python must stay
+    the venv's)."""
+    import os
+    import shutil
+
+    exe = sys.argv[0] if sys.argv else ""
+    if exe and not exe.endswith(".py") and exe not in ("-c", "-m"):
+        found = exe if os.sep in exe else shutil.which(exe)
+        if found and os.path.isfile(found) and os.access(found, os.X_OK):
+            return [os.path.abspath(found)]
+    return [os.path.abspath(sys.executable), "-m", "nodeledger"]
+
+
+@slurm.command("hooks")
+@click.option("--plan", "plan", default="/etc/nodeledger/plan.toml", show_default=True,
+              help="Where the plan is on the node (absolute).")  # fmt: skip
+@click.option("--state", "state", default="/var/lib/nodeledger/state.sqlite", show_default=True,
+              help="Reservations state file on the node (absolute; writable by the jobs' users).")  # fmt: skip
+@click.option(
+    "--machine", "machine", help="Preset or profile file for the prolog (default: probe)."
+)
+@click.option("--lifeboat", "lifeboat", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="Cards the plan keeps free for triage.")  # fmt: skip
+@click.option("--settle", "settle", type=click.FloatRange(0, 86400),
+              help="The prolog's --settle (default: its own).")  # fmt: skip
+@click.option("-o", "--output", "output", default="nodeledger-slurm", show_default=True,
+              help="Folder to write task-prolog and epilog into.")  # fmt: skip
+def hooks(plan="/etc/nodeledger/plan.toml", state="/var/lib/nodeledger/state.sqlite",
+          machine=None, lifeboat=1, settle=None, output="nodeledger-slurm") -> None:  # fmt: skip
+    """Write the TaskProlog and Epilog scripts for slurm.conf.  Slurm runs them with no PATH, so
+    they name nodeledger by the absolute path of this very program: run this on the node (or
+    where nodeledger has the same path), e.g. `sudo nodeledger slurm hooks -o /etc/nodeledger`."""
+    import os
+    import shutil
+
+    from nodeledger.errors import InputError
+    from nodeledger.fleet import slurm as sl
+    from nodeledger.placement import emit as em
+
+    argv = self_command()
+    files = sl.hook_scripts(argv, plan, state, machine, lifeboat, settle, shutil.which("scancel"))
+    try:
+        written = em.write_files(output, files)
+        for w in written:
+            os.chmod(w, 0o755)
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write ({exc.strerror or exc})") from None
+    for w in written:
+        sys.stdout.write(f"wrote {w}\n")
+    sys.stdout.write(
+        f"nodeledger runs as: {' '.join(argv)}\n"
+        f"slurm.conf: TaskProlog={os.path.abspath(written[0])}  "
+        f"Epilog={os.path.abspath(written[1])}\n"
+    )
+    if not os.path.isfile(plan):
+        sys.stdout.write(f"note: {plan} is not on this host: copy the plan there on each node\n")
+
+
 @click.group("k8s")
 def k8s() -> None:
     """Kubernetes: Node Feature Discovery feature files that label a node with its cards, NUMA
@@ -88,15 +149,22 @@ def k8s() -> None:
 @click.option("--machine", "machine", default="probe", show_default=True,
               help="Preset, profile file or bundle (probe: this host).")  # fmt: skip
 @click.option("--plan", "plan", help="A workload catalogue: label the lifeboat card it keeps free.")
-@click.option("--lifeboat", "lifeboat", type=click.IntRange(0, 64), default=1, show_default=True)
-def features(machine="probe", plan=None, lifeboat=1) -> None:
+@click.option("--lifeboat", "lifeboat", type=click.IntRange(0, 64), default=1, show_default=True,
+              help="With --plan: cards the plan keeps free.")  # fmt: skip
+@click.option("--lifeboat-cards", "lifeboat_cards", metavar="CARDS",
+              help="The lifeboat card(s) by index (e.g. 7), instead of --plan.")  # fmt: skip
+def features(machine="probe", plan=None, lifeboat=1, lifeboat_cards=None) -> None:
     """Print the NFD local feature file (`name=value` lines) for this node: install it as
     /etc/kubernetes/node-feature-discovery/features.d/nodeledger."""
+    from nodeledger.cli.common import card_indices
+    from nodeledger.errors import InputError
     from nodeledger.fleet import kubernetes as kz
     from nodeledger.machine import resolve_machine
 
+    if plan and lifeboat_cards:
+        raise InputError("give --plan or --lifeboat-cards, not both")
+    boats = card_indices(lifeboat_cards, "--lifeboat-cards") if lifeboat_cards else None
     profile = resolve_machine(machine)
-    boats = None
     if plan:
         from nodeledger.placement import reserve as rs
 
@@ -111,17 +179,23 @@ def features(machine="probe", plan=None, lifeboat=1) -> None:
 @click.option("--vendor", "vendor", default="nvidia", show_default=True,
               help="nvidia | amd | hygon | huawei: the devices and tools the Pod mounts.")  # fmt: skip
 @click.option("--namespace", "namespace", default="nodeledger", show_default=True)
-@click.option("--port", "port", type=int, default=9835, show_default=True)
+@click.option("--port", "port", type=int, default=None,
+              help="The exporter's port [default: the exporter's own, 19835].")  # fmt: skip
 @click.option("--host-network", "host_network", is_flag=True,
               help="Listen on each node's loopback (a node-local Prometheus agent scrapes it); "
-              "default: the Pod IP, --expose --allow --allow-cidr, and a headless Service.")  # fmt: skip
-@click.option("--allow-cidr", "allow_cidr", default="10.0.0.0/8", show_default=True,
-              help="Who may scrape (the cluster's Pod network).")  # fmt: skip
+              "default: the Pod IP, --expose --allow each --allow-cidr, and a headless Service.")  # fmt: skip
+@click.option("--allow-cidr", "allow_cidr", multiple=True, metavar="CIDR",
+              help="Who may scrape on the Pod IP (repeatable; required there): your Prometheus "
+              "Pods' network, or 0.0.0.0/0 for any client.")  # fmt: skip
+@click.option("--lifeboat", "lifeboat", metavar="CARDS",
+              help="The lifeboat card(s) on every node (e.g. 7): the exporter's --lifeboat (the "
+              "LifeboatCardTaken alert) and the node label lifeboat-card.")  # fmt: skip
 @click.option("--node-selector", "node_selector", multiple=True, metavar="KEY=VALUE",
               help="Run only on nodes with this label (repeatable).")  # fmt: skip
-def daemonset_cmd(image, vendor="nvidia", namespace="nodeledger", port=9835,
-                  host_network=False, allow_cidr="10.0.0.0/8", node_selector=()) -> None:  # fmt: skip
+def daemonset_cmd(image, vendor="nvidia", namespace="nodeledger", port=None,
+                  host_network=False, allow_cidr=(), lifeboat=None, node_selector=()) -> None:  # fmt: skip
     """Print the exporter's DaemonSet (and headless Service) as YAML."""
+    from nodeledger.cli.common import card_indices
     from nodeledger.errors import InputError
     from nodeledger.fleet import kubernetes as kz
 
@@ -131,8 +205,10 @@ def daemonset_cmd(image, vendor="nvidia", namespace="nodeledger", port=9835,
         if not eq:
             raise InputError(f"--node-selector {item!r}: give KEY=VALUE")
         sel[k] = v
-    docs = kz.daemonset(image, vendor, namespace, port, host_network, allow_cidr, sel)
-    sys.stdout.write(kz.to_yaml(docs))
+    boats = card_indices(lifeboat, "--lifeboat") if lifeboat else None
+    docs = kz.daemonset(image, vendor, namespace, kz.DEFAULT_PORT if port is None else port,
+                        host_network, list(allow_cidr), sel, boats)  # fmt: skip
+    sys.stdout.write(kz.daemonset_header(allow_cidr, host_network, boats) + kz.to_yaml(docs))
 
 
 @click.command("fleet")

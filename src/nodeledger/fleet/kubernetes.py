@@ -13,24 +13,27 @@ that runs the exporter (and writes those labels) on every card node.
    reads each card owner's /proc entry: alive, NUMA binding, children), ``/sys`` read-only,
    the card devices (``/dev/kfd`` + ``/dev/dri`` for AMD and Hygon, ``/dev/davinci*`` and
    the driver tools for Ascend; NVIDIA through its container runtime), an init container
-   writing the feature file into the host's ``features.d``.  Scraping: by default the exporter
-   listens on the Pod IP with ``--expose --allow`` the cluster's Pod network (``--allow-cidr``)
-   and a headless Service names the Pods; with ``--host-network`` it listens on each node's
-   loopback only, for a node-local Prometheus agent.
+   writing the feature file into the host's ``features.d``.  Scraping: the exporter listens on
+   the Pod IP with ``--expose --allow`` the networks given as ``--allow-cidr`` (required: no
+   default network, which would silently shut out a Prometheus elsewhere) and a headless
+   Service names the Pods; with ``--host-network`` it listens on each node's loopback only, for
+   a node-local Prometheus agent.  ``--lifeboat CARDS`` reaches the exporter and the node
+   label; ``NODE_NAME`` (downward API) is the exporter's Hostname label.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from nodeledger.errors import InputError
 from nodeledger.machine.profile import MachineProfile, Vendor
 from nodeledger.placement.emit import NFD_PREFIX as PREFIX
-from nodeledger.placement.emit import check_image, label_value, node_selector
+from nodeledger.placement.emit import check_image, label_value, node_selector, to_yaml_docs
+from nodeledger.watch.exporter import DEFAULT_PORT
 
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 _NS = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_CIDR = re.compile(r"^[0-9a-fA-F:.]{2,45}/[0-9]{1,3}$")
 
 
 def node_features(machine: MachineProfile, lifeboat: list[int] | None = None) -> dict[str, str]:
@@ -61,26 +64,42 @@ def features_file(machine: MachineProfile, lifeboat: list[int] | None = None) ->
         f"# Install as {FEATURES_DIR}/nodeledger on the node; NFD labels the node with each line.",
     ]
     if lifeboat is None:
-        lines.append("# lifeboat-card: not set (give --plan: the plan names the card kept free)")
+        lines.append(
+            "# lifeboat-card: not set (give --plan: the plan names the card kept free, or "
+            "--lifeboat-cards CARDS)"
+        )
+    else:
+        have = {a.index for a in machine.accelerators}
+        gone = [c for c in lifeboat if c not in have]
+        if gone:  # a DaemonSet gives every node the same cards: label only what this one has
+            lines.append(f"# lifeboat-card: card(s) {','.join(map(str, gone))} not on this "
+                         f"machine ({len(have)} cards): left out")  # fmt: skip
+        lifeboat = [c for c in lifeboat if c in have]
     lines += [f"{k}={v}" for k, v in node_features(machine, lifeboat).items()]
     return "\n".join(lines) + "\n"
 
 
 def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
-              port: int = 9835, host_network: bool = False,
-              allow_cidr: str = "10.0.0.0/8",
-              node_selector: dict[str, str] | None = None) -> list[dict]:  # fmt: skip
+              port: int = DEFAULT_PORT, host_network: bool = False,
+              allow_cidrs: list[str] | tuple[str, ...] = (),
+              node_selector: dict[str, str] | None = None,
+              lifeboat: list[int] | None = None) -> list[dict]:  # fmt: skip
     """The manifests (DaemonSet, and a headless Service unless ``host_network``).  Without
     ``node_selector`` the DaemonSet runs on every node (a node without cards is watched for
     its host alone); e.g. NFD's ``feature.node.kubernetes.io/pci-0302_10de.present=true``
-    keeps it to NVIDIA nodes."""
+    keeps it to NVIDIA nodes.
+
+    On the Pod IP (not ``host_network``) the exporter serves only ``allow_cidrs`` (its
+    ``--allow``: other clients are closed unanswered), so they are required: a default network
+    would silently shut out a Prometheus on another Pod network.  ``lifeboat`` (card indices)
+    goes to the exporter (``--lifeboat``: nodeledger_lifeboat_card, which LifeboatCardTaken
+    watches) and to the node's ``lifeboat-card`` label; the Pod's ``NODE_NAME`` (downward API,
+    spec.nodeName) becomes the exporter's Hostname label."""
     check_image(image)
     if not _NS.match(namespace):
         raise InputError(f"--namespace {namespace!r} is not a Kubernetes namespace name")
     if not 1 <= port <= 65535:
         raise InputError(f"--port {port}: not a TCP port")
-    if not _CIDR.match(allow_cidr):
-        raise InputError(f"--allow-cidr {allow_cidr!r} is not a CIDR (e.g. 10.0.0.0/8)")
     try:
         v = Vendor(vendor)
     except ValueError:
@@ -92,12 +111,30 @@ def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
             val and label_value(val) != val
         ):
             raise InputError(f"--node-selector {k}={val}: not a label key=value")
+    nets = [check_cidr(c) for c in allow_cidrs]
+    if not host_network and not nets:
+        raise InputError(
+            "give --allow-cidr CIDR (repeatable): the exporter listens on the Pod IP and closes "
+            "every client outside it - your Prometheus Pods' network (e.g. the cluster's Pod "
+            "CIDR), 0.0.0.0/0 to let any client scrape, or --host-network for a node-local agent"
+        )
+    if host_network and nets:
+        raise InputError("--allow-cidr applies to the Pod IP; with --host-network the exporter "
+                         "listens on each node's loopback only")  # fmt: skip
+    boats = sorted(set(lifeboat or []))
+    if any(not isinstance(c, int) or not 0 <= c <= 4095 for c in boats):
+        raise InputError(f"--lifeboat {lifeboat}: card indices 0-4095")
     labels = {"app.kubernetes.io/name": "nodeledger-exporter",
               "app.kubernetes.io/managed-by": "nodeledger"}  # fmt: skip
     listen = f"127.0.0.1:{port}" if host_network else f"0.0.0.0:{port}"
     args = ["exporter", "--listen", listen]
     if not host_network:
-        args += ["--expose", "--allow", allow_cidr]
+        args.append("--expose")
+        for n in nets:
+            args += ["--allow", n]
+    boat_arg = ",".join(map(str, boats))
+    if boats:
+        args += ["--lifeboat", boat_arg]
     mounts = [{"name": "sys", "mountPath": "/sys", "readOnly": True},
               {"name": "features", "mountPath": "/features.d"}]  # fmt: skip
     volumes = [
@@ -129,7 +166,9 @@ def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
     }  # fmt: skip
     init = {
         "name": "node-features", "image": image,
-        "command": ["sh", "-c", "nodeledger k8s features > /features.d/nodeledger.tmp && "
+        "command": ["sh", "-c", "nodeledger k8s features"
+                    + (f" --lifeboat-cards {boat_arg}" if boats else "")
+                    + " > /features.d/nodeledger.tmp && "
                     "mv /features.d/nodeledger.tmp /features.d/nodeledger"],
         "securityContext": security, "volumeMounts": mounts, "env": env,
     }  # fmt: skip
@@ -165,7 +204,32 @@ def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
     return out
 
 
-def to_yaml(docs: list[dict]) -> str:
-    import yaml
+def check_cidr(text: str) -> str:
+    """A network as the exporter's --allow takes it (10.244.0.0/16, fd00::/8)."""
+    try:
+        return str(ipaddress.ip_network(str(text).strip(), strict=False))
+    except ValueError:
+        raise InputError(f"--allow-cidr {text!r} is not a CIDR (e.g. 10.244.0.0/16)") from None
 
-    return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+
+def daemonset_header(allow_cidrs, host_network: bool, lifeboat: list[int] | None) -> str:
+    """The comment lines above the manifests: who may scrape, and the lifeboat."""
+    who = ("each node's loopback only (--host-network): a node-local Prometheus agent scrapes it"
+           if host_network else
+           "the Pod IP; only clients in " + ", ".join(check_cidr(c) for c in allow_cidrs)
+           + " may scrape (others are closed unanswered)")  # fmt: skip
+    boat = (f"card {','.join(map(str, sorted(set(lifeboat))))} on every node (exporter "
+            "--lifeboat and the node label lifeboat-card): LifeboatCardTaken watches it"
+            if lifeboat else
+            "none given (--lifeboat CARDS): nodeledger_lifeboat_card is not served and the "
+            "LifeboatCardTaken alert cannot fire")  # fmt: skip
+    return (
+        f"# nodeledger exporter DaemonSet, generated by nodeledger.\n# Scraping: {who}.\n"
+        f"# Lifeboat: {boat}.\n# Hostname label: the node's name (NODE_NAME from "
+        "spec.nodeName), as dcgm-exporter's.\n"
+    )
+
+
+def to_yaml(docs: list[dict]) -> str:
+    """The manifests as YAML (PyYAML's safe dumper, no anchors: placement/emit.to_yaml_docs)."""
+    return to_yaml_docs(docs)

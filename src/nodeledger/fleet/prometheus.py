@@ -27,7 +27,7 @@ _KEYWORDS = {
     "bottomk", "label_replace", "clamp_min", "clamp_max", "absent", "offset", "bool",
     "max_over_time", "min_over_time", "avg_over_time", "changes", "count_over_time", "vector",
     "scalar", "instance", "job", "card", "rule", "cause", "to", "node", "pid", "process",
-    "direction", "e", "inf", "nan", "le",
+    "direction", "e", "inf", "nan", "le", "group", "gpu",
 }  # fmt: skip
 
 
@@ -87,9 +87,10 @@ def names_in(expr: str) -> set[str]:
 
 
 def _panel(pid: int, title: str, exprs: list[tuple[str, str]], unit: str, x: int, y: int,
-           kind: str = "timeseries", w: int = 12, h: int = 8) -> dict:  # fmt: skip
+           description: str = "", kind: str = "timeseries", w: int = 12, h: int = 8) -> dict:  # fmt: skip
     return {
         "id": pid, "type": kind, "title": title,
+        **({"description": description} if description else {}),
         "datasource": {"type": "prometheus", "uid": "${datasource}"},
         "gridPos": {"x": x, "y": y, "w": w, "h": h},
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
@@ -98,6 +99,10 @@ def _panel(pid: int, title: str, exprs: list[tuple[str, str]], unit: str, x: int
     }  # fmt: skip
 
 
+NEEDS_RULES = ("Empty unless the recording rules are loaded into Prometheus "
+               "(`nodeledger exporter --rules`): it plots {records}.")  # fmt: skip
+
+# (title, [(PromQL, legend)], unit[, description])
 PANELS = [
     ("Card memory: actual vs planned", [
         ('nodeledger_card_memory_used_bytes{instance=~"$instance"}', "{{instance}} card {{card}} used"),
@@ -105,29 +110,33 @@ PANELS = [
     ], "bytes"),
     ("Card memory over plan", [
         ('nodeledger:card_memory_over_plan:bytes{instance=~"$instance"}', "{{instance}} card {{card}}"),
-    ], "bytes"),
+    ], "bytes", NEEDS_RULES.format(records="nodeledger:card_memory_over_plan:bytes")),
     ("Headroom before the card is above plan / tight / full", [
         ('nodeledger_card_headroom_bytes{instance=~"$instance"}', "{{instance}} card {{card}} to {{to}}"),
     ], "bytes"),
     ("Host RAM and page cache", [
         ('nodeledger_host_memory_total_bytes{instance=~"$instance"}', "{{instance}} total"),
-        ('nodeledger_host_memory_available_bytes{instance=~"$instance"}', "{{instance}} available (incl. page cache)"),
+        ('nodeledger_host_memory_available_bytes{instance=~"$instance"}', "{{instance}} available (incl. reclaimable page cache)"),
+        ('nodeledger_host_page_cache_bytes{instance=~"$instance"}', "{{instance}} page cache (Cached + Buffers)"),
         ('nodeledger_host_swap_used_bytes{instance=~"$instance"}', "{{instance}} swap used"),
-    ], "bytes"),
+    ], "bytes", "/proc/meminfo: MemTotal, MemAvailable, Cached + Buffers, SwapTotal - SwapFree."),
     ("NUMA free", [
         ('nodeledger_host_numa_free_bytes{instance=~"$instance"}', "{{instance}} node {{node}}"),
     ], "bytes"),
     ("Card utilisation", [
-        ('DCGM_FI_DEV_GPU_UTIL{Hostname=~".*"}', "{{Hostname}} gpu {{gpu}}"),
-        ('gpu_gfx_activity', "{{hostname}} gpu {{gpu_id}}"),
-        ('npu_chip_info_utilization', "{{instance}} npu {{id}}"),
-    ], "percent"),
+        ('DCGM_FI_DEV_GPU_UTIL{instance=~"$instance"}', "{{instance}} gpu {{gpu}}"),
+        ('gpu_gfx_activity{instance=~"$instance"}', "{{instance}} gpu {{gpu_id}}"),
+        ('npu_chip_info_utilization{instance=~"$instance"}', "{{instance}} npu {{id}}"),
+    ], "percent", "The vendor-named series as nodeledger serves them (dcgm-exporter's on NVIDIA "
+     "and Hygon, AMD device-metrics-exporter's, Ascend npu-exporter's). Empty for a host whose "
+     "exporter runs with --no-vendor-series: there the vendor's own exporter serves them, as "
+     "another scrape target."),
     ("Memory per process", [
         ('nodeledger_process_card_memory_bytes{instance=~"$instance"}', "{{instance}} card {{card}} pid {{pid}} {{process}}"),
     ], "bytes"),
     ("Swap paging", [
         ('nodeledger:host_swap_pages:rate5m{instance=~"$instance"}', "{{instance}}"),
-    ], "short"),
+    ], "short", NEEDS_RULES.format(records="nodeledger:host_swap_pages:rate5m")),
     ("Findings (per box)", [
         ('nodeledger_finding{instance=~"$instance"} == 1', "{{instance}} card {{card}}: {{rule}} {{cause}}"),
     ], "short"),
@@ -135,14 +144,17 @@ PANELS = [
         ("nodeledger:box_free_cards:count", "{{instance}} free cards"),
         ("nodeledger:box_findings:count", "{{instance}} findings"),
         ("nodeledger:host_memory_available:ratio", "{{instance}} host RAM available"),
-    ], "short"),
+    ], "short", NEEDS_RULES.format(records="nodeledger:box_free_cards:count, "
+                                   "nodeledger:box_findings:count and "
+                                   "nodeledger:host_memory_available:ratio")),
     ("Lifeboat cards", [
-        ("nodeledger_lifeboat_card * on (instance, job, card) group_left () nodeledger_card_memory_used_bytes",
+        ('nodeledger_lifeboat_card{instance=~"$instance"} * on (instance, job, card) group_left () nodeledger_card_memory_used_bytes',
          "{{instance}} lifeboat card {{card}} used"),
-    ], "bytes"),
+    ], "bytes", "Card memory in use on each lifeboat card (exporter --plan or --lifeboat); "
+     "empty where no lifeboat is given."),
     ("Exporter up and sampling", [
-        ('up{job=~"nodeledger.*"}', "{{instance}} up"),
-        ("time() - nodeledger_sample_timestamp_seconds", "{{instance}} sample age"),
+        ('up{job=~"nodeledger.*", instance=~"$instance"}', "{{instance}} up"),
+        ('time() - nodeledger_sample_timestamp_seconds{instance=~"$instance"}', "{{instance}} sample age"),
     ], "short"),
 ]  # fmt: skip
 
@@ -151,8 +163,9 @@ def dashboard() -> dict:
     """A Grafana dashboard (JSON model, schemaVersion 39) over the exporter's metrics: per host
     (the ``$instance`` variable) and across hosts."""
     panels = []
-    for k, (title, exprs, unit) in enumerate(PANELS):
-        panels.append(_panel(k + 1, title, exprs, unit, x=(k % 2) * 12, y=(k // 2) * 8))
+    for k, (title, exprs, unit, *desc) in enumerate(PANELS):
+        panels.append(_panel(k + 1, title, exprs, unit, x=(k % 2) * 12, y=(k // 2) * 8,
+                             description=desc[0] if desc else ""))  # fmt: skip
     return {
         "title": "nodeledger: card memory planned vs actual, host RAM, findings",
         "uid": "nodeledger-overview",

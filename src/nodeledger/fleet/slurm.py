@@ -1,16 +1,18 @@
 """Slurm hooks: a task prolog that admits a job only when its ledger keeps the host-RAM rules
 and leaves the lifeboat card free, and an epilog that releases what the prolog booked.
 
-Where they run (slurm.conf):
+Where they run (slurm.conf), both written by ``nodeledger slurm hooks`` (hook_scripts below:
+Slurm runs them with no PATH, so they name nodeledger by its absolute path):
 
-- ``TaskProlog=/etc/nodeledger/task-prolog`` (a script: ``exec nodeledger slurm prolog --plan
+- ``TaskProlog=/etc/nodeledger/task-prolog`` (``exec /abs/path/nodeledger slurm prolog --plan
   /etc/nodeledger/plan.toml --state /var/lib/nodeledger/state.sqlite``).  A task prolog runs as
   the job's user with the job's environment, before each task; what it prints as
   ``print <text>`` goes to the task's standard output (Slurm's prolog/epilog guide), so the
   reason of a refusal is in the job's output.  A failing *Prolog* would drain the node; this
   hook never fails the node: it exits 0 and cancels the job it refuses (``scancel``).
-- ``Epilog=/etc/nodeledger/epilog`` (``exec nodeledger slurm epilog --state ...``): releases the
-  job's booking.  A booking whose holder process died is purged at the next check anyway.
+- ``Epilog=/etc/nodeledger/epilog`` (``/abs/path/nodeledger slurm epilog --state ...``, exit 0
+  whatever happens): releases the job's booking.  A booking whose holder process died is
+  purged at the next check anyway.
 
 Rules (the same as `nodeledger run`, placement/reserve.py):
 
@@ -227,3 +229,96 @@ def cancel(jid: str, timeout: float = 10.0) -> str | None:
     if r.returncode != 0:
         return f"scancel exit {r.returncode}: {(r.stderr or r.stdout).strip()[:160]}"
     return None
+
+
+# -- the hook scripts slurm.conf names ----------------------------------------------------------
+
+# Slurm runs prolog and epilog programs "without a search path set ... either specify fully
+# qualified path names in the program or set the PATH environment variable" (Slurm's Prolog and
+# Epilog Guide, slurm.schedmd.com/prolog_epilog.html): `exec nodeledger ...` there is exit 127,
+# and a failing Epilog drains the node.  So the scripts name nodeledger by the absolute path it
+# ran from when they were written, and set a PATH for what nodeledger itself runs (scancel).
+STD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _absolute(option: str, path: str) -> str:
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise InputError(
+            f"{option} {path!r}: give an absolute path (Slurm runs the hooks from its own "
+            "working directory, with no PATH)"
+        )
+    return path
+
+
+def hook_scripts(nodeledger: list[str], plan: str, state: str, machine: str | None = None,
+                 lifeboat: int = 1, settle: float | None = None,
+                 scancel: str | None = None) -> dict[str, str]:  # fmt: skip
+    """``{"task-prolog": text, "epilog": text}``: the TaskProlog and Epilog for slurm.conf.
+    ``nodeledger`` is the argv that runs nodeledger (its first word an absolute path: the
+    running program, or ``python -m nodeledger``); ``scancel`` the absolute path of scancel
+    where it was found (its folder goes first on the prolog's PATH).  The TaskProlog execs
+    `nodeledger slurm prolog` (its `print` lines reach the job's output); when nodeledger is
+    not at that path it prints why and admits the job (exit 0).  The Epilog always exits 0: a
+    booking it could not release is purged once its holder process is gone."""
+    import shlex
+
+    from nodeledger.verdict.catalogue import CONTROL_RE
+
+    if not nodeledger or not os.path.isabs(nodeledger[0]):
+        raise InputError(f"nodeledger's own path {nodeledger[:1]!r} is not absolute")
+    _absolute("--plan", plan)
+    _absolute("--state", state)
+    if machine and ("/" in machine or machine.endswith((".json", ".toml", ".gz", ".tar"))):
+        _absolute("--machine", machine)
+    words = [*nodeledger, plan, state, machine or "", scancel or ""]
+    for w in words:
+        if CONTROL_RE.search(w):
+            raise InputError(f"refusing to write {w!r} into a hook script: a control character")
+    q = shlex.quote
+    exe = q(nodeledger[0])
+    run = " ".join(q(w) for w in nodeledger)
+    path = STD_PATH
+    if scancel and os.path.isabs(scancel) and os.path.dirname(scancel) not in STD_PATH.split(":"):
+        path = f"{os.path.dirname(scancel)}:{STD_PATH}"
+    args = ["slurm", "prolog", "--plan", plan, "--state", state, "--lifeboat", str(lifeboat)]
+    if machine:
+        args += ["--machine", machine]
+    if settle is not None:
+        args += ["--settle", f"{settle:g}"]
+    prolog = [
+        "#!/bin/sh",
+        "# Slurm TaskProlog, written by `nodeledger slurm hooks`: in slurm.conf",
+        "# TaskProlog=<this file> (mode 0755).  It admits the job only when the plan places its",
+        "# replica here now (host RAM, the lifeboat card): the reason goes to the job's output and",
+        "# a refused job is scancelled; it never fails the node.",
+        "# Slurm runs it with no PATH (Slurm's Prolog and Epilog Guide): nodeledger is named by",
+        "# the absolute path it ran from when this file was written; scancel comes from PATH.",
+        f'PATH="${{PATH:+$PATH:}}{path}"',
+        "export PATH",
+        f"if [ ! -x {exe} ]; then",
+        f'    echo "print nodeledger:" {exe} "is not on this node: job ${{SLURM_JOB_ID:-?}} '
+        'admitted unchecked (write this file again with nodeledger slurm hooks)"',
+        "    exit 0",
+        "fi",
+        f"exec {run} {' '.join(q(a) for a in args)}",
+        "",
+    ]
+    epilog = [
+        "#!/bin/sh",
+        "# Slurm Epilog, written by `nodeledger slurm hooks`: in slurm.conf Epilog=<this file>",
+        "# (mode 0755).  It releases the booking the TaskProlog made for the job.",
+        "# Slurm runs it with no PATH (Slurm's Prolog and Epilog Guide): nodeledger is named by",
+        "# the absolute path it ran from when this file was written.  A failing Epilog drains the",
+        "# node: this one always exits 0 (a booking it cannot release is purged once its holder",
+        "# process is gone); what went wrong goes to stderr (slurmd's log).",
+        f"if [ ! -x {exe} ]; then",
+        f'    echo "nodeledger epilog:" {exe} "is not on this node: the booking of job '
+        '${SLURM_JOB_ID:-?} is left (purged once its holder is gone)" >&2',
+        "    exit 0",
+        "fi",
+        f'{run} slurm epilog --state {q(state)} || echo "nodeledger epilog: exit $? for job '
+        '${SLURM_JOB_ID:-?}: the booking is left (purged once its holder is gone)" >&2',
+        "exit 0",
+        "",
+    ]
+    return {"task-prolog": "\n".join(prolog), "epilog": "\n".join(epilog)}

@@ -26,6 +26,8 @@ import re
 import shlex
 from pathlib import Path
 
+import yaml
+
 from nodeledger import atomic
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import cpulist_count
@@ -147,19 +149,52 @@ def gres_conf(machine: MachineProfile, node_name: str) -> str:
     return "\n".join(_line(ln) for ln in lines) + "\n"
 
 
+def replica_cpus(r: dict) -> tuple[int, str]:
+    """(CPUs, why) one replica asks for, in the sbatch file and the Pod alike: its CPU slice of
+    its NUMA node when the plan has one (the planner splits the node's CPUs between the
+    replicas bound to it); else one per rank process + its DataLoader workers + one for the
+    launcher / API server (the processes the ledger's host side counts)."""
+    n = _cpu_count(r["cpus"])
+    if n:
+        return n, f"its CPU slice {r['cpus']} of NUMA node {r['numa_node']} (the plan's)"
+    ranks = len(r["cards"])
+    workers = (r.get("workers") or 0) * ranks
+    where = ("the cards' NUMA node is unknown, or they span nodes" if r.get("numa_node") is None
+             else f"no CPU list for NUMA node {r['numa_node']} in the profile")  # fmt: skip
+    return ranks + workers + 1, (f"{ranks} rank process(es) + {workers} DataLoader worker(s) + "
+                                 f"1 launcher ({where}: no CPU slice to take)")  # fmt: skip
+
+
+def shm_bytes(r: dict) -> int:
+    """The replica's /dev/shm share: SHM_PER_CARD x cards, at least 1 GiB (NCCL's SHM transport
+    between its ranks; DataLoader workers pass batches through it).  Pages in /dev/shm are
+    charged to the job's memory (the Pod's memory-backed emptyDir, Slurm's memory cgroup), so
+    the Pod's memory and the sbatch --mem both add it to the ledger's host peak."""
+    return max(2**30, SHM_PER_CARD * len(r["cards"]))
+
+
+def memory_mib(r: dict) -> int:
+    """Host memory to ask for, in MiB: the ledger's host peak + the /dev/shm share."""
+    return max(1, -(-(int(r["host_bytes"]) + shm_bytes(r)) // 2**20))
+
+
 def sbatch_scripts(
     machine: MachineProfile, result: dict, commands: dict[str, tuple | None]
 ) -> dict[str, str]:
-    """workload id -> sbatch script (a job array with one task per placed replica)."""
+    """workload id -> sbatch script (a job array with one task per placed replica).  CPUs and
+    memory as the Pod of the same replica asks (replica_cpus, memory_mib), the largest of the
+    workload's replicas (every task of an array asks the same)."""
     by_w: dict[str, list[dict]] = {}
     for r in result["replicas"]:
         by_w.setdefault(r["workload"], []).append(r)
+    vendor = machine.accelerators[0].vendor if machine.accelerators else None
     out = {}
     for wid, reps in by_w.items():
         _workload_id(wid)
         r0 = reps[0]
-        cpus = _cpu_count(r0["cpus"])
-        mem_mib = max(1, -(-int(r0["host_bytes"]) // 2**20))
+        cpus, cpu_why = max((replica_cpus(r) for r in reps), key=lambda x: x[0])
+        mem_mib = max(memory_mib(r) for r in reps)
+        shm = max(shm_bytes(r) for r in reps)
         cmd = commands.get(wid)
         for c in cmd or ():
             if CONTROL_RE.search(c):
@@ -171,15 +206,16 @@ def sbatch_scripts(
         lines = [
             "#!/bin/bash",
             f"# {wid}: {len(reps)} replica(s), planned by nodeledger on {machine.name!r}",
+            f"# CPUs: {cpu_why}; --mem: host peak {max(r['host_bytes'] for r in reps) / GiB:,.1f} "
+            f"GiB (nodeledger ledger) + /dev/shm {shm / GiB:,.1f} GiB (charged to the job's memory)",
             f"#SBATCH --job-name={shlex.quote(wid)}",
             "#SBATCH --nodes=1",
             "#SBATCH --ntasks=1",
             f"#SBATCH --gres=gpu:{len(r0['cards']):d}",
             "#SBATCH --gres-flags=enforce-binding",
+            f"#SBATCH --cpus-per-task={cpus}",
+            f"#SBATCH --mem={mem_mib}M",
         ]
-        if cpus:
-            lines.append(f"#SBATCH --cpus-per-task={cpus}")
-        lines.append(f"#SBATCH --mem={mem_mib}M")
         if re.fullmatch(r"[A-Za-z0-9._-]{1,64}", wid):  # `nodeledger slurm prolog` books it
             lines.append(f"#SBATCH --export=ALL,NODELEDGER_REPLICA={wid}")
         if len(reps) > 1:
@@ -187,10 +223,20 @@ def sbatch_scripts(
         lines += [
             "",
             "# card, CPU and memory binding come from Slurm (gres.conf Cores=, enforce-binding)",
-            "export CUDA_DEVICE_ORDER=PCI_BUS_ID",
-            f"srun --cpu-bind=cores {argv}",
-            "",
         ]
+        if vendor == Vendor.huawei:
+            # Slurm names the job's cards in SLURM_JOB_GPUS (gres.conf order = /dev/davinciN);
+            # Ascend's runtime reads ASCEND_RT_VISIBLE_DEVICES, which Slurm does not set
+            lines += [
+                'ASCEND_RT_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"',
+                "export ASCEND_RT_VISIBLE_DEVICES",
+            ]
+        else:
+            lines.append("export CUDA_DEVICE_ORDER=PCI_BUS_ID")
+        # srun of Slurm 22.05 onwards does not take sbatch's --cpus-per-task: ask again
+        if any("$" in c or "`" in c for c in cmd or ()):  # literal on purpose: argv, no shell
+            lines.append("# shellcheck disable=SC2016  # the plan's command words are literal")
+        lines += [f"srun --cpu-bind=cores --cpus-per-task={cpus} {argv}", ""]
         out[wid] = "\n".join(_line(ln) for ln in lines)
     return out
 
@@ -213,30 +259,90 @@ def check_image(image: str) -> str:
     return image
 
 
-def _pod_cpus(r: dict) -> tuple[int, str]:
-    """(CPUs, why): the replica's NUMA node's CPUs when it has one node; else one per rank
-    process + its DataLoader workers + one for the launcher / API server (the processes the
-    ledger's host side counts)."""
-    n = _cpu_count(r["cpus"])
-    if n:
-        return n, f"the CPUs of NUMA node {r['numa_node']}"
-    ranks = len(r["cards"])
-    workers = (r.get("workers") or 0) * ranks
-    return ranks + workers + 1, (f"{ranks} rank process(es) + {workers} DataLoader worker(s) + "
-                                 "1 launcher (the cards span NUMA nodes: no node's CPUs to take)")  # fmt: skip
+# -- Kubernetes: which cards a Pod gets -----------------------------------------------------
+#
+# The device plugin (nvidia.com/gpu, amd.com/gpu, ...) hands a Pod *some* N cards: it cannot be
+# told which, so the plan's cards and its lifeboat are not enforced.  Dynamic Resource
+# Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34) can: a ResourceClaim selects devices
+# with CEL over the attributes the vendor's DRA driver publishes.  NVIDIA's DRA driver
+# (github.com/NVIDIA/k8s-dra-driver-gpu) defines the DeviceClass "gpu.nvidia.com"
+# (deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml) and publishes for
+# each full GPU the attributes uuid, productName, brand, architecture, ... in the domain
+# gpu.nvidia.com (cmd/gpu-kubelet-plugin/deviceinfo.go) plus Kubernetes' standard
+# resource.kubernetes.io/pciBusID, lower-case extended BDF "0000:3b:00.0"
+# (k8s.io/dynamic-resource-allocation/deviceattribute).  Its "index" attribute was removed
+# (commit 36fc80ab, 2025-09-25: "Remove GPU index ... attribute advertisement"), so a card is
+# named by its UUID, else its PCI bus id.  No other vendor's DRA driver is modelled here.
+DRA_CLASS = {Vendor.nvidia: "gpu.nvidia.com"}
+K8S_DEVICES = ("auto", "dra", "device-plugin")
+_UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,95}$", re.ASCII)
+_BDF = re.compile(
+    r"^(?:[0-9a-fA-F]{0,4}([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$"
+)
+
+
+def dra_selector(acc) -> str | None:
+    """A CEL expression that matches this one card in NVIDIA's DRA driver, or None when the
+    profile has neither its UUID nor its PCI bus id."""
+    dom = DRA_CLASS.get(acc.vendor)
+    if dom is None:
+        return None
+    if isinstance(acc.uuid, str) and _UUID.match(acc.uuid) and acc.uuid.lower() != "unknown":
+        return f'device.attributes["{dom}"].uuid == "{acc.uuid}"'
+    m = _BDF.match(acc.pci_bus_id or "")
+    if m:
+        bdf = f"{m.group(1) or '0000'}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
+        return f'device.attributes["resource.kubernetes.io"].pciBusID == "{bdf}"'
+    return None
+
+
+def k8s_devices(machine: MachineProfile, result: dict, mode: str = "auto") -> tuple[str, str]:
+    """(``dra`` | ``device-plugin``, why) for the plan's Pods: ``auto`` takes DRA where
+    nodeledger knows the vendor's DRA driver and every planned card has a UUID or PCI bus id
+    in the profile; ``dra`` refuses (InputError) where it cannot pin the cards."""
+    if mode not in K8S_DEVICES:
+        raise InputError(f"--k8s-devices {mode!r} is not one of {', '.join(K8S_DEVICES)}")
+    vendor = machine.accelerators[0].vendor
+    res = K8S_RESOURCE.get(vendor, "nvidia.com/gpu")
+    if mode == "device-plugin":
+        return mode, f"--k8s-devices device-plugin: the device plugin ({res}) chooses the cards"
+    if vendor not in DRA_CLASS:
+        why = (f"no DRA driver is modelled for {vendor.value} cards: the device plugin ({res}) "
+               "chooses the cards")  # fmt: skip
+        if mode == "dra":
+            raise InputError(f"--k8s-devices dra: {why}; use --k8s-devices device-plugin")
+        return "device-plugin", why
+    by_index = {a.index: a for a in machine.accelerators}
+    cards = sorted({c for r in result["replicas"] for c in r["cards"]})
+    unknown = [c for c in cards if c not in by_index or dra_selector(by_index[c]) is None]
+    if unknown:
+        why = (f"card(s) {','.join(map(str, unknown))} have no UUID or PCI bus id in the profile "
+               "(probe the node: `nodeledger machine probe`), so a ResourceClaim cannot name "
+               f"them: the device plugin ({res}) chooses the cards")  # fmt: skip
+        if mode == "dra":
+            raise InputError(f"--k8s-devices dra: {why}")
+        return "device-plugin", why
+    return "dra", (f"a ResourceClaim per Pod selects the planned cards in NVIDIA's DRA driver "
+                   f"(DeviceClass {DRA_CLASS[vendor]}; Kubernetes 1.34+, resource.k8s.io/v1)")  # fmt: skip
 
 
 def k8s_pods(
-    machine: MachineProfile, result: dict, commands: dict[str, tuple | None], image: str = ""
+    machine: MachineProfile,
+    result: dict,
+    commands: dict[str, tuple | None],
+    image: str = "",
+    devices: str = "auto",
 ) -> dict[str, str]:
-    """replica name -> Pod manifest (YAML).  Requests = limits (Guaranteed QoS): the cards,
-    CPUs (_pod_cpus), and memory = the ledger's host peak of the replica + its /dev/shm (a
-    memory-backed emptyDir counts against the Pod's memory): SHM_PER_CARD x cards, at least
-    1 GiB (NCCL's SHM transport between the Pod's ranks; DataLoader workers pass batches
-    through it)."""
+    """replica name -> manifest (YAML): the Pod, and with DRA (k8s_devices) its ResourceClaim
+    before it.  Requests = limits (Guaranteed QoS): the cards, CPUs (replica_cpus), and memory
+    (memory_mib) = the ledger's host peak of the replica + its /dev/shm (shm_bytes; a
+    memory-backed emptyDir counts against the Pod's memory)."""
     image = check_image(image) if image else "IMAGE"
     vendor = machine.accelerators[0].vendor
     res_name = K8S_RESOURCE.get(vendor, "nvidia.com/gpu")
+    mode, mode_why = k8s_devices(machine, result, devices)
+    by_index = {a.index: a for a in machine.accelerators}
+    boats = ",".join(str(c) for c in result.get("lifeboat") or []) or "none"
     out: dict[str, str] = {}
     seen: dict[str, str] = {}
     for r in result["replicas"]:
@@ -249,104 +355,136 @@ def k8s_pods(
                 + "; Pod names are lower-case letters, digits and '-': rename the workload"
             )
         seen[name] = r["replica"]
-        cpus, cpu_why = _pod_cpus(r)
-        shm = max(2**30, SHM_PER_CARD * len(r["cards"]))
-        mem = f"{max(1, -(-(r['host_bytes'] + shm) // 2**20))}Mi"
-        limits = {res_name: len(r["cards"]), "cpu": str(cpus), "memory": mem}
+        cpus, cpu_why = replica_cpus(r)
+        shm = shm_bytes(r)
+        mem = f"{memory_mib(r)}Mi"
+        planned = ",".join(str(c) for c in r["cards"])
+        limits = {"cpu": str(cpus), "memory": mem}
+        if mode == "device-plugin":
+            limits = {res_name: len(r["cards"]), **limits}
         cmd = commands.get(r["workload"])
         selector = node_selector(machine)
+        annotations = {
+            "nodeledger/planned-cards": planned,
+            "nodeledger/lifeboat-cards": boats,
+            "nodeledger/numa-node": str(r["numa_node"])
+            if r["numa_node"] is not None
+            else "unknown",
+            "nodeledger/card-bytes": str(r["card_bytes"]),
+            "nodeledger/devices": mode,
+        }
+        if mode == "device-plugin":
+            annotations["nodeledger/card-choice"] = (
+                f"the device plugin ({res_name}) chooses the cards: the planned cards ({planned}) "
+                f"and the lifeboat ({boats}) are not enforced")  # fmt: skip
+        container = {
+            "name": "main",
+            "image": image,
+            **({"command": list(cmd)} if cmd else {}),
+            "env": [{"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
+            if vendor == Vendor.nvidia else [],
+            "resources": {"limits": dict(limits), "requests": dict(limits),
+                          **({"claims": [{"name": "cards"}]} if mode == "dra" else {})},
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        }  # fmt: skip
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
                 "name": name,
                 "labels": {"app.kubernetes.io/managed-by": "nodeledger", "nodeledger/workload": label_value(r["workload"])},
-                "annotations": {
-                    "nodeledger/planned-cards": ",".join(str(c) for c in r["cards"]),
-                    "nodeledger/numa-node": str(r["numa_node"]) if r["numa_node"] is not None else "unknown",
-                    "nodeledger/card-bytes": str(r["card_bytes"]),
-                },
+                "annotations": annotations,
             },
             "spec": {
                 "restartPolicy": "Never",
                 "nodeSelector": selector,
-                "containers": [{
-                    "name": "main",
-                    "image": image,
-                    **({"command": list(cmd)} if cmd else {}),
-                    "env": [{"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
-                    if vendor == Vendor.nvidia else [],
-                    "resources": {"limits": dict(limits), "requests": dict(limits)},
-                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-                }],
+                **({"resourceClaims": [{"name": "cards", "resourceClaimName": f"{name}-cards"}]}
+                   if mode == "dra" else {}),
+                "containers": [container],
                 "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
                                                           "sizeLimit": f"{shm // 2**20}Mi"}}],
             },
         }  # fmt: skip
+        docs = [pod]
+        if mode == "dra":
+            cls = DRA_CLASS[vendor]
+            requests = [{"name": f"card-{c}", "exactly": {
+                "deviceClassName": cls, "allocationMode": "ExactCount", "count": 1,
+                "selectors": [{"cel": {"expression": dra_selector(by_index[c])}}]}}
+                for c in r["cards"]]  # fmt: skip
+            claim = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"{name}-cards",
+                             "labels": {"app.kubernetes.io/managed-by": "nodeledger"},
+                             "annotations": {"nodeledger/planned-cards": planned,
+                                             "nodeledger/replica": r["replica"]}},
+                "spec": {"devices": {"requests": requests}},
+            }  # fmt: skip
+            docs = [claim, pod]
+        cards_line = (
+            f"# Cards: {mode_why}: card(s) {planned} as planned; the lifeboat ({boats}) stays free "
+            "of these Pods.\n# Apply the ResourceClaim with the Pod (kubectl apply -f this file)."
+            if mode == "dra" else
+            f"# Cards: {mode_why}: it may hand out any {len(r['cards'])} card(s), the lifeboat "
+            f"({boats}) included; the planned cards ({planned}) are not enforced.\n"
+            + ("# To pin them: NVIDIA's DRA driver and `place --emit k8s --k8s-devices dra`."
+               if vendor in DRA_CLASS else
+               "# nodeledger models no DRA driver for these cards: nothing here keeps the "
+               "lifeboat free.")
+        )  # fmt: skip
         header = (
             f"# {r['replica']}: {len(r['cards'])} card(s), host peak {r['host_bytes'] / GiB:,.1f} GiB "
-            f"(nodeledger ledger) + /dev/shm {shm / GiB:,.1f} GiB; CPUs: {cpu_why}.\n# Guaranteed QoS (requests = limits, whole CPUs): with the kubelet's "
+            f"(nodeledger ledger) + /dev/shm {shm / GiB:,.1f} GiB; CPUs: {cpu_why}.\n"
+            f"{cards_line}\n"
+            "# Guaranteed QoS (requests = limits, whole CPUs): with the kubelet's "
             "cpuManagerPolicy: static and\n# topologyManagerPolicy: single-numa-node the CPUs land on "
-            "the card's NUMA node.\n"
-        )
+            "one NUMA node (the topology manager\n# aligns them with device-plugin cards; "
+            "DRA-allocated cards give it no hint).\n"
+        )  # fmt: skip
         for ln in header.splitlines():
             _line(ln)
-        out[name] = header + to_yaml(pod)
+        out[name] = header + to_yaml_docs(docs)
     return out
 
 
-def to_yaml(obj, indent: int = 0) -> str:
-    """A small YAML writer for dicts / lists / scalars (strings quoted when needed)."""
-    pad = "  " * indent
-    if isinstance(obj, dict):
-        if not obj:
-            return "{}\n"
-        lines = []
-        for k, v in obj.items():
-            if isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{_scalar(k)}:\n{to_yaml(v, indent + 1)}")
-            else:
-                lines.append(
-                    f"{pad}{_scalar(k)}: {_scalar(v) if not isinstance(v, (dict, list)) else ('{}' if isinstance(v, dict) else '[]')}\n"
-                )
-        return "".join(lines)
-    if isinstance(obj, list):
-        lines = []
-        for v in obj:
-            if isinstance(v, dict) and v:
-                body = to_yaml(v, indent + 1)
-                first, _, rest = body.partition("\n")
-                lines.append(f"{pad}- {first.strip()}\n{rest}")
-            else:
-                lines.append(f"{pad}- {_scalar(v)}\n")
-        return "".join(lines)
-    return f"{pad}{_scalar(obj)}\n"
+# -- YAML -----------------------------------------------------------------------------------
 
 
-def _scalar(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return str(v)
-    s = str(v)
-    if (
-        s == ""
-        or re.search(r"[:#{}\[\],&*?|<>=!%@`'\"]|^\s|\s$|^[-\d]", s)
-        or CONTROL_RE.search(s)
-        or s.lower() in ("true", "false", "null", "yes", "no", "on", "off")
-    ):
-        s = s.replace("\\", "\\\\").replace('"', '\\"')
-        # a control character is written as an escape: the scalar stays on its line
-        s = CONTROL_RE.sub(lambda m: _yaml_escape(m.group()), s)
-        return '"' + s + '"'
-    return s
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, no anchors / aliases (a dict used twice is written twice), and
+    every string a YAML 1.1 reader could take for something else double-quoted: Kubernetes
+    reads manifests with go-yaml, which also takes y / n / on / off for booleans and 0o17,
+    1_000 for numbers (PyYAML's own resolver quotes ~, +1, .5, .inf, yes, no)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
 
 
-def _yaml_escape(ch: str) -> str:
-    named = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x00": "\\0"}
-    if ch in named:
-        return named[ch]
-    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~", ""}
+_NUMBERISH = re.compile(r"[-+]?\.?[0-9]|[-+]?\.(inf|nan)$", re.IGNORECASE)
+
+
+def _represent_str(dumper: _Dumper, data: str):
+    if (data.lower() in _WORDS or _NUMBERISH.match(data) or CONTROL_RE.search(data)
+            or data != data.strip()):  # fmt: skip
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+    return dumper.represent_str(data)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def to_yaml(obj) -> str:
+    """One YAML document (PyYAML's safe dumper, no aliases, keys in their order, one line per
+    scalar: control characters escaped)."""
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                     allow_unicode=False, width=2**31 - 1)  # fmt: skip
+
+
+def to_yaml_docs(docs: list) -> str:
+    """Several documents, ``---`` between them."""
+    return "---\n".join(to_yaml(d) for d in docs)
 
 
 # ---------------------------------------------------------------------------------------

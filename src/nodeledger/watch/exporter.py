@@ -19,7 +19,10 @@ device-metrics-exporter on amd-smi / amdsmi / rocm-smi (``gpu_used_vram``, ``gpu
 ``card_model``, ``hostname``, ``gpu_partition_id``, ``gpu_compute_partition_type``); Ascend's
 npu-exporter on npu-smi (``npu_chip_info_hbm_used_memory`` / ``_hbm_total_memory`` in MiB,
 ``npu_chip_info_utilization``; labels ``id``, ``model_name``, ``vdie_id``).  VENDOR_NAMES.
-nodeledger's own (``card`` label = the card index):
+``--no-vendor-series`` leaves these out (the box runs the vendor's exporter already: two
+series per card otherwise); the ``Hostname`` / ``hostname`` label is ``NODE_NAME`` when set.
+nodeledger's own (``card`` label = the card index, and ``gpu`` = the same, as dcgm-exporter
+names it, so a join ``on (gpu)`` works):
   nodeledger_card_memory_used_bytes, nodeledger_card_memory_total_bytes,
   nodeledger_card_memory_planned_bytes (the ledger's prediction; planned cards only),
   nodeledger_card_headroom_bytes{to="plan"|"tight"|"full"} (bytes left before the card is
@@ -27,6 +30,7 @@ nodeledger's own (``card`` label = the card index):
     (90 % of the card) and before it is full; negative once past),
   nodeledger_process_card_memory_bytes{card, pid, process},
   nodeledger_host_memory_total_bytes, nodeledger_host_memory_available_bytes,
+  nodeledger_host_page_cache_bytes (/proc/meminfo Cached + Buffers),
   nodeledger_host_swap_total_bytes, nodeledger_host_swap_used_bytes,
   nodeledger_host_numa_free_bytes{node}, nodeledger_host_swap_pages_total{direction},
   nodeledger_finding{rule, card, cause} (1 per active verify / idle finding; cause: the idle
@@ -63,7 +67,10 @@ from nodeledger.units import MiB
 from nodeledger.verdict.fit import TIGHT
 from nodeledger.watch.analyze import Analyzer
 
-DEFAULT_LISTEN = "127.0.0.1:9835"
+# 19835: the Prometheus "default port allocations" wiki has 9100-9999 taken (9835 is
+# utkuozdemir/nvidia_gpu_exporter's); 19835 is in no list it keeps, nor in /etc/services
+DEFAULT_PORT = 19835
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 METRICS_PATH = "/metrics"
 MAX_HEAD = 16384  # bytes of request line + headers; a scrape sends a few hundred
 DEFAULT_WORKERS = 8
@@ -132,7 +139,7 @@ def cause_class(text: str | None) -> str:
 
 
 def parse_listen(text: str) -> tuple[str, int, bool]:
-    """ "HOST:PORT" ("[::1]:9835" for IPv6) -> (host, port, loopback?)."""
+    """ "HOST:PORT" ("[::1]:19835" for IPv6) -> (host, port, loopback?)."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise InputError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
@@ -146,8 +153,21 @@ def parse_listen(text: str) -> tuple[str, int, bool]:
     return host, int(port), loop
 
 
-def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> list:
-    """The metric families of one sample (also used by tests without a server)."""
+def with_node_name(header: dict, environ) -> dict:
+    """``header`` with the machine's hostname taken from ``NODE_NAME`` when it is set: in a
+    Kubernetes Pod the host name is the Pod's, so the DaemonSet passes the node's name through
+    the downward API (spec.nodeName), as dcgm-exporter reads it for its Hostname label."""
+    name = (environ.get("NODE_NAME") or "").strip()
+    if not name or len(name) > 253 or not name.isprintable():
+        return header
+    return {**header, "machine": {**(header.get("machine") or {}), "hostname": name}}
+
+
+def families(sample: dict | None, header: dict, an: Analyzer, state: dict,
+             vendor_series: bool = True) -> list:  # fmt: skip
+    """The metric families of one sample (also used by tests without a server).  Without
+    ``vendor_series`` the vendor-named families (DCGM_FI_DEV_*, gpu_*_vram, npu_chip_info_*)
+    are left out: a box that runs the vendor's own exporter has them from it already."""
     mach = header.get("machine") or {}
     info = {c["index"]: c for c in mach.get("cards", [])}
     hostname = mach.get("hostname") or ""
@@ -157,65 +177,74 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
     dl = names["labels"]
 
     def vendor_family(key: str, doc: str):  # None where the vendor's exporter has no such name
-        return GaugeMetricFamily(names[key], doc, labels=dl) if names[key] else None
+        if not vendor_series or not names[key]:
+            return None
+        return GaugeMetricFamily(names[key], doc, labels=dl)
 
     fb_used = vendor_family("used", "Card memory used (in MiB).")
     fb_free = vendor_family("free", "Card memory free (in MiB).")
     fb_total = vendor_family("total", "Card memory (in MiB).")
     util = vendor_family("util", "Card utilization (in %).")
+    # nodeledger's own per-card series carry ``card`` and, as dcgm-exporter names the card
+    # index, ``gpu`` (the same value): `... * on (gpu) group_left () DCGM_FI_DEV_GPU_UTIL` joins
     used_b = GaugeMetricFamily(
-        "nodeledger_card_memory_used_bytes", "Card memory in use.", labels=["card"]
+        "nodeledger_card_memory_used_bytes", "Card memory in use.", labels=["card", "gpu"]
     )
     total_b = GaugeMetricFamily(
-        "nodeledger_card_memory_total_bytes", "Card memory.", labels=["card"]
+        "nodeledger_card_memory_total_bytes", "Card memory.", labels=["card", "gpu"]
     )
     planned = GaugeMetricFamily("nodeledger_card_memory_planned_bytes",
-                                "The ledger's prediction for the card (plan / job).", labels=["card"])  # fmt: skip
+                                "The ledger's prediction for the card (plan / job).", labels=["card", "gpu"])  # fmt: skip
     head = GaugeMetricFamily("nodeledger_card_headroom_bytes",
                              "Bytes left before the card is above plan (to=plan), tight at 90 % (to=tight) or full (to=full).",
-                             labels=["card", "to"])  # fmt: skip
+                             labels=["card", "gpu", "to"])  # fmt: skip
     proc = GaugeMetricFamily("nodeledger_process_card_memory_bytes",
-                             "Card memory a process holds.", labels=["card", "pid", "process"])  # fmt: skip
+                             "Card memory a process holds.", labels=["card", "gpu", "pid", "process"])  # fmt: skip
     nproc = GaugeMetricFamily(
-        "nodeledger_card_processes", "Processes the card tool lists on the card.", labels=["card"]
-    )
+        "nodeledger_card_processes", "Processes the card tool lists on the card.",
+        labels=["card", "gpu"],
+    )  # fmt: skip
     out = [f for f in (fb_used, fb_free, fb_total, util) if f is not None]
     out += [used_b, total_b, planned, head, proc]
     for c in (sample or {}).get("cards", []):
         i = c["index"]
         d = info.get(i, {})
         labels = _card_labels(vendor, i, d, hostname, prefix)
+        cg = [str(i), str(i)]  # card, gpu
         used, total = c.get("used_bytes"), c.get("total_bytes") or d.get("total_bytes")
         if used is not None:
-            fb_used.add_metric(labels, used // MiB)  # dcgm-exporter: whole MiB
-            used_b.add_metric([str(i)], used)
+            if fb_used is not None:
+                fb_used.add_metric(labels, used // MiB)  # dcgm-exporter: whole MiB
+            used_b.add_metric(cg, used)
         if used is not None and total and fb_free is not None:
             fb_free.add_metric(labels, (total - used) // MiB)
-        if c.get("util_pct") is not None:
+        if c.get("util_pct") is not None and util is not None:
             util.add_metric(labels, c["util_pct"])
         if c.get("processes") is not None:
-            nproc.add_metric([str(i)], len(c["processes"]))
+            nproc.add_metric(cg, len(c["processes"]))
         if total:
-            total_b.add_metric([str(i)], total)
+            total_b.add_metric(cg, total)
             if fb_total is not None:
                 fb_total.add_metric(labels, total // MiB)
         pred = an.predicted.get(i)
         if pred is not None:
-            planned.add_metric([str(i)], pred)
+            planned.add_metric(cg, pred)
         if used is not None:
             if pred is not None:
                 head.add_metric(
-                    [str(i), "plan"], pred * (1 + an.tolerance) + an.tolerance_bytes - used
+                    [*cg, "plan"], pred * (1 + an.tolerance) + an.tolerance_bytes - used
                 )
             if total:
-                head.add_metric([str(i), "tight"], TIGHT["card memory"] * total - used)
-                head.add_metric([str(i), "full"], total - used)
+                head.add_metric([*cg, "tight"], TIGHT["card memory"] * total - used)
+                head.add_metric([*cg, "full"], total - used)
         for p in c.get("processes") or []:
             if p.get("used_bytes") is not None:
-                proc.add_metric([str(i), str(p["pid"]), p.get("name") or ""], p["used_bytes"])
+                proc.add_metric([*cg, str(p["pid"]), p.get("name") or ""], p["used_bytes"])
     h = (sample or {}).get("host") or {}
     for name, key, doc in (("nodeledger_host_memory_total_bytes", "mem_total", "Host RAM."),
                            ("nodeledger_host_memory_available_bytes", "mem_available", "MemAvailable."),
+                           ("nodeledger_host_page_cache_bytes", "page_cache",
+                            "Page cache: /proc/meminfo Cached + Buffers."),
                            ("nodeledger_host_swap_total_bytes", "swap_total", "Swap size.")):  # fmt: skip
         m = GaugeMetricFamily(name, doc)
         if h.get(key) is not None:
@@ -241,23 +270,22 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict) -> li
     out.append(pages)
     fnd = GaugeMetricFamily(
         "nodeledger_finding", "1 per active verify / idle finding (cause: an idle card's likely "
-        "cause, as a short class).", labels=["rule", "card", "cause"]
+        "cause, as a short class).", labels=["rule", "card", "gpu", "cause"]
     )  # fmt: skip
     ver = an.verify()
     for f in ver["findings"]:
         for c in f["cards"]:
-            fnd.add_metric([f["rule"], str(c), ""], 1)
+            fnd.add_metric([f["rule"], str(c), str(c), ""], 1)
     for f in an.idle(active_only=True):
-        fnd.add_metric(
-            [f"idle: {f['kind']}", str(f["card"]), cause_class(f.get("likely_cause"))], 1
-        )
+        fnd.add_metric([f"idle: {f['kind']}", str(f["card"]), str(f["card"]),
+                        cause_class(f.get("likely_cause"))], 1)  # fmt: skip
     out.append(fnd)
     boat = GaugeMetricFamily(
         "nodeledger_lifeboat_card", "1 for each card the plan keeps free as the lifeboat.",
-        labels=["card"],
+        labels=["card", "gpu"],
     )  # fmt: skip
     for c in (an.expect or {}).get("lifeboat") or []:
-        boat.add_metric([str(c)], 1)
+        boat.add_metric([str(c), str(c)], 1)
     out += [boat, nproc]
     vf = GaugeMetricFamily(
         "nodeledger_verify_failed", "1 when verification against the plan fails."
@@ -705,10 +733,11 @@ class MetricsServer:
 class Exporter:
     """Samples in a thread; serves the latest families over HTTP."""
 
-    def __init__(self, watcher, analyzer: Analyzer, header: dict):
+    def __init__(self, watcher, analyzer: Analyzer, header: dict, vendor_series: bool = True):
         self.w, self.an, self.header = watcher, analyzer, header
+        self.vendor_series = vendor_series
         self.state = {"samples": 0, "errors": 0}
-        self.cached: list = families(None, header, analyzer, self.state)
+        self.cached: list = families(None, header, analyzer, self.state, vendor_series)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         self.stop = threading.Event()
@@ -720,7 +749,7 @@ class Exporter:
         self.state["samples"] += 1
         if s.get("notes"):
             self.state["errors"] += 1
-        self.cached = families(s, self.header, self.an, self.state)  # one reference swap
+        self.cached = families(s, self.header, self.an, self.state, self.vendor_series)  # one swap
 
     def start_sampling(self) -> None:
         self.thread = threading.Thread(target=self.w.run, args=(self.update,),

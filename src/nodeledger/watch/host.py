@@ -7,7 +7,7 @@ it read for support bundles; a watch runs for hours, so those records are cleare
 sample to keep memory flat.
 
 Files read per sample (all cheap, no subprocess):
-  /proc/meminfo (MemTotal, MemAvailable, SwapTotal, SwapFree)
+  /proc/meminfo (MemTotal, MemAvailable, Cached + Buffers = page cache, SwapTotal, SwapFree)
   /proc/vmstat (pswpin, pswpout: pages swapped in / out since boot)
   /proc/stat first line (CPU jiffies: total, idle, iowait)
   /sys/devices/system/node/node<N>/meminfo (MemTotal, MemFree per node)
@@ -80,6 +80,8 @@ class HostSampler:
         mem = meminfo(r.read("/proc/meminfo"))
         host["mem_total"] = mem.get("MemTotal")
         host["mem_available"] = mem.get("MemAvailable")
+        cached, buffers = mem.get("Cached"), mem.get("Buffers")
+        host["page_cache"] = None if cached is None or buffers is None else cached + buffers
         host["swap_total"] = mem.get("SwapTotal")
         host["swap_free"] = mem.get("SwapFree")
         vm = vm_counters(r.read("/proc/vmstat") or "")
