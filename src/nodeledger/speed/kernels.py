@@ -31,7 +31,7 @@ import json
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 
 from nodeledger.errors import InputError
@@ -65,7 +65,7 @@ class KernelTable:
 
     # -- what the table says about the card and its host --
 
-    @property
+    @cached_property
     def stream_gbps(self) -> float | None:
         """The weight-streaming bandwidth (GB/s): the best bytes / s of the single-row GEMMs
         (m <= 8 reads the weight matrix once; the largest matrices reach the plateau)."""
@@ -77,14 +77,14 @@ class KernelTable:
                     best = gbps if best is None or gbps > best else best
         return best
 
-    @property
+    @cached_property
     def peak_tflops(self) -> float | None:
         """The best bf16 GEMM rate the table shows (TFLOP/s)."""
         rates = [2 * m * n * k / s / 1e12 for (n, k), rows in self.gemm.get("bf16", {}).items()
                  for m, s in rows]  # fmt: skip
         return max(rates) if rates else None
 
-    @property
+    @cached_property
     def dispatch_s(self) -> float:
         """Host dispatch of one eager PyTorch call (s), as the table's smallest GEMM shows it:
         its time less its bytes at the streaming bandwidth (never below 0)."""
@@ -102,16 +102,27 @@ class KernelTable:
         per-call dispatch).  KeyError when the table has no GEMM of that dtype."""
         table = self.gemm[dtype]
         m = max(1.0, float(m))
-        key = (n, k)
-        scale = 1.0
-        if key not in table:  # the nearest measured shape by weight size, scaled by n x k
-            key = min(table, key=lambda nk: abs(math.log((nk[0] * nk[1]) / (n * k))))
-            scale = (n * k) / (key[0] * key[1])
+        key, scale = self._nearest(dtype, n, k)
         t = _interp_loglog(table[key], m) * scale
         if graphs:
             floor = (n * k + m * k + m * n) * 2 / ((self.stream_gbps or 1e3) * 1e9)
             t = max(t - self.dispatch_s, floor)
         return t
+
+    def _nearest(self, dtype: str, n: int, k: int) -> tuple[tuple[int, int], float]:
+        """The measured shape read for (n, k): itself, else the nearest by weight size, with
+        the n x k scale (memoised per table)."""
+        memo = self.__dict__.setdefault("_near", {})
+        hit = memo.get((dtype, n, k))
+        if hit is None:
+            table = self.gemm[dtype]
+            if (n, k) in table:
+                hit = ((n, k), 1.0)
+            else:
+                key = min(table, key=lambda nk: abs(math.log((nk[0] * nk[1]) / (n * k))))
+                hit = (key, (n * k) / (key[0] * key[1]))
+            memo[(dtype, n, k)] = hit
+        return hit
 
     def attn_prefill_s(self, flops: float, seq: float, rows: float, backward: bool = False,
                        graphs: bool = True) -> float | None:  # fmt: skip
@@ -136,20 +147,26 @@ class KernelTable:
         the table has no decode rows."""
         if not self.decode or kv_bytes <= 0:
             return 0.0 if kv_bytes <= 0 else None
-        t = _interp_loglog(list(self.decode), kv_bytes)
+        t = _interp_loglog(self.decode, kv_bytes)
         if graphs:
-            best_gbps = max(b / s for b, s in self.decode)
-            t = max(t - self.dispatch_s, kv_bytes / best_gbps)
+            t = max(t - self.dispatch_s, kv_bytes / self._best_decode)
         return t
+
+    @cached_property
+    def _best_decode(self) -> float:
+        return max(b / s for b, s in self.decode)
+
+    @cached_property
+    def _best_copy(self) -> float:
+        return max(b / s for b, s in self.copy)
 
     def copy_s(self, nbytes: float, graphs: bool = True) -> float | None:
         """Seconds of moving ``nbytes`` through the card's memory once (read + write), as its
         device-to-device copies run; None without copy rows."""
         if not self.copy or nbytes <= 0:
             return 0.0 if nbytes <= 0 else None
-        best = max(b / s for b, s in self.copy)
-        t = _interp_loglog(list(self.copy), nbytes)
-        return max(t - self.dispatch_s, nbytes / best) if graphs else t
+        t = _interp_loglog(self.copy, nbytes)
+        return max(t - self.dispatch_s, nbytes / self._best_copy) if graphs else t
 
 
 def _interp_loglog(points: list[tuple[float, float]], x: float) -> float:

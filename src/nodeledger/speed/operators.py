@@ -127,6 +127,135 @@ def _gemm(ck: CardKernels, m: float, g: Gemm, dtype: str) -> float:
     return ck.scale(t, 2 * m * g.n * g.k, wbytes + 2 * m * (g.n + g.k))
 
 
+class OpPlan:
+    """The step model of one replica (model, card kernels, TP, dtypes), with the per-M matmul
+    times and per-context KV bytes memoised: the simulator asks for thousands of steps."""
+
+    def __init__(self, spec: ModelSpec, ck: CardKernels, tp: int, dtype: str, kv_dtype: str):
+        self.spec, self.ck, self.tp, self.dtype, self.kv_dtype = spec, ck, tp, dtype, kv_dtype
+        all_g = gemms(spec, tp)
+        self.dense = [g for g in all_g if not g.expert and not g.name.startswith("lm_head")]
+        self.experts = [g for g in all_g if g.expert]
+        self.n_attn = max(1, len([a for a in spec.attention if a.kind != "linear"]))
+        self.kv_split = max(1, min(tp, max((a.kv_heads for a in spec.attention), default=1)))
+        h = spec.hidden_size
+        inter = sum(g.n for g in self.dense if g.name == "gate_up") / 2
+        # memory-bound operators: 2 norms, 2 residual adds (read 2, write 1), rotary on q and k,
+        # the activation (read gate and up, write one): bytes per token per layer on one card
+        self.elem = 2 * (2 * 2 * h + 2 * 3 * h + 2 * spec.num_attention_heads * REF_HEAD_DIM / tp
+                         + 3 * inter)  # fmt: skip
+        self.head = Gemm("lm_head", max(1, spec.vocab_size // tp), h, 1)
+        self._mm: dict[float, tuple[float, int, float, float]] = {}
+        self._kv: dict[int, float] = {}
+
+    def matmuls(self, m: float) -> tuple[float, int, float, float]:
+        """(dense GEMM seconds, their calls, expert seconds, touched experts x layers) at M."""
+        hit = self._mm.get(m)
+        if hit is not None:
+            return hit
+        ck, dtype = self.ck, self.dtype
+        dense = sum(g.layers * _gemm(ck, m, g, dtype) for g in self.dense)
+        calls = sum(g.layers for g in self.dense)
+        experts = touched_layers = 0.0
+        moe = self.spec.moe
+        for g in self.experts:
+            touched = T.experts_touched(moe.num_experts, moe.top_k, m) if m else 0.0
+            if not touched:
+                continue
+            # one grouped kernel over the touched experts (vLLM fused_moe, SGLang): it streams
+            # their weights once and multiplies each expert's rows at the rate a dense GEMM of
+            # that many rows reaches (the table's small-M efficiency, not the large-GEMM peak)
+            rows = m * moe.top_k / touched
+            table_dtype = "fp8" if dtype == "fp8" and "fp8" in ck.table.gemm else "bf16"
+            wbytes = touched * g.n * g.k * (1 if table_dtype == "fp8" else 2)
+            base = max(rows, 64.0)
+            rate = 2 * base * g.n * g.k / ck.table.gemm_s(base, g.n, g.k, table_dtype, graphs=True)
+            flops = 2 * m * moe.top_k * g.n * g.k
+            t = max(wbytes / ((ck.table.stream_gbps or 1e3) * 1e9), flops / rate)
+            experts += g.layers * ck.scale(t, flops, wbytes)
+            touched_layers += g.layers * touched
+        if len(self._mm) > 100_000:
+            self._mm.clear()
+        self._mm[m] = out = (dense, calls, experts, touched_layers)
+        return out
+
+    def kv_bytes(self, ctx: float) -> float:
+        """KV bytes of one sequence of ``ctx`` tokens (all layers, whole replica), memoised on
+        the context rounded to 1/128 of itself."""
+        c = int(ctx)
+        key = c if c <= 256 else c // (c >> 7) * (c >> 7)
+        v = self._kv.get(key)
+        if v is None:
+            if len(self._kv) > 100_000:
+                self._kv.clear()
+            v = self._kv[key] = W.kv_bytes_per_sequence(self.spec, key, self.kv_dtype)
+        return v
+
+    def step(self, *, prefill_tokens: float = 0.0, prefill_seqs: float = 0.0,
+             prefill_ctx: float = 0.0, decode_seqs: float = 0.0, decode_ctx: float = 0.0,
+             graphs: bool = True) -> dict:  # fmt: skip
+        spec, ck, tp = self.spec, self.ck, self.tp
+        m = prefill_tokens + decode_seqs
+        parts = {"gemm": 0.0, "experts": 0.0, "attention": 0.0, "elementwise": 0.0,
+                 "lm_head": 0.0, "dispatch": 0.0}  # fmt: skip
+        dense, calls, experts, touched_layers = self.matmuls(m)
+        parts["gemm"], parts["experts"] = dense, experts
+        if not graphs:  # transformers' eager MoE loops over the touched experts: a call each
+            calls += round(touched_layers)
+        # attention: decode reads K and V of each sequence; a prefill chunk its causal FLOPs
+        n_attn = self.n_attn
+        if decode_seqs:
+            per_layer = decode_seqs * self.kv_bytes(decode_ctx) / n_attn / self.kv_split
+            t = ck.table.attn_decode_s(per_layer)
+            parts["attention"] += n_attn * ck.scale(t, 0.0, per_layer)
+            calls += n_attn
+        if prefill_tokens and prefill_seqs:
+            per_seq = prefill_tokens / prefill_seqs
+            flops = (W.attention_flops_prompt(spec, round(prefill_ctx + per_seq))
+                     - W.attention_flops_prompt(spec, round(prefill_ctx))) * prefill_seqs  # fmt: skip
+            heads = max(1, spec.num_attention_heads // tp)
+            depth = prefill_ctx + per_seq
+            # the table's FLOPs convention (2 b h S^2 d, head_dim 128): like with like
+            t = ck.table.attn_prefill_s(
+                flops / tp, depth, prefill_seqs * heads * REF_HEAD_DIM / 128
+            )
+            parts["attention"] += 0.0 if t is None else ck.scale(t, flops / tp, 0.0)
+            calls += n_attn
+        moved = m * self.elem * spec.num_layers
+        parts["elementwise"] = ck.scale(ck.table.copy_s(moved / 2) or 0.0, 0.0, moved)
+        # LM head: the rows that sample (decoding sequences, and a prompt's last token)
+        head_rows = decode_seqs + prefill_seqs
+        if head_rows:
+            parts["lm_head"] = _gemm(ck, head_rows, self.head, "bf16")
+            calls += 1
+        if not graphs:
+            calls += spec.num_layers * EAGER_CALLS_PER_LAYER
+            parts["dispatch"] = calls * ck.table.dispatch_s
+        gpu = sum(v for k, v in parts.items() if k != "dispatch")
+        # eager: the host dispatches each call while the card runs the previous one; the step
+        # takes the longer of the two (a small model at batch 1 waits on the host)
+        seconds = max(gpu, parts["dispatch"]) if not graphs else gpu
+        return {"seconds": seconds, "gpu_s": gpu, "parts": parts, "calls": calls,
+                "host_bound": (not graphs) and parts["dispatch"] > gpu, "source": ck.source}  # fmt: skip
+
+
+_PLANS: dict[tuple, tuple] = {}
+
+
+def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str = "bf16",
+             kv_dtype: str = "bf16") -> OpPlan:  # fmt: skip
+    """The memoised OpPlan of a replica (keyed by the objects themselves, held alive)."""
+    key = (id(spec), id(ck), tp, dtype, kv_dtype)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is ck:
+        return hit[2]
+    if len(_PLANS) > 64:
+        _PLANS.clear()
+    plan = OpPlan(spec, ck, tp, dtype, kv_dtype)
+    _PLANS[key] = (spec, ck, plan)
+    return plan
+
+
 def step_seconds(spec: ModelSpec, ck: CardKernels, *, prefill_tokens: float = 0.0,
                  prefill_seqs: float = 0.0, prefill_ctx: float = 0.0, decode_seqs: float = 0.0,
                  decode_ctx: float = 0.0, tp: int = 1, kv_dtype: str = "bf16",
@@ -134,72 +263,7 @@ def step_seconds(spec: ModelSpec, ck: CardKernels, *, prefill_tokens: float = 0.
     """One step on one card of the TP group, without the TP all-reduces: seconds per operator
     kind and in all.  ``prefill_ctx``: the keys already cached before the chunk (0 = a prompt
     from its start); ``decode_ctx``: the mean context of the decoding sequences."""
-    m = prefill_tokens + decode_seqs
-    parts = {"gemm": 0.0, "experts": 0.0, "attention": 0.0, "elementwise": 0.0, "lm_head": 0.0,
-             "dispatch": 0.0}  # fmt: skip
-    calls = 0
-    layers = spec.num_layers
-    for g in gemms(spec, tp):
-        if g.name.startswith(("lm_head",)):
-            continue
-        if not g.expert:
-            parts["gemm"] += g.layers * _gemm(ck, m, g, dtype)
-            calls += g.layers
-            continue
-        moe = spec.moe
-        touched = T.experts_touched(moe.num_experts, moe.top_k, m) if m else 0.0
-        if touched:
-            # one grouped kernel over the touched experts (vLLM fused_moe, SGLang): it streams
-            # their weights once and multiplies each expert's rows at the rate a dense GEMM of
-            # that many rows reaches (the table's small-M efficiency, not the large-GEMM peak)
-            rows = m * moe.top_k / touched
-            table_dtype = "fp8" if dtype == "fp8" and "fp8" in ck.table.gemm else "bf16"
-            wbytes = touched * g.n * g.k * (1 if table_dtype == "fp8" else 2)
-            dense = ck.table.gemm_s(max(rows, 64.0), g.n, g.k, table_dtype, graphs=True)
-            rate = 2 * max(rows, 64.0) * g.n * g.k / dense  # FLOP/s at that row count
-            flops = 2 * m * moe.top_k * g.n * g.k
-            t = max(wbytes / ((ck.table.stream_gbps or 1e3) * 1e9), flops / rate)
-            parts["experts"] += g.layers * ck.scale(t, flops, wbytes)
-            # transformers' eager MoE loops over the touched experts: a call each
-            calls += 0 if graphs else round(g.layers * touched)
-    # attention: decode reads K and V of each sequence; a prefill chunk its causal FLOPs
-    n_attn = max(1, len([a for a in spec.attention if a.kind != "linear"]))
-    kv_split = max(1, min(tp, max((a.kv_heads for a in spec.attention), default=1)))
-    if decode_seqs:
-        per_layer = decode_seqs * W.kv_bytes_per_sequence(spec, decode_ctx, kv_dtype) / n_attn
-        t = ck.table.attn_decode_s(per_layer / kv_split)
-        parts["attention"] += n_attn * ck.scale(t, 0.0, per_layer / kv_split)
-        calls += n_attn
-    if prefill_tokens and prefill_seqs:
-        per_seq = prefill_tokens / prefill_seqs
-        flops = (W.attention_flops_prompt(spec, round(prefill_ctx + per_seq))
-                 - W.attention_flops_prompt(spec, round(prefill_ctx))) * prefill_seqs  # fmt: skip
-        heads = max(1, spec.num_attention_heads // tp)
-        depth = prefill_ctx + per_seq
-        # the table's FLOPs convention (2 b h S^2 d, head_dim 128): compare like with like
-        t = ck.table.attn_prefill_s(flops / tp, depth, prefill_seqs * heads * REF_HEAD_DIM / 128)
-        parts["attention"] += 0.0 if t is None else ck.scale(t, flops / tp, 0.0)
-        calls += n_attn
-    # memory-bound operators: 2 norms, 2 residual adds (read 2, write 1), rotary on q and k,
-    # the activation (read gate and up, write one): bytes per token per layer on one card
-    h = spec.hidden_size
-    inter = sum(g.n for g in gemms(spec, tp) if g.name == "gate_up" and not g.expert) / 2
-    elem = 2 * (2 * 2 * h + 2 * 3 * h + 2 * spec.num_attention_heads * REF_HEAD_DIM / tp
-                + 3 * inter)  # fmt: skip
-    t = ck.table.copy_s(m * elem * layers / 2) or 0.0
-    parts["elementwise"] = ck.scale(t, 0.0, m * elem * layers)
-    # LM head: the rows that sample (decoding sequences, and a prompt's last token)
-    head_rows = decode_seqs + prefill_seqs
-    if head_rows:
-        g = Gemm("lm_head", max(1, spec.vocab_size // tp), h, 1)
-        parts["lm_head"] = _gemm(ck, head_rows, g, "bf16")
-        calls += 1
-    if not graphs:
-        calls += layers * EAGER_CALLS_PER_LAYER
-        parts["dispatch"] = calls * ck.table.dispatch_s
-    gpu = sum(v for k, v in parts.items() if k != "dispatch")
-    # eager: the host dispatches each call while the card runs the previous one; the step takes
-    # the longer of the two (a small model at batch 1 waits on the host)
-    seconds = max(gpu, parts["dispatch"]) if not graphs else gpu
-    return {"seconds": seconds, "gpu_s": gpu, "parts": parts, "calls": calls,
-            "host_bound": (not graphs) and parts["dispatch"] > gpu, "source": ck.source}  # fmt: skip
+    return plan_for(spec, ck, tp, dtype, kv_dtype).step(
+        prefill_tokens=prefill_tokens, prefill_seqs=prefill_seqs, prefill_ctx=prefill_ctx,
+        decode_seqs=decode_seqs, decode_ctx=decode_ctx, graphs=graphs,
+    )  # fmt: skip

@@ -1,0 +1,108 @@
+"""Serving engines as plug-ins of the speed model, registered by name: each says, for its release,
+how a step runs (graph replay or eager), the largest decode batch its graphs hold, the scheduler
+the simulator plays, and the host time per step the card waits for (speed/engines.toml, each
+figure with its source).  The speed model never branches on an engine's name: it asks the
+registry.  ``register`` adds one (a test does, with a fake engine)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from nodeledger.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class EngineSpeed:
+    """One engine release as the speed model runs it."""
+
+    name: str
+    release: str  # the release range the figures were read for ("0.8.0-0.10.2")
+    policy: str  # the simulator's scheduler: "vllm" | "vllm-v0" | "sglang" | "static"
+    graphs: bool  # decode steps replayed from CUDA / HIP graphs
+    max_graph_batch: int | None  # the largest decode batch a graph holds (eager above it)
+    piecewise: bool  # graphs around attention, which runs as one dispatched call per layer
+    host_base_s: float  # host time per step the card waits for
+    host_per_seq_s: float  # + per running sequence
+    host_source: str
+    graph_source: str
+
+    def host_s(self, running: float) -> float:
+        """Host seconds per step not hidden behind the card, at ``running`` sequences."""
+        return self.host_base_s + self.host_per_seq_s * running
+
+
+_REGISTRY: dict[str, object] = {}
+
+
+def register(name: str, resolve) -> None:
+    """Add an engine: ``resolve(version) -> EngineSpeed`` (version None: its default)."""
+    _REGISTRY[name] = resolve
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def engine_speed(name: str, version: str | None = None) -> EngineSpeed:
+    """The speed plug-in of engine ``name`` at ``version``; InputError for an unknown engine."""
+    if name not in _REGISTRY:
+        raise InputError(f"engine {name!r} has no speed model (known: {', '.join(names())})")
+    return _REGISTRY[name](version)
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    text = resources.files("nodeledger.speed").joinpath("engines.toml").read_text("utf-8")
+    return tomllib.loads(text)
+
+
+def _version(text: str) -> tuple[int, int, int]:
+    from nodeledger.ledger.engines import parse_version
+
+    return parse_version(text)
+
+
+def _releases(name: str, default_version: str):
+    """The resolver of an engine whose releases are rows of engines.toml ``[[name]]``."""
+
+    def resolve(version: str | None) -> EngineSpeed:
+        rows = _data()[name]
+        v = _version(version or default_version)
+        row = next((r for r in rows if v <= _version(r["last"])), rows[-1])
+        if v < _version(rows[0]["first"]):
+            row = rows[0]
+        return EngineSpeed(
+            name=name, release=f"{row['first']}-{row['last']}", policy=row["policy"],
+            graphs=row["graphs"], max_graph_batch=row.get("max_graph_batch"),
+            piecewise=row.get("piecewise", False), host_base_s=row["host_base_s"],
+            host_per_seq_s=row["host_per_seq_s"], host_source=row["host_source"],
+            graph_source=row["graph_source"],
+        )  # fmt: skip
+
+    return resolve
+
+
+def _hf(version: str | None) -> EngineSpeed:
+    d = _data()["hf"]
+    return EngineSpeed(name="hf", release=version or "any", policy=d["policy"], graphs=False,
+                       max_graph_batch=None, piecewise=False, host_base_s=0.0,
+                       host_per_seq_s=0.0, host_source=d["host"], graph_source=d["source"])  # fmt: skip
+
+
+def _defaults() -> None:
+    from nodeledger.ledger.engines import data as memory_data
+
+    register("hf", _hf)
+    register("vllm", _releases("vllm", memory_data()["vllm"]["default_version"]))
+    register("sglang", _releases("sglang", memory_data()["sglang"]["default_version"]))
+
+
+_defaults()

@@ -1,0 +1,79 @@
+"""The serving benchmark: simulator + operator step time + engine plug-ins (issue 28)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from nodeledger.errors import InputError
+from nodeledger.ledger.jobs import Parallel, ServeJob
+from nodeledger.machine import resolve_machine
+from nodeledger.model import load_model
+from nodeledger.speed import engines as E
+from nodeledger.speed.serving import serving_benchmark
+from nodeledger.verdict.fit import ledger_for
+
+
+@pytest.fixture(scope="module")
+def setup():
+    spec, _ = load_model("llama-3.1-8b")
+    return spec, resolve_machine("hgx-h200")
+
+
+def _bench(spec, m, engine="vllm", version=None, pool=None, **kw):
+    job = ServeJob(engine=engine, engine_version=version, context=2048, concurrency=1,
+                   parallel=Parallel(tp=1))  # fmt: skip
+    if pool == "ledger":
+        pool = ledger_for(spec, job, m).extras.get("kv_pool_tokens")
+    args = {"num_prompts": 200, "request_rate": float("inf"), "max_concurrency": None,
+            "input_len": 1000, "output_len": 200} | kw  # fmt: skip
+    return serving_benchmark(spec, job, m, pool_tokens=pool, **args)
+
+
+def test_a_small_pool_caps_the_batch_and_still_serves_everyone(setup):
+    spec, m = setup
+    small = _bench(spec, m, pool=8 * 1200)  # eight sequences of 1,200 tokens
+    # vLLM admits a request on its first chunk's blocks: at most the pool's worth of prompts,
+    # plus one partly prefilled; the rest queue (or are preempted and recomputed)
+    assert small["batch"]["max"] <= 8 * 1200 // 1000 + 1 and small["completed"] == 200
+    big = _bench(spec, m, pool="ledger")
+    assert big["batch"]["max"] > 8
+    assert big["output_tokens_per_s"] > 3 * small["output_tokens_per_s"]
+
+
+def test_engine_release_changes_the_answer_where_the_engines_differ(setup):
+    """vLLM 0.9 (no asynchronous scheduling: host time per sequence per step) is slower per
+    token than 0.14+ (asynchronous scheduling), the same model on the same card."""
+    spec, m = setup
+    old = _bench(spec, m, version="0.9.2", pool="ledger")
+    new = _bench(spec, m, version="0.14.0", pool="ledger")
+    assert old["tpot_median_s"] > new["tpot_median_s"] * 1.05
+    assert old["engine"].startswith("vllm 0.8.0-0.10.2") and new["engine"].startswith("vllm 0.14")
+
+
+def test_hf_generate_is_bound_by_the_host(setup):
+    spec, m = setup
+    hf = _bench(spec, m, engine="hf", num_prompts=4, max_concurrency=1)
+    vllm = _bench(spec, m, num_prompts=4, max_concurrency=1, pool="ledger")
+    # eager PyTorch dispatches every call: several times the graph-replayed step
+    assert hf["tpot_median_s"] > 3 * vllm["tpot_median_s"]
+
+
+def test_poisson_arrivals_queue_at_high_rate(setup):
+    spec, m = setup
+    slow = _bench(spec, m, request_rate=1.0, num_prompts=100, pool="ledger")
+    fast = _bench(spec, m, request_rate=1000.0, num_prompts=100, pool="ledger")
+    assert fast["ttft_median_s"] > 3 * slow["ttft_median_s"]
+
+
+def test_a_fake_engine_is_one_registration():
+    base = E.engine_speed("vllm")
+    E.register("fake", lambda v: dataclasses.replace(base, name="fake", host_base_s=1e-3))
+    try:
+        assert E.engine_speed("fake").host_s(10) == pytest.approx(1e-3)
+        assert "fake" in E.names()
+    finally:
+        E._REGISTRY.pop("fake")
+    with pytest.raises(InputError, match="no speed model"):
+        E.engine_speed("fake")
