@@ -162,6 +162,8 @@ def predict(case: dict) -> float | None:
         d = train_speed(spec, job, m, int(case.get("machines", 1)))
         return d.get("tokens_per_s_per_card")
     inp, out = int(case["input_len"]), int(case["output_len"])
+    if SIMULATE:
+        return _simulated(case, spec, m, tp, pp, inp, out)
     conc = case.get("concurrency")
     conc = None if conc in (None, "inf") else int(conc)
     prompts = case.get("num_prompts")
@@ -187,6 +189,43 @@ def predict(case: dict) -> float | None:
         burst = prompts is not None and want is not None and int(prompts) <= want
         t = d.get("ttft_burst_s") if burst else d.get("ttft_steady_s")
         return None if t is None else t * 1e3
+    raise KeyError(kind)
+
+
+SIMULATE = False  # --simulate: serving cases through the simulator + operator model
+
+
+def _simulated(case: dict, spec, m, tp: int, pp: int, inp: int, out: int) -> float | None:
+    """A serving case replayed as its client ran it (speed/serving.py serving_benchmark)."""
+    from nodeledger.speed.serving import serving_benchmark
+    from nodeledger.verdict.fit import ledger_for
+
+    eng = str(case.get("engine", ""))
+    engine = "sglang" if eng.startswith("sglang") else "vllm"
+    version = case.get("engine_version")
+    match = re.search(r"(\d+\.\d+\.\d+)", eng) if version is None else None
+    version = version or (match.group(1) if match else None)
+    dtype = case.get("dtype") if case.get("dtype") not in (None, "bf16") else None
+    job = ServeJob(engine=engine, engine_version=version, dtype=dtype, context=inp + out,
+                   concurrency=1, parallel=Parallel(tp=tp, pp=pp))  # fmt: skip
+    pool = ledger_for(spec, job, m).extras.get("kv_pool_tokens")
+    conc = case.get("concurrency")
+    prompts = int(case.get("num_prompts") or conc or 1000)
+    rate = case.get("request_rate", "inf")
+    rate = float("inf") if rate in (None, "inf") else float(rate)
+    capped = conc is not None and int(conc) < prompts
+    d = serving_benchmark(spec, job, m, num_prompts=prompts, request_rate=rate,
+                          max_concurrency=int(conc) if capped else None, input_len=inp,
+                          output_len=out, pool_tokens=pool)  # fmt: skip
+    kind = case["kind"]
+    if kind == "serve_output_tokens_per_s":
+        return d.get("output_tokens_per_s")
+    if kind in ("serve_tpot_ms", "decode_latency_ms"):
+        return None if d.get("tpot_median_s") is None else d["tpot_median_s"] * 1e3
+    if kind == "serve_itl_ms":
+        return None if d.get("itl_median_s") is None else d["itl_median_s"] * 1e3
+    if kind == "serve_ttft_ms":
+        return None if d.get("ttft_median_s") is None else d["ttft_median_s"] * 1e3
     raise KeyError(kind)
 
 
@@ -229,7 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cases", type=Path, default=CASES)
+    ap.add_argument(
+        "--simulate",
+        action="store_true",
+        help="serving cases through the serving simulator and the operator model",
+    )
     a = ap.parse_args(argv)
+    global SIMULATE
+    SIMULATE = a.simulate
     res = run(a.cases)
     if a.json:
         print(json.dumps(res, indent=2))

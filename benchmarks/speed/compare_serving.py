@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -103,10 +104,25 @@ def lengths(run: dict) -> tuple[int | None, int | None, float]:
     return inp, out, min(r, 0.999)
 
 
+def engine_options(run: dict) -> dict:
+    """The launch flags of the run's server that change how a step runs."""
+    args = str(run.get("server_args", ""))
+    opts: dict = {}
+    if "--disable-cuda-graph" in args or "--enforce-eager" in args:
+        opts["graphs"] = False
+    if "--async-scheduling" in args:
+        opts["async_scheduling"] = True
+    return opts
+
+
 def predict(run: dict) -> dict:
     spec = _model(run["model_family"])
     version = run.get("engine_version")
-    version = None if not version or version == "unknown" else version.split("+")[0]
+    if not version or version == "unknown":
+        # the source does not print it; its notes say the release line where they can
+        hint = re.search(r"between v(\d+\.\d+\.\d+)", run.get("notes", ""))
+        version = hint.group(1) if hint else None
+    version = None if not version else version.split("+")[0]
     tp = int(run.get("tp", 1))
     m = machine_of({"gpu": run["gpu"], "cards": tp})
     inp, out, ratio = lengths(run)
@@ -126,6 +142,7 @@ def predict(run: dict) -> dict:
         dataset="sharegpt" if inp is None else "random",
         range_ratio=ratio,
         pool_tokens=lg.extras.get("kv_pool_tokens"),
+        engine_options=engine_options(run),
     )  # fmt: skip
 
 

@@ -33,6 +33,9 @@ class EngineSpeed:
     host_per_seq_s: float  # + per running sequence
     host_source: str
     graph_source: str
+    piecewise_prefill: bool = False  # prefill / mixed steps replayed too (vLLM V1's piecewise)
+    calls_per_layer: int = 4  # non-GEMM calls per layer when a step is not replayed
+    multi_step: int = 1  # decode steps scheduled at once (vLLM 0.6 --num-scheduler-steps)
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -85,6 +88,7 @@ def _releases(name: str, default_version: str):
             piecewise=row.get("piecewise", False), host_base_s=row["host_base_s"],
             host_per_seq_s=row["host_per_seq_s"], host_source=row["host_source"],
             graph_source=row["graph_source"],
+            piecewise_prefill=row.get("piecewise_prefill", False),
         )  # fmt: skip
 
     return resolve
@@ -94,7 +98,8 @@ def _hf(version: str | None) -> EngineSpeed:
     d = _data()["hf"]
     return EngineSpeed(name="hf", release=version or "any", policy=d["policy"], graphs=False,
                        max_graph_batch=None, piecewise=False, host_base_s=0.0,
-                       host_per_seq_s=0.0, host_source=d["host"], graph_source=d["source"])  # fmt: skip
+                       host_per_seq_s=0.0, host_source=d["host"], graph_source=d["source"],
+                       calls_per_layer=d["calls_per_layer"])  # fmt: skip
 
 
 def _defaults() -> None:

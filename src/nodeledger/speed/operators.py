@@ -39,7 +39,11 @@ FUSE = (("qkv", re.compile(r"\.(q_proj|k_proj|v_proj)\.")),
 # (to fp32, pow, mean, add, rsqrt, mul, to + weight mul) x 2, q/k/v/o 4, rotary 12 (q and k:
 # mul cos, rotate_half slice/neg/cat, mul sin, add), cache update 2, SDPA 1, residual adds 2,
 # gate/up/act/mul/down 5: calls per layer beside the matmuls already counted one each
-EAGER_CALLS_PER_LAYER = 14 + 12 + 2 + 1 + 2 + 2  # + one per GEMM call (counted from the GEMMs)
+EAGER_CALLS_PER_LAYER = 14 + 12 + 2 + 2 + 2  # + one per GEMM and attention call (counted apart)
+# a serving engine's decoder layer (vLLM model_executor/models/llama.py LlamaDecoderLayer; SGLang
+# the same layout): fused add + RMSNorm, rotary, fused add + RMSNorm, SiluAndMul, beside the GEMMs
+# and the attention call
+ENGINE_CALLS_PER_LAYER = 4
 EAGER_SOURCE = (
     "transformers modeling_llama.py (4.57) decoder layer, calls counted: RMSNorm 7 x 2, "
     "rotary 12, cache update 2, SDPA 1, residual 2, act + mul 2, + one per matmul"
@@ -115,8 +119,15 @@ def card_kernels(product: str | None, bf16_tflops: float | None,
     rm = (ref_card.get("memory_bandwidth_gbps") or 0) / memory_gbps
     if not rc or not rm:
         return None
-    return CardKernels(ref, f"{ref.card} kernel table moved to this card's datasheet roofline "
-                       f"(compute x {1 / rc:.2f}, memory x {1 / rm:.2f})", rc, rm)  # fmt: skip
+    how = "datasheet"
+    mine = H.card(product) or {}
+    mamf = H._num(mine.get("mamf_bf16_tflops"))
+    if mamf and ref.peak_tflops:
+        # the card's measured best matmul rate (MAMF) against the table's own best: a card whose
+        # kernels reach less of their datasheet peak (MI300X: 51 %) is not credited the H200's 81 %
+        rc, how = ref.peak_tflops / mamf, f"MAMF {mamf:g} TFLOPS ({mine.get('mamf_source')})"
+    return CardKernels(ref, f"{ref.card} kernel table moved to this card (compute x {1 / rc:.2f} "
+                       f"by {how}; memory x {1 / rm:.2f} by the datasheets' bandwidth)", rc, rm)  # fmt: skip
 
 
 def _gemm(ck: CardKernels, m: float, g: Gemm, dtype: str) -> float:
@@ -193,14 +204,19 @@ class OpPlan:
 
     def step(self, *, prefill_tokens: float = 0.0, prefill_seqs: float = 0.0,
              prefill_ctx: float = 0.0, decode_seqs: float = 0.0, decode_ctx: float = 0.0,
-             graphs: bool = True) -> dict:  # fmt: skip
+             graphs: bool = True, calls_per_layer: int = EAGER_CALLS_PER_LAYER,
+             expert_loop: bool = True) -> dict:  # fmt: skip
+        """``expert_loop``: routed experts run one call each (transformers' eager MoE), not as
+        one grouped kernel (an engine's fused MoE, graphs or not).  ``graphs``: replayed from a graph (no host dispatch); else every call is dispatched,
+        ``calls_per_layer`` of them beside the GEMMs and attention (transformers' unfused layer
+        by default, ENGINE_CALLS_PER_LAYER for a serving engine's fused one)."""
         spec, ck, tp = self.spec, self.ck, self.tp
         m = prefill_tokens + decode_seqs
         parts = {"gemm": 0.0, "experts": 0.0, "attention": 0.0, "elementwise": 0.0,
                  "lm_head": 0.0, "dispatch": 0.0}  # fmt: skip
         dense, calls, experts, touched_layers = self.matmuls(m)
         parts["gemm"], parts["experts"] = dense, experts
-        if not graphs:  # transformers' eager MoE loops over the touched experts: a call each
+        if not graphs and expert_loop:  # transformers' eager MoE: a call per touched expert
             calls += round(touched_layers)
         # attention: decode reads K and V of each sequence; a prefill chunk its causal FLOPs
         n_attn = self.n_attn
@@ -229,7 +245,7 @@ class OpPlan:
             parts["lm_head"] = _gemm(ck, head_rows, self.head, "bf16")
             calls += 1
         if not graphs:
-            calls += spec.num_layers * EAGER_CALLS_PER_LAYER
+            calls += spec.num_layers * calls_per_layer
             parts["dispatch"] = calls * ck.table.dispatch_s
         gpu = sum(v for k, v in parts.items() if k != "dispatch")
         # eager: the host dispatches each call while the card runs the previous one; the step
@@ -259,11 +275,14 @@ def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str = "bf16",
 def step_seconds(spec: ModelSpec, ck: CardKernels, *, prefill_tokens: float = 0.0,
                  prefill_seqs: float = 0.0, prefill_ctx: float = 0.0, decode_seqs: float = 0.0,
                  decode_ctx: float = 0.0, tp: int = 1, kv_dtype: str = "bf16",
-                 dtype: str = "bf16", graphs: bool = True) -> dict:  # fmt: skip
+                 dtype: str = "bf16", graphs: bool = True,
+                 calls_per_layer: int = EAGER_CALLS_PER_LAYER,
+                 expert_loop: bool = True) -> dict:  # fmt: skip
     """One step on one card of the TP group, without the TP all-reduces: seconds per operator
     kind and in all.  ``prefill_ctx``: the keys already cached before the chunk (0 = a prompt
     from its start); ``decode_ctx``: the mean context of the decoding sequences."""
     return plan_for(spec, ck, tp, dtype, kv_dtype).step(
         prefill_tokens=prefill_tokens, prefill_seqs=prefill_seqs, prefill_ctx=prefill_ctx,
         decode_seqs=decode_seqs, decode_ctx=decode_ctx, graphs=graphs,
+        calls_per_layer=calls_per_layer, expert_loop=expert_loop,
     )  # fmt: skip

@@ -11,6 +11,7 @@ latency (mean, median, p99), the batch over time."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from nodeledger.ledger.jobs import ServeJob
@@ -39,6 +40,10 @@ class StepModel:
     mean_input: float  # mean prompt length: how many prompts a step's prefill tokens hold
     cache: dict = field(default_factory=dict, repr=False)  # (prefill, decode, kv bucket) -> s
 
+    @property
+    def plan(self) -> O.OpPlan:
+        return O.plan_for(self.spec, self.ck, self.tp, self.dtype, self.kv_dtype)
+
     def allreduce_s(self, tokens: float) -> float:
         if self.tp <= 1 or not self.busbw_gbps or tokens <= 0:
             return 0.0
@@ -64,26 +69,26 @@ class StepModel:
         if prefill_tokens:
             pre_seqs = max(1.0, prefill_tokens / max(1.0, self.mean_input))
         decode_ctx = kv_tokens_read / decode_seqs if decode_seqs else 0.0
-        graphs = (eng.graphs and not prefill_tokens and eng.max_graph_batch is not None
-                  and decode_seqs <= eng.max_graph_batch)  # fmt: skip
-        op = O.step_seconds(self.spec, self.ck, prefill_tokens=prefill_tokens,
-                            prefill_seqs=pre_seqs, decode_seqs=decode_seqs,
-                            decode_ctx=decode_ctx, tp=self.tp, kv_dtype=self.kv_dtype,
-                            dtype=self.dtype, graphs=graphs or eng.graphs)  # fmt: skip
-        # outside a graph (prefill or mixed steps, batches above the captured sizes, or piecewise
-        # graphs) attention runs as one dispatched call per layer
-        attn_calls = 0
-        if eng.graphs and (not graphs or eng.piecewise):
-            attn_calls = len([a for a in self.spec.attention if a.kind != "linear"])
-        if (
-            eng.graphs
-            and not graphs
-            and (prefill_tokens or decode_seqs > (eng.max_graph_batch or 0))
-        ):
-            attn_calls = max(attn_calls, len(self.spec.attention))
-        dispatch = attn_calls * self.ck.table.dispatch_s
+        # a step runs from a captured graph when the engine captures and the step's tokens fit
+        # the captured sizes (vLLM V1 captures mixed batches too, piecewise; SGLang and vLLM V0
+        # decode batches only); otherwise every kernel is dispatched by the host
+        tokens = prefill_tokens + decode_seqs
+        captured = eng.graphs and eng.max_graph_batch is not None
+        graphs = (
+            captured
+            and tokens <= eng.max_graph_batch
+            and (not prefill_tokens or eng.piecewise_prefill)
+        )
+        op = self.plan.step(prefill_tokens=prefill_tokens, prefill_seqs=pre_seqs,
+                            decode_seqs=decode_seqs, decode_ctx=decode_ctx, graphs=graphs,
+                            calls_per_layer=eng.calls_per_layer,
+                            expert_loop=eng.name == "hf")  # fmt: skip
+        # piecewise graphs leave attention outside: one dispatched call per attention layer
+        dispatch = 0.0
+        if graphs and eng.piecewise:
+            dispatch = self.plan.n_attn * self.ck.table.dispatch_s
         tp_s = self.allreduce_s(prefill_tokens + decode_seqs)
-        host = eng.host_s(decode_seqs + pre_seqs) if eng.graphs else 0.0
+        host = eng.host_s(decode_seqs + pre_seqs)
         total = (op["seconds"] + dispatch + tp_s) * max(1, self.pp) + host
         return {"seconds": total, "operators_s": op["seconds"], "gpu_s": op["gpu_s"],
                 "parts": op["parts"], "attention_dispatch_s": dispatch, "tp_s": tp_s,
@@ -98,13 +103,42 @@ def _bucket(kv: float) -> int:
     return int(kv) // step * step
 
 
+ENGINE_OPTIONS = {
+    # the launch flags that change how a step runs, as the engines name them
+    "graphs": "False with vLLM --enforce-eager / SGLang --disable-cuda-graph: every kernel dispatched",
+    "async_scheduling": "True with vLLM --async-scheduling (0.10+): the host prepares the next step during this one",
+    "max_graph_batch": "SGLang --cuda-graph-max-bs / vLLM max capture size",
+}  # fmt: skip
+
+
+def with_options(engine: EngineSpeed, options: dict) -> EngineSpeed:
+    """The engine plug-in with the job's launch flags applied (ENGINE_OPTIONS)."""
+    upd: dict = {}
+    for k, v in options.items():
+        if k not in ENGINE_OPTIONS:
+            raise ValueError(f"engine option {k!r} is not one of {', '.join(ENGINE_OPTIONS)}")
+        if k == "graphs":
+            upd["graphs"] = bool(v)
+        elif k == "async_scheduling" and v:
+            upd.update(host_per_seq_s=0.0, host_source=engine.host_source + "; --async-scheduling: "
+                       "the gap between steps 150-170 us (vllm PR #11133)")  # fmt: skip
+        elif k == "max_graph_batch":
+            upd["max_graph_batch"] = int(v)
+    return dataclasses.replace(engine, **upd)
+
+
 def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
                   static_batch: int = 1) -> S.Scheduler:  # fmt: skip
     """The simulator's scheduler from the engine plug-in and the job's resolved settings."""
     policy = {"vllm-v0": "sglang"}.get(engine.policy, engine.policy)  # V0: prefills run alone
+    seqs = job.max_num_seqs
+    if seqs is None and engine.name == "sglang":
+        # max_running_requests unset: min(KV tokens // 2, req pool), the pool clamped to
+        # [2048, 4096] (srt/managers/tp_worker.py; model_runner.py, 0.3.6-0.5.23)
+        seqs = min((pool_tokens or 8192) // 2, 4096)
     return S.Scheduler(
         policy=policy,
-        max_num_seqs=int(job.max_num_seqs or (static_batch if policy == "static" else 256)),
+        max_num_seqs=int(seqs or (static_batch if policy == "static" else 256)),
         max_num_batched_tokens=int(job.max_num_batched_tokens or 8192),
         kv_pool_tokens=pool_tokens,
         block_size=int(job.block_size or 16) if engine.name == "vllm" else 1,
@@ -171,7 +205,8 @@ def serving_benchmark(spec: ModelSpec, job: ServeJob, machine, *, num_prompts: i
                       request_rate: float, max_concurrency: int | None, input_len: int | None,
                       output_len: int | None, dataset: str = "random", range_ratio: float = 0.0,
                       pool_tokens: int | None = None, static_batch: int | None = None,
-                      seed: int = 0, machines: int = 1) -> dict:  # fmt: skip
+                      seed: int = 0, machines: int = 1,
+                      engine_options: dict | None = None) -> dict:  # fmt: skip
     """One benchmark run as the engines' clients make it: ``num_prompts`` requests at
     ``request_rate`` (inf: all at once) under an optional client cap; figures in seconds and
     tokens/s (None where unknown, with the reason in ``unknown``)."""
@@ -182,6 +217,9 @@ def serving_benchmark(spec: ModelSpec, job: ServeJob, machine, *, num_prompts: i
                            range_ratio=range_ratio, max_concurrency=max_concurrency, seed=seed)  # fmt: skip
     mean_in = sum(reqs.input_lens) / max(1, len(reqs.input_lens))
     model, unknown = step_model_for(spec, job, machine, mean_in, machines)
+    if model is not None and engine_options:
+        model = dataclasses.replace(model, engine=with_options(model.engine, engine_options),
+                                    cache={})  # fmt: skip
     out: dict = {"num_prompts": num_prompts, "request_rate": request_rate,
                  "max_concurrency": max_concurrency, "dataset": dataset, "unknown": unknown}  # fmt: skip
     if model is None:
