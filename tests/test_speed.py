@@ -102,7 +102,7 @@ def test_decode_8b_bf16_batch1_on_h100():
     spec = load_model("llama-3.1-8b")[0]
     m = resolve_machine("dgx-h100")
     job = build_job("serve", {"engine": "vllm", "input_len": 32, "output_len": 128})
-    d = serve_speed(spec, job, m, 32, 128, 1, None)
+    d = serve_speed(spec, job, m, 32, 128, 1, None, roofline=True)  # the roofline's formula
     wb = W.decode_weight_bytes(spec, None, 1)
     embed = spec.vocab_size * spec.hidden_size * 2
     assert wb["bytes"] == wb["checkpoint_bytes"] - embed
@@ -112,7 +112,7 @@ def test_decode_8b_bf16_batch1_on_h100():
     assert d["tpot_batch1_s"] >= 16e9 / 3.35e12 == pytest.approx(4.78e-3, rel=1e-3)
     assert d["binding"] == "memory bandwidth"
     # prefill of 1,000 tokens is compute-bound: 2 x body params x 1000 at 989.5 TFLOPS x 0.6
-    t = serve_speed(spec, job, m, 1000, 128, 1, None)["ttft"]
+    t = serve_speed(spec, job, m, 1000, 128, 1, None, roofline=True)["ttft"]
     assert t["binding"] == "compute"
     assert t["compute_s"] == pytest.approx(W.prefill_flops(spec, 1000) / (989.5e12 * 0.6))
 
@@ -133,8 +133,8 @@ def test_tensor_parallel_adds_two_all_reduces_per_layer():
     m = resolve_machine("dgx-h100")
     j1 = build_job("serve", {"engine": "vllm"})
     j2 = build_job("serve", {"engine": "vllm", "tp": 2})
-    s1 = serve_speed(spec, j1, m, 1000, 200, 8, None)["step"]["decode"]
-    s2 = serve_speed(spec, j2, m, 1000, 200, 8, None)["step"]["decode"]
+    s1 = serve_speed(spec, j1, m, 1000, 200, 8, None, roofline=True)["step"]["decode"]
+    s2 = serve_speed(spec, j2, m, 1000, 200, 8, None, roofline=True)["step"]["decode"]
     assert s1["card_links_s"] == 0 and s2["card_links_s"] > 0
     bw = 450 * 0.8e9  # two cards: ring, no NVLS
     one = 2 * 2e-6 + 8 * 5120 * 2 * 1.0 / bw  # ring latency 2(n-1) x 2 us + bytes x 2(n-1)/n
@@ -228,9 +228,15 @@ def test_fit_json_has_speed():
     sp = d["speed"]
     assert set(KEYS) <= set(sp)
     assert sp["ttft_s"] > 0 and sp["tpot_s"] > 0 and sp["binding"] in (
-        "compute", "memory bandwidth", "card links")  # fmt: skip
-    assert sp["output_tokens_per_s"] == pytest.approx(32 / sp["tpot_s"])
+        "compute", "memory bandwidth", "card links", "host")  # fmt: skip
+    # the simulated benchmark: clients keeping 32 requests in flight, every answer 200 tokens
+    sim = sp["simulation"]
+    assert sp["model"] == "simulated" and sim["max_concurrency"] == 32
+    assert sim["batch"]["max"] <= 32 and sim["completed"] == sim["num_prompts"]
+    assert sp["output_tokens_per_s"] == pytest.approx(sim["output_tokens_per_s"])
     assert sp["requests_per_s"] == pytest.approx(sp["output_tokens_per_s"] / 200)
+    # throughput over the run: below 32 / TPOT (prefills and the ramp count), not far below
+    assert 0.5 * 32 / sp["tpot_s"] < sp["output_tokens_per_s"] <= 32 / sp["tpot_s"] * 1.01
     assert d["job_options"]["context"] == 1200  # input + output when --context is absent
     assert all(v["source"] for v in sp["inputs"].values() if isinstance(v, dict))
     t = cli_json("fit", "qwen3-8b", "--machine", "dgx-h100", "--job", "train", "--dp", "8",

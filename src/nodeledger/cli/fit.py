@@ -46,6 +46,36 @@ from nodeledger.errors import NodeledgerError
     "engine_log",
     help="A vLLM or SGLang start-up log of this job (--engine vllm|sglang): set the engine's figures beside the ledger's, term by term; the release it prints is followed unless --engine-version says otherwise.",
 )
+@click.option(
+    "--request-rate",
+    "request_rate",
+    type=click.FloatRange(min=0, min_open=True),
+    help="--job serve: the simulated benchmark's requests/s, Poisson arrivals as vllm bench serve sends them [default: inf, all at once].",
+)
+@click.option(
+    "--num-prompts",
+    "num_prompts",
+    type=click.IntRange(1, 100_000),
+    help="--job serve: requests in the simulated benchmark [default: 4 x the concurrency, 32 to 256].",
+)
+@click.option(
+    "--dataset",
+    "dataset",
+    type=click.Choice(["random", "sharegpt"]),
+    help="--job serve: request lengths: random (the job's --input-len / --output-len) or sharegpt (a ShareGPT-like distribution, speed/datasets.toml) [default: random].",
+)
+@click.option(
+    "--slo-ttft-p99",
+    "slo_ttft",
+    type=click.FloatRange(min=0, min_open=True),
+    help="--job serve: a service level, seconds: the highest request rate one replica sustains with its TTFT p99 within it (and --slo-tpot-p99's).",
+)
+@click.option(
+    "--slo-tpot-p99",
+    "slo_tpot",
+    type=click.FloatRange(min=0, min_open=True),
+    help="--job serve: a service level, seconds per output token (TPOT p99).",
+)
 @online_option
 @no_fail_option
 @json_option
@@ -57,6 +87,11 @@ def fit_cmd(
     search=False,
     lifeboat=None,
     engine_log=None,
+    request_rate=None,
+    num_prompts=None,
+    dataset=None,
+    slo_ttft=None,
+    slo_tpot=None,
     online=False,
     no_fail=False,
     as_json=False,
@@ -67,6 +102,11 @@ def fit_cmd(
     opts = job_opts
     if lifeboat is not None and not search:
         raise NodeledgerError("--lifeboat applies to --search")
+    bench_given = [n for n, v in (("--request-rate", request_rate), ("--num-prompts", num_prompts),
+                                  ("--dataset", dataset), ("--slo-ttft-p99", slo_ttft),
+                                  ("--slo-tpot-p99", slo_tpot)) if v is not None]  # fmt: skip
+    if bench_given and job != "serve":
+        raise NodeledgerError(f"{bench_given[0]} applies to --job serve")
     engine = opts.get("engine") or "hf"
     if engine_log is not None and (job != "serve" or engine == "hf"):
         raise NodeledgerError(
@@ -103,7 +143,15 @@ def fit_cmd(
     data["runtime"] = provenance(profile.accelerators[0].vendor if profile.accelerators else "")
     from nodeledger.speed.job import job_speed
 
-    data["speed"] = job_speed(spec, job_obj, profile, result.ledger.extras)
+    bench = None
+    if job == "serve":
+        from nodeledger.speed.serving import BenchOptions
+
+        bench = BenchOptions(request_rate=request_rate or float("inf"), num_prompts=num_prompts,
+                             dataset=dataset or "random", slo_ttft_p99_s=slo_ttft,
+                             slo_tpot_p99_s=slo_tpot,
+                             capped_at_rate=job_opts.get("concurrency") is not None)  # fmt: skip
+    data["speed"] = job_speed(spec, job_obj, profile, result.ledger.extras, bench=bench)
     if search:
         data["search"] = _search(spec, job_obj, profile, lifeboat)
     if reported is not None:
@@ -374,7 +422,12 @@ def _render_speed(con, sp: dict | None) -> None:
     """The speed section: every figure with its unit; the inputs with their sources."""
     if not sp:
         return
-    con.print("[bold]Speed[/bold] (estimate; formulas in nodeledger/speed/terms.py)")
+    how = (
+        "the engine's scheduler simulated over the card's kernel table: nodeledger/speed/serving.py"
+        if sp.get("model") == "simulated"
+        else "formulas in nodeledger/speed/terms.py"
+    )
+    con.print(f"[bold]Speed[/bold] (estimate; {how})")
     if sp["kind"] == "serve":
         con.print(
             f"  per replica ({sp['cards_per_replica']} card(s)), prompts of {sp['input_len']:,} "
@@ -392,6 +445,28 @@ def _render_speed(con, sp: dict | None) -> None:
             con.print(f"  at the most that fit ({top['concurrency']:,} sequences): "
                       f"{_rate(top['output_tokens_per_s'], 'output tokens/s')}, "
                       f"{_rate(top['requests_per_s'], 'requests/s')}, tpot {_secs(top['tpot_s'])}")  # fmt: skip
+        sim = sp.get("simulation")
+        if sim:
+            rate = sim["request_rate"]
+            rate = "all at once" if rate == "inf" else f"Poisson {rate:g} requests/s"
+            cap = (
+                ""
+                if not sim.get("max_concurrency")
+                else f", at most {sim['max_concurrency']:,} in flight"
+            )
+            con.print(f"  simulated benchmark ({sim['num_prompts']:,} requests {rate}{cap}, {sim['dataset']}): "
+                      f"{_rate(sim['output_tokens_per_s'], 'output tokens/s')}, {_rate(sim['requests_per_s'], 'requests/s')}; "
+                      f"TTFT median {_secs(sim['ttft_s'].get('median'))} p99 {_secs(sim['ttft_s'].get('p99'))}; "
+                      f"TPOT median {_secs(sim['tpot_s'].get('median'))} p99 {_secs(sim['tpot_s'].get('p99'))}; "
+                      f"ITL p99 {_secs(sim['itl_s'].get('p99'))}; batch mean {sim['batch']['mean']:,.1f}, "
+                      f"max {sim['batch']['max']:,}" + (f"; {sim['preemptions']:,} preemptions" if sim["preemptions"] else ""),
+                      markup=False)  # fmt: skip
+            slo = sp.get("capacity_at_slo")
+            if slo:
+                con.print(f"  capacity within the service levels: {slo['requests_per_s']:.3g} requests/s "
+                          f"per replica ({slo['bound']})", markup=False)  # fmt: skip
+            con.print(f"  binding: {sp.get('binding') or 'unknown'}; engine {sp['engine']}; kernels: {sp['kernels']}",
+                      markup=False)  # fmt: skip
         st = sp.get("step") or {}
         if st.get("seconds") is not None:
             con.print(f"  binding: {sp['binding']} (a step: memory {_secs(st['memory_s'])}, "

@@ -15,21 +15,25 @@ KEYS = ("ttft_s", "tpot_s", "output_tokens_per_s", "requests_per_s", "step_s",
 
 
 def job_speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict | None = None,
-              machines: int = 1) -> dict:  # fmt: skip
-    """``extras``: the ledger's extras (its ``largest`` entry caps serving concurrency).  Every
-    key of KEYS is present (None where it does not apply to the job or is unknown)."""
-    d = _speed(spec, job, machine, extras or {}, machines)
+              machines: int = 1, bench=None) -> dict:  # fmt: skip
+    """``extras``: the ledger's extras (its ``largest`` entry caps serving concurrency, its
+    ``kv_pool_tokens`` is the engine's pool the simulator schedules in); ``bench``: a
+    speed.serving.BenchOptions for a serving job.  Every key of KEYS is present (None where it
+    does not apply to the job or is unknown)."""
+    d = _speed(spec, job, machine, extras or {}, machines, bench)
     for k in KEYS:
         d.setdefault(k, None)
     return d
 
 
-def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines: int) -> dict:
+def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines: int,
+           bench=None) -> dict:  # fmt: skip
     if isinstance(job, ServeJob):
         inp, out = job.lengths()
         largest = extras.get("largest") or {}
         most = largest.get("max_concurrency_at_context")  # vLLM: already capped at max_num_seqs
-        d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines)
+        d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines,
+                        pool_tokens=extras.get("kv_pool_tokens"), bench=bench)  # fmt: skip
         d["kind"] = "serve"
         return d
     if isinstance(job, TrainJob):

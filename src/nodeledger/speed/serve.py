@@ -193,7 +193,9 @@ def ttft(spec: ModelSpec, job: ServeJob, fig: dict, input_len: int, batch: int =
 
 def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_len: int,
                 output_len: int, concurrency: int | None,
-                max_concurrency: int | None, machines: int = 1) -> dict:  # fmt: skip
+                max_concurrency: int | None, machines: int = 1,
+                pool_tokens: int | None = None, bench=None,
+                roofline: bool = False) -> dict:  # fmt: skip
     """The speed section of one serving replica.  ``concurrency``: the sequences served at once
     (None = the most that fit); ``max_concurrency``: the most that fit (the ledger's KV pool,
     capped by max_num_seqs), None if unknown."""
@@ -209,7 +211,23 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
                   "why": f"{conc:,} sequences asked, the KV pool holds {max_concurrency:,} "
                   "(the ledger's largest; max_num_seqs caps it too): the rest queue"}  # fmt: skip
         conc = max_concurrency
+    sim = None
+    if not roofline:
+        from nodeledger.speed.serving import simulated_speed
+
+        sim = simulated_speed(spec, job, machine, input_len, output_len, concurrency,
+                              max_concurrency, pool_tokens, bench, machines)  # fmt: skip
+    if sim is not None:
+        sim.update(input_len=input_len, output_len=output_len, concurrency=conc,
+                   cards_per_replica=len(cards), batch_capped=capped, model="simulated",
+                   inputs={k: (_fig(v) if hasattr(v, "unit") else v) for k, v in fig.items()
+                           if v is not None and not k.endswith("_efficiency")})  # fmt: skip
+        steady = sim["simulation"]
+        sim["ttft_burst_s"] = None
+        sim["ttft_steady_s"] = steady["ttft_s"].get("median")
+        return sim
     out: dict = {
+        "model": "roofline",
         "input_len": input_len,
         "output_len": output_len,
         "concurrency": conc,

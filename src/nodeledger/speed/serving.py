@@ -239,3 +239,181 @@ def serving_benchmark(spec: ModelSpec, job: ServeJob, machine, *, num_prompts: i
                    "kv_pool_tokens": sched.kv_pool_tokens},
     )  # fmt: skip
     return out
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """How the serving figures are measured, named as the engines' benchmark clients name them
+    (``vllm bench serve`` / ``sglang.bench_serving``)."""
+
+    request_rate: float = float("inf")  # requests/s, Poisson; inf = all at once
+    num_prompts: int | None = None  # None: 8 x the concurrency, at least 64, at most 1,000
+    dataset: str = "random"  # "random" (the job's lengths) | "sharegpt"
+    slo_ttft_p99_s: float | None = None
+    slo_tpot_p99_s: float | None = None
+    seed: int = 0
+    # at a finite rate, the client's cap only when the job's concurrency was given (a rate alone
+    # sends every request as it arrives, as vllm bench serve does without --max-concurrency)
+    capped_at_rate: bool = False
+
+
+def _binding(model: StepModel, seqs: int, ctx: float) -> str:
+    """What a decode step of ``seqs`` sequences at context ``ctx`` waits on most."""
+    p = model.parts(0, seqs, seqs * ctx)
+    weights = sum(g.n * g.k * g.layers for g in model.plan.dense) * 2
+    stream = weights / ((model.ck.table.stream_gbps or 1e3) * 1e9) * model.ck.ratio_memory
+    mm = p["parts"]["gemm"] + p["parts"]["experts"] + p["parts"]["lm_head"]
+    terms = {
+        "memory bandwidth": p["parts"]["attention"] + p["parts"]["elementwise"]
+        + (mm if mm < 1.3 * stream else 0.0),
+        "compute": mm if mm >= 1.3 * stream else 0.0,
+        "card links": p["tp_s"],
+        "host": p["host_s"] + p["attention_dispatch_s"] + p["parts"]["dispatch"],
+    }  # fmt: skip
+    return max(terms, key=terms.get)
+
+
+def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, output_len: int,
+                    concurrency: int | None, max_concurrency: int | None,
+                    pool_tokens: int | None, opts: BenchOptions | None = None,
+                    machines: int = 1) -> dict | None:  # fmt: skip
+    """The speed section of a serving replica from the simulator and the operator model, or
+    None when no kernel table reaches the card (the caller keeps its roofline, unknowns said).
+    Figures as fit prints them: ttft_s (one prompt alone), tpot_s / output_tokens_per_s /
+    requests_per_s at the job's concurrency (clients keeping that many requests in flight), the
+    same at the most that fit, and ``simulation``: the benchmark the options describe."""
+    from nodeledger.ledger.build import resolve_job
+
+    opts = opts or BenchOptions()
+    job, _ = resolve_job(job, machine, spec)
+    model, unknown = step_model_for(spec, job, machine, float(input_len), machines)
+    if model is None:
+        return None
+    static = job.engine == "hf"
+    sched = scheduler_for(job, model.engine, pool_tokens, static_batch=concurrency or 1)
+
+    def bench(prompts: int, rate: float, cap: int | None, dataset: str = "random") -> dict:
+        s = sched if not static else dataclasses.replace(sched, static_batch=cap or 1,
+                                                           max_num_seqs=cap or 1)  # fmt: skip
+        sharegpt = dataset == "sharegpt"
+        reqs = S.make_requests(prompts, rate, None if sharegpt else input_len,
+                               None if sharegpt else output_len, dataset=dataset,
+                               max_concurrency=cap, seed=opts.seed)  # fmt: skip
+        return run_benchmark(model, s, reqs)
+
+    one = bench(1, float("inf"), 1)
+    out: dict = {
+        "ttft_s": one["ttft_s"].get("median"),
+        "tpot_batch1_s": one["tpot_s"].get("median") or one["itl_s"].get("median"),
+        "engine": f"{model.engine.name} {model.engine.release}",
+        "engine_source": {"host": model.engine.host_source, "graphs": model.engine.graph_source},
+        "kernels": model.ck.source,
+        "unknown": unknown,
+        "source": "nodeledger.speed.serving: the engine's scheduler simulated (speed/simulate.py) "
+        "over operator-level step times from the card's kernel table (speed/operators.py) + "
+        "tensor-parallel all-reduces + the engine's host time per step (speed/engines.toml)",
+    }  # fmt: skip
+
+    runs: dict = {}
+
+    def at(conc: int) -> dict:
+        # clients keeping ``conc`` requests in flight, 4 rounds of them (32 to 256 requests):
+        # long enough for the batch to settle, short enough for a cold fit
+        prompts = max(32, min(256, 4 * conc))
+        r = runs[conc] = bench(prompts, float("inf"), conc)
+        return {"concurrency": conc, "tpot_s": r["tpot_s"].get("median"),
+                "output_tokens_per_s": r["output_tokens_per_s"],
+                "requests_per_s": r["requests_per_s"], "batch_mean": r["batch"]["mean"],
+                "binding": _binding(model, max(1, round(r["batch"]["mean"])),
+                                    input_len + output_len / 2)}  # fmt: skip
+
+    conc = concurrency if concurrency is not None else max_concurrency
+    if conc:
+        a = at(conc)
+        out.update(tpot_s=a["tpot_s"], output_tokens_per_s=a["output_tokens_per_s"],
+                   requests_per_s=a["requests_per_s"], binding=a["binding"])  # fmt: skip
+    else:
+        out.update(tpot_s=None, output_tokens_per_s=None, requests_per_s=None, binding=None)
+    if max_concurrency:
+        out["at_most_that_fit"] = at(max_concurrency) if max_concurrency != conc else dict(
+            concurrency=conc, tpot_s=out["tpot_s"], output_tokens_per_s=out["output_tokens_per_s"],
+            requests_per_s=out["requests_per_s"], binding=out["binding"])  # fmt: skip
+    else:
+        out["at_most_that_fit"] = None
+    prompts = opts.num_prompts or max(32, min(256, 4 * (conc or 1)))
+    cap = concurrency  # the client's cap: the job's concurrency (None: as many as sent)
+    if opts.request_rate != float("inf") and not opts.capped_at_rate:
+        cap = None
+    same = (opts.request_rate == float("inf") and opts.dataset == "random" and cap == conc
+            and conc in runs and opts.num_prompts in (None, prompts))  # fmt: skip
+    sim = dict(runs[conc]) if same else bench(prompts, opts.request_rate, cap, opts.dataset)
+    rate = "inf" if opts.request_rate == float("inf") else opts.request_rate  # JSON has no inf
+    sim.update(num_prompts=prompts, request_rate=rate, max_concurrency=cap,
+               dataset=opts.dataset, scheduler={"policy": sched.policy,
+               "max_num_seqs": sched.max_num_seqs,
+               "max_num_batched_tokens": sched.max_num_batched_tokens,
+               "kv_pool_tokens": sched.kv_pool_tokens})  # fmt: skip
+    out["simulation"] = sim
+    if opts.slo_ttft_p99_s or opts.slo_tpot_p99_s:
+        out["capacity_at_slo"] = capacity_at_slo(bench, opts, input_len, output_len, prompts)
+    return out
+
+
+def capacity_at_slo(bench, opts: BenchOptions, input_len: int, output_len: int,
+                    prompts: int) -> dict:  # fmt: skip
+    """The highest Poisson request rate (requests/s) one replica sustains with TTFT p99 and
+    TPOT p99 within the service levels: bisection on the rate between one that meets them and
+    one that does not (the simulator is deterministic for its seed, so the answer is too)."""
+    n = max(prompts, 200)
+
+    def ok(rate: float) -> tuple[bool, dict]:
+        r = bench(n, rate, None, opts.dataset)
+        good = r["completed"] == n and (
+            opts.slo_ttft_p99_s is None or r["ttft_s"]["p99"] <= opts.slo_ttft_p99_s) and (
+            opts.slo_tpot_p99_s is None or r["tpot_s"].get("p99", 0.0) <= opts.slo_tpot_p99_s)  # fmt: skip
+        return good, r
+
+    lo, hi = 0.0, None
+    rate = 1.0
+    best = None
+    for _ in range(12):  # grow until it fails
+        good, r = ok(rate)
+        if not good:
+            hi = rate
+            break
+        lo, best = rate, r
+        rate *= 2
+    if hi is None:
+        return {
+            "requests_per_s": lo,
+            "bound": "at least (the rate kept growing)",
+            "at_rate": _slo_row(best),
+        }
+    if lo == 0.0:
+        rate = hi
+        for _ in range(8):  # shrink until it holds
+            rate /= 4
+            good, r = ok(rate)
+            if good:
+                lo, best = rate, r
+                break
+        if lo == 0.0:
+            return {"requests_per_s": 0.0, "bound": "none: not even at a trickle",
+                    "at_rate": None}  # fmt: skip
+    for _ in range(10):
+        mid = (lo + hi) / 2
+        good, r = ok(mid)
+        if good:
+            lo, best = mid, r
+        else:
+            hi = mid
+    return {"requests_per_s": lo, "bound": f"between {lo:.3g} and {hi:.3g} requests/s",
+            "at_rate": _slo_row(best), "ttft_p99_s": opts.slo_ttft_p99_s,
+            "tpot_p99_s": opts.slo_tpot_p99_s}  # fmt: skip
+
+
+def _slo_row(r: dict | None) -> dict | None:
+    if r is None:
+        return None
+    return {"output_tokens_per_s": r["output_tokens_per_s"], "ttft_p99_s": r["ttft_s"]["p99"],
+            "tpot_p99_s": r["tpot_s"].get("p99"), "batch_mean": r["batch"]["mean"]}  # fmt: skip
