@@ -75,7 +75,9 @@ def test_host_card_expectation_gen4_x16_and_a_trained_down_link():
     # Gen4 x8: half
     assert e.verdict(J.ACHIEVABLE * J.pcie_raw_gbps(16.0, 8)) == "low"
     pageable = J.host_card_expect(16.0, 16, pinned=False)
-    assert pageable.verdict(10.0) == "ok" and pageable.verdict(3.0) == "bad"
+    # pageable is bounded by the host's staging memcpy: capped at 5 (ok) and 2 GB/s (bad)
+    assert pageable.verdict(10.0) == "ok" and pageable.verdict(3.0) == "low"
+    assert pageable.verdict(1.5) == "bad"
     assert J.host_card_expect(None, 16) is None
 
 

@@ -13,9 +13,13 @@
   card's total (cards that another process holds are skipped).
 
 Timing: device events on the copying stream where the backend has them (CUDA / ROCm / NPU),
-else wall time after a device synchronize.  Sizes (``CardSizes``): quick = 64 MiB copies x 5,
-collectives at 256 MiB x 10 (2 warm-up); full = 256 MiB copies x 20, collectives at 64 MiB,
-256 MiB and 1 GiB x 20 (5 warm-up).
+else wall time after a device synchronize.  Host <-> card copies are measured as nvbandwidth
+and rocm_bandwidth_test do: each copy timed alone after warm-up, a size sweep up to >= 1 GiB,
+the median per size, the figure at the plateau; a pinned buffer is checked to be pinned and
+copied with non_blocking (cudaMemcpyAsync).  Sizes (``CardSizes``): quick = host copies 64 MiB,
+256 MiB, 1 GiB x 5, card copies 64 MiB x 5, collectives at 256 MiB x 10 (2 warm-up); full =
+host copies 16 MiB - 1 GiB x 10, card copies 256 MiB x 20, collectives at 64 MiB, 256 MiB and
+1 GiB x 20 (5 warm-up).
 
 Without torch, or with no card visible to it, every part is ``unavailable`` with what it needs.
 """
@@ -41,21 +45,28 @@ NEEDS_TORCH = "needs torch: pip install 'nodeledger[bench]'"
 
 @dataclass(frozen=True)
 class CardSizes:
-    copy_bytes: int
+    copy_bytes: int  # card <-> card copies
     copy_iters: int
     coll_bytes: tuple[int, ...]
     coll_iters: int
     coll_warmup: int
     coll_timeout: float
+    # host <-> card: a size sweep up to >= 1 GiB, each copy timed alone (nvbandwidth's way)
+    host_sweep: tuple[int, ...] = (64 * MiB, 256 * MiB, GiB)
+    host_reps: int = 5
 
     def describe(self) -> str:
         sizes = ", ".join(f"{b / MiB:,.0f} MiB" for b in self.coll_bytes)
-        return (f"copies {self.copy_bytes / MiB:,.0f} MiB x {self.copy_iters} (+1 warm-up); "
-                f"collectives {sizes} x {self.coll_iters} (+{self.coll_warmup} warm-up)")  # fmt: skip
+        sweep = ", ".join(f"{b / MiB:,.0f} MiB" for b in self.host_sweep)
+        return (f"host<->card copies {sweep} x {self.host_reps} each (+2 warm-up, events around "
+                f"each copy, the plateau taken); card copies {self.copy_bytes / MiB:,.0f} MiB x "
+                f"{self.copy_iters} (+1 warm-up); collectives {sizes} x {self.coll_iters} "
+                f"(+{self.coll_warmup} warm-up)")  # fmt: skip
 
 
 QUICK = CardSizes(64 * MiB, 5, (256 * MiB,), 10, 2, 45.0)
-FULL = CardSizes(256 * MiB, 20, (64 * MiB, 256 * MiB, GiB), 20, 5, 300.0)
+FULL = CardSizes(256 * MiB, 20, (64 * MiB, 256 * MiB, GiB), 20, 5, 300.0,
+                 (16 * MiB, 64 * MiB, 256 * MiB, GiB), 10)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,6 +159,43 @@ class TorchCards:
             fn()
         self.sync(i)
         return time.perf_counter() - t0
+
+    def time_each(self, i: int, fn, reps: int, warmup: int = 2) -> list[float]:
+        """Seconds of each of ``reps`` calls of ``fn`` on device ``i``, events recorded around
+        each call and waited on (nvbandwidth / rocm_bandwidth_test time each copy alone), after
+        ``warmup`` untimed calls; wall time after a synchronize where there are no events."""
+        for _ in range(warmup):
+            fn()
+        self.sync(i)
+        ev = getattr(self.mod, "Event", None) if self.mod is not None else None
+        out = []
+        for _ in range(reps):
+            if ev is not None:
+                with self.mod.device(i):
+                    s, e = ev(enable_timing=True), ev(enable_timing=True)
+                    s.record()
+                    fn()
+                    e.record()
+                    e.synchronize()
+                    out.append(s.elapsed_time(e) / 1000.0)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                self.sync(i)
+                out.append(time.perf_counter() - t0)
+        return out
+
+    def host_buffer(self, nbytes: int, pinned: bool):
+        """A host byte buffer, page-locked when ``pinned`` (and a card backend can pin)."""
+        t = self.torch
+        return t.empty(nbytes, dtype=t.uint8, pin_memory=pinned and self.mod is not None)
+
+    def is_pinned(self, tensor) -> bool | None:
+        f = getattr(tensor, "is_pinned", None)
+        try:
+            return bool(f()) if f is not None else None
+        except Exception:
+            return None
 
 
 def load_backend(kind: str | None = None) -> tuple[TorchCards | None, str]:
@@ -299,17 +347,35 @@ def bound(cpus: set[int] | None):
         os.sched_setaffinity(0, old)
 
 
-def host_copy(be: TorchCards, i: int, nbytes: int, iters: int, pinned: bool,
-              cpus: set[int] | None) -> dict[str, float]:  # fmt: skip
-    """GB/s host->card and card->host for one host-buffer kind under one CPU binding."""
+def host_copy(be: TorchCards, i: int, sizes: tuple[int, ...], reps: int, pinned: bool,
+              cpus: set[int] | None) -> dict:  # fmt: skip
+    """GB/s host->card and card->host for one host-buffer kind under one CPU binding, measured
+    as nvbandwidth does: one buffer of the largest size (first touched after binding, so its
+    pages live on that node), a sweep of sizes, each copy timed alone with events after
+    warm-up, the median per size and the figure at the plateau (the best size's median).
+    A pinned buffer is checked to be pinned and copied asynchronously (``non_blocking``, the
+    cudaMemcpyAsync a pinned copy is); where it is not pinned, ``pinned_checked`` says so."""
+    import statistics
+
     t = be.torch
     with bound(cpus):
-        host = t.empty(nbytes, dtype=t.uint8, pin_memory=pinned and be.mod is not None)
+        top = max(sizes)
+        host = be.host_buffer(top, pinned)
         host.fill_(1)  # first touch: pages on the bound node
-        dev = t.empty(nbytes, dtype=t.uint8, device=be.device(i))
-        h2d = be.time(i, lambda: dev.copy_(host), iters)
-        d2h = be.time(i, lambda: host.copy_(dev), iters)
-    return {"h2d": nbytes * iters / h2d / 1e9, "d2h": nbytes * iters / d2h / 1e9}
+        checked = be.is_pinned(host) if pinned else None
+        dev = t.empty(top, dtype=t.uint8, device=be.device(i))
+        sweep = []
+        for nb in sorted(sizes):
+            h, d = host[:nb], dev[:nb]
+            up = be.time_each(i, lambda h=h, d=d: d.copy_(h, non_blocking=pinned), reps)
+            down = be.time_each(i, lambda h=h, d=d: h.copy_(d, non_blocking=pinned), reps)
+            if pinned:
+                be.sync(i)
+            sweep.append({"bytes": nb, "h2d": nb / statistics.median(up) / 1e9,
+                          "d2h": nb / statistics.median(down) / 1e9})  # fmt: skip
+        del host, dev
+    return {"h2d": max(r["h2d"] for r in sweep), "d2h": max(r["d2h"] for r in sweep),
+            "sweep": sweep, "pinned_checked": checked}  # fmt: skip
 
 
 def peer_copy(be: TorchCards, a: int, b: int, nbytes: int, iters: int) -> float:

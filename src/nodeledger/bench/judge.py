@@ -215,6 +215,12 @@ def pcie_label(gts: float | None, width: int | None) -> str:
     return f"Gen{gen} x{width}" if gen else f"{gts:g} GT/s x{width}"
 
 
+PAGEABLE_OK_GBPS, PAGEABLE_BAD_GBPS = 5.0, 2.0
+PAGEABLE_SOURCE = ("pageable copies measured with CUDA events on a healthy H200 host (PCIe Gen5 "
+                   "x16, torch 2.11, 2026-12-04): 6.5 GB/s at 2 GiB, 8-10 GB/s at 64 MiB, "
+                   "bounded by the host's staging memcpy, not the link")  # fmt: skip
+
+
 def host_card_expect(gts: float | None, width: int | None, pinned: bool = True) -> Expect | None:
     if not gts or not width:
         return None
@@ -222,10 +228,21 @@ def host_card_expect(gts: float | None, width: int | None, pinned: bool = True) 
     ach = ACHIEVABLE * raw
     ok_f, bad_f = (0.8, 0.45) if pinned else (0.35, 0.15)
     what = "pinned" if pinned else "pageable (staged through a driver buffer)"
+    ok, bad = ok_f * ach, bad_f * ach
+    cap = ""
+    if not pinned and ok > PAGEABLE_OK_GBPS:
+        # a pageable copy is staged by one CPU thread through the driver's pinned buffer: the
+        # host's memcpy bounds it whatever the link (a healthy H200 host, Gen5 x16: 6.5-10 GB/s)
+        ok, bad = PAGEABLE_OK_GBPS, min(bad, PAGEABLE_BAD_GBPS)
+        cap = (
+            f"; capped at ok >= {PAGEABLE_OK_GBPS:g}, bad < {PAGEABLE_BAD_GBPS:g} GB/s: "
+            f"{PAGEABLE_SOURCE}"
+        )
     return Expect(
-        ok_f * ach, bad_f * ach, "GB/s", True, f"~{ach:.1f} GB/s" if pinned else "",
+        ok, bad, "GB/s", True, f"~{ach:.1f} GB/s" if pinned else "",
         f"PCIe {pcie_label(gts, width)}: {raw:.1f} GB/s raw per direction, ~{ach:.1f} achievable "
-        f"(0.8 x raw, packet overhead); {what}: ok >= {ok_f:g} x, bad < {bad_f:g} x achievable",
+        f"(0.8 x raw, packet overhead); {what}: ok >= {ok_f:g} x, bad < {bad_f:g} x achievable"
+        + cap,
     )  # fmt: skip
 
 
