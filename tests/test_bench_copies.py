@@ -130,7 +130,7 @@ def test_pageable_copies_are_judged_as_pageable():
 
 
 def test_a_buffer_that_did_not_pin_is_said():
-    be, t = _backend(pin_works=False)
+    be, _ = _backend(pin_works=False)
     r = C.host_copy(be, 0, (64 * C.MiB,), 3, True, None)
     assert r["pinned_checked"] is False
     assert r["h2d"] == pytest.approx(64 * C.MiB / (LATENCY + 64 * C.MiB / 9e9) / 1e9, rel=1e-3)
