@@ -102,7 +102,7 @@ def compare(
             "throughput_basis": (
                 "output tokens/s of the serving workloads on the business cards (lifeboat "
                 f"{_lifeboats(reports)}), concurrency at the most that fit, prompts/answers as each workload "
-                "states (speed/serve.py); price per million output tokens spreads the price over "
+                "states (the engine simulated: speed/serving.py); price per million output tokens spreads the price over "
                 f"{years:g} years of serving around the clock at that rate (power, staff left out)"
             ),
             "faster": _faster(summary)}  # fmt: skip

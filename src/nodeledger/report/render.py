@@ -83,7 +83,7 @@ def _tput(w: dict) -> str:
         f"; {w['output_tokens_per_s']:,.0f} output tokens/s = {w['requests_per_s']:,.2f} "
         f"requests/s of {w['input_len']:,} + {w['output_len']:,} tokens "
         f"({w['output_tokens_per_s_per_replica']:,.0f} per replica, bound by {w['speed_binding']}; "
-        "speed/serve.py)"
+        "the engine simulated over the card's kernel table: speed/serving.py)"
     )
 
 

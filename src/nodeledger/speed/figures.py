@@ -384,3 +384,37 @@ def host_to_card(machine: MachineProfile, cards: list[int] | None = None) -> Fig
         else:
             figs.append(Figure(r.value * frac, "GB/s", f"{r.source}, x {frac:g} achievable"))
     return _slowest(figs, "GB/s", "host -> card copy")
+
+
+def serve_inputs(machine: MachineProfile, cards: list[int], fp8: bool = False, tp: int = 1,
+                 machines: int = 1) -> dict:  # fmt: skip
+    """The figures a serving estimate rests on, each with its source.  ``cards``: the replica's
+    cards on one machine; its TP group is the first ``tp`` (a TP group larger than the machine
+    spans ``machines`` over their NICs).  ``fp8``: fp8 weights run fp8 GEMMs (W8A8, as vLLM and
+    TensorRT-LLM do on cards with FP8 tensor cores): compute at the card's fp8 peak where it has
+    one."""
+    per_machine = len(machine.accelerators)
+    if tp > 1 and machines > 1 and tp > per_machine:
+        bw, _ = network_busbw(machine)
+        alpha, kind = Figure(None, "s", "per-hop latency across machines unknown"), "network"
+    elif tp > 1:
+        bw, alpha, kind = busbw(machine, "all_reduce", cards[:tp])
+    else:
+        bw, alpha, kind = None, None, "none"
+    peak = card_peak(machine, cards)
+    compute = peak
+    if fp8:
+        f8 = card_peak_fp8(machine, cards)
+        if f8.value is not None:
+            compute = f8
+    return {
+        "card_bf16_tflops": peak,
+        "compute_tflops": compute,
+        "card_memory_gbps": card_hbm(machine, cards),
+        "hbm_efficiency": H.efficiency("hbm_read"),
+        "prefill_efficiency": H.efficiency("mfu_prefill"),
+        "decode_compute_efficiency": H.efficiency("mfu_prefill"),
+        "tp_busbw_gbps": bw,
+        "tp_latency_s": alpha,
+        "link_kind": kind,
+    }

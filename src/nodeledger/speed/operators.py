@@ -13,7 +13,7 @@ A step of ``tokens`` = prefill tokens + decoding sequences, on one card of a TP 
   * memory-bound operators (norms, rotary, activation, residual adds): the bytes they move at
     the card's copy rate.
   * the LM head for the rows that sample, and 2 all-reduces per layer at TP > 1 (the caller
-    adds those: speed/serve.py, from the link figures).
+    adds those: speed/serving.py, from the link figures).
   * host time: eager PyTorch dispatches every call (``dispatch_s`` from the table, per call
     counted below); in a CUDA / HIP graph replay nothing is dispatched per kernel and the
     engine's own per-step time is the caller's (its engine plug-in).

@@ -36,7 +36,6 @@ from nodeledger.ledger.jobs import ServeJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.speed import figures as F
-from nodeledger.speed import hardware as H
 from nodeledger.speed import terms as T
 from nodeledger.speed import work as W
 
@@ -45,38 +44,7 @@ def _fig(f) -> dict:
     return {"value": f.value, "unit": f.unit, "source": f.source}
 
 
-def inputs(machine: MachineProfile, cards: list[int], fp8: bool = False, tp: int = 1,
-           machines: int = 1) -> dict:  # fmt: skip
-    """The figures a serving estimate rests on, each with its source.  ``cards``: the replica's
-    cards on one machine; its TP group is the first ``tp`` (a TP group larger than the machine
-    spans ``machines`` over their NICs).  ``fp8``: fp8 weights run fp8 GEMMs (W8A8, as vLLM and
-    TensorRT-LLM do on cards with FP8 tensor cores): compute at the card's fp8 peak where it has
-    one."""
-    per_machine = len(machine.accelerators)
-    if tp > 1 and machines > 1 and tp > per_machine:
-        busbw, _ = F.network_busbw(machine)
-        alpha, kind = F.Figure(None, "s", "per-hop latency across machines unknown"), "network"
-    elif tp > 1:
-        busbw, alpha, kind = F.busbw(machine, "all_reduce", cards[:tp])
-    else:
-        busbw, alpha, kind = None, None, "none"
-    peak = F.card_peak(machine, cards)
-    compute = peak
-    if fp8:
-        f8 = F.card_peak_fp8(machine, cards)
-        if f8.value is not None:
-            compute = f8
-    return {
-        "card_bf16_tflops": peak,
-        "compute_tflops": compute,
-        "card_memory_gbps": F.card_hbm(machine, cards),
-        "hbm_efficiency": H.efficiency("hbm_read"),
-        "prefill_efficiency": H.efficiency("mfu_prefill"),
-        "decode_compute_efficiency": H.efficiency("mfu_prefill"),
-        "tp_busbw_gbps": busbw,
-        "tp_latency_s": alpha,
-        "link_kind": kind,
-    }
+inputs = F.serve_inputs  # the figures a serving estimate rests on (speed/figures.py)
 
 
 def _tp_seconds(spec: ModelSpec, tokens: float, tp: int, busbw, alpha) -> float | None:

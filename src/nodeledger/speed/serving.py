@@ -172,13 +172,12 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
     no datasheet to move one to it)."""
     from nodeledger.speed import figures as F
     from nodeledger.speed.engines import engine_speed
-    from nodeledger.speed.serve import inputs
 
     tp, pp = job.parallel.tp, job.parallel.pp
     cards = [a.index for a in machine.accelerators][: tp * pp]
     if not cards:
         return None, ["no card in the machine profile"]
-    fig = inputs(machine, cards, fp8=job.dtype == "fp8", tp=tp, machines=machines)
+    fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=tp, machines=machines)
     product = machine.accelerators[cards[0]].product
     peak, hbm = F.card_peak(machine, cards), F.card_hbm(machine, cards)
     ck = O.card_kernels(product, peak.value, hbm.value)
