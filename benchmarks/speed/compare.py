@@ -3,6 +3,10 @@
 
     python benchmarks/speed/compare.py            # the table, then median / max |error| per kind
     python benchmarks/speed/compare.py --json     # the same as JSON
+    python benchmarks/speed/compare.py --roofline # serving through the roofline (before the simulator)
+
+Serving cases are replayed as their client ran them (speed/serving.py serving_benchmark: the
+engine's scheduler simulated over the operator model), the KV pool the ledger's.
 
 The machine of a case is a bundled preset where one matches the GPU (its datasheet figures and
 links), else a machine built from nodeledger's hardware data (speed/hardware.toml) for that GPU:
@@ -178,7 +182,7 @@ def predict(case: dict) -> float | None:
     want = conc if conc is not None else (int(prompts) if prompts else most)
     if most is not None and want is not None:
         want = min(want, most)
-    d = serve_speed(spec, job, m, inp, out, want, most)
+    d = serve_speed(spec, job, m, inp, out, want, most, roofline=True)
     if kind == "serve_output_tokens_per_s":
         return d.get("output_tokens_per_s")
     if kind == "serve_requests_per_s":
@@ -192,7 +196,7 @@ def predict(case: dict) -> float | None:
     raise KeyError(kind)
 
 
-SIMULATE = False  # --simulate: serving cases through the simulator + operator model
+SIMULATE = True  # serving cases through the simulator + operator model (--roofline: the old one)
 
 
 def _simulated(case: dict, spec, m, tp: int, pp: int, inp: int, out: int) -> float | None:
@@ -269,13 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cases", type=Path, default=CASES)
     ap.add_argument(
-        "--simulate",
+        "--roofline",
         action="store_true",
-        help="serving cases through the serving simulator and the operator model",
+        help="serving cases through the roofline model fit used before the simulator",
     )
     a = ap.parse_args(argv)
     global SIMULATE
-    SIMULATE = a.simulate
+    SIMULATE = not a.roofline
     res = run(a.cases)
     if a.json:
         print(json.dumps(res, indent=2))

@@ -221,6 +221,9 @@ def serving_benchmark(spec: ModelSpec, job: ServeJob, machine, *, num_prompts: i
                                     cache={})  # fmt: skip
     out: dict = {"num_prompts": num_prompts, "request_rate": request_rate,
                  "max_concurrency": max_concurrency, "dataset": dataset, "unknown": unknown}  # fmt: skip
+    if model is not None and pool_tokens is not None and pool_tokens < (job.block_size or 16):
+        model, unknown = None, [f"the KV pool holds {max(pool_tokens, 0):,} tokens: no sequence"]
+        out["unknown"] = unknown
     if model is None:
         out.update(output_tokens_per_s=None, ttft_median_s=None, tpot_median_s=None,
                    itl_median_s=None)  # fmt: skip
@@ -286,8 +289,8 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
     opts = opts or BenchOptions()
     job, _ = resolve_job(job, machine, spec)
     model, unknown = step_model_for(spec, job, machine, float(input_len), machines)
-    if model is None:
-        return None
+    if model is None or (pool_tokens is not None and pool_tokens < (job.block_size or 16)):
+        return None  # no kernel table reaches the card, or no sequence fits: the roofline says
     static = job.engine == "hf"
     sched = scheduler_for(job, model.engine, pool_tokens, static_batch=concurrency or 1)
 
