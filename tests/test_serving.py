@@ -77,3 +77,47 @@ def test_a_fake_engine_is_one_registration():
         E._REGISTRY.pop("fake")
     with pytest.raises(InputError, match="no speed model"):
         E.engine_speed("fake")
+
+
+def test_capacity_at_a_service_level_is_sustained_and_tighter_levels_give_less(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    def cap(ttft: str) -> dict:
+        proc = run_cli("fit", "llama-3.1-8b", "--engine", "vllm", "--machine", "dgx-h100",
+                       "--input-len", "1000", "--output-len", "200", "--slo-ttft-p99", ttft,
+                       "--slo-tpot-p99", "0.05", "--json")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["speed"]["capacity_at_slo"]
+
+    loose, tight = cap("2.0"), cap("0.3")
+    assert 0 < tight["requests_per_s"] <= loose["requests_per_s"]
+    row = loose["at_rate"]
+    assert row["ttft_p99_s"] <= 2.0 and row["tpot_p99_s"] <= 0.05
+    # the rate is one the replica keeps up with: it completes what arrives
+    assert row["output_tokens_per_s"] >= 0.9 * loose["requests_per_s"] * 200
+
+
+def test_report_criterion_2_uses_the_capacity_within_the_workload_service_levels(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    cat = tmp_path / "w.toml"
+    cat.write_text(
+        '[[workloads]]\nid = "chat"\nmodel = "llama-3.1-8b"\njob = "serve"\nengine = "vllm"\n'
+        "input_len = 1000\noutput_len = 200\nreplicas = 7\npeak_requests_per_s = 1000.0\n"
+        "slo_ttft_p99_s = 1.0\nslo_tpot_p99_s = 0.05\n"
+    )
+    d = json.loads(run_cli("report", "--machine", "dgx-h100", "--workloads", str(cat),
+                           "--format", "json").stdout)  # fmt: skip
+    w = d["serving"]["workloads"][0]
+    assert w["requests_per_s_at_slo"] == pytest.approx(w["slo"]["per_replica"] * 7)
+    c2 = next(c for c in d["scale_out"]["criteria"] if "throughput" in c["criterion"])
+    assert c2["holds"]  # 1,000 requests/s is beyond one box within those levels
+    assert "within TTFT p99 <= 1 s and TPOT p99 <= 0.05 s" in c2["evidence"][0]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(cat.read_text().replace("slo_ttft_p99_s = 1.0", "slo_ttft_p99_s = -1"))
+    proc = run_cli("report", "--machine", "dgx-h100", "--workloads", str(bad))
+    assert proc.returncode == 2 and "slo_ttft_p99_s must be a positive number" in proc.stderr

@@ -192,7 +192,7 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         stack=_card_stack(lg),
         links=links,
         largest=lg.extras.get("largest"),
-        speed=_speed(spec, job, machine, lg.extras, w.machines),
+        speed=_speed(spec, job, machine, lg.extras, w.machines, w),
         suggestions=[s.get("options") or s for s in v.suggestions][:3],
         notes=lg.notes,
     )
@@ -201,12 +201,19 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
 
 
 def _speed(
-    spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines: int
+    spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines: int, w=None
 ) -> dict | None:
-    """The speed estimate of a workload (serving and training; loads are in host_loads)."""
+    """The speed estimate of a workload (serving and training; loads are in host_loads); a
+    serving workload with service levels also gets the request rate one replica sustains
+    within them (speed.capacity_at_slo)."""
     if isinstance(job, LoadJob):
         return None
-    return job_speed(spec, job, machine, extras, machines)
+    bench = None
+    if w is not None and (w.slo_ttft_p99_s or w.slo_tpot_p99_s):
+        from nodeledger.speed.serving import BenchOptions
+
+        bench = BenchOptions(slo_ttft_p99_s=w.slo_ttft_p99_s, slo_tpot_p99_s=w.slo_tpot_p99_s)
+    return job_speed(spec, job, machine, extras, machines, bench=bench)
 
 
 def _cache_mount(machine: MachineProfile):
@@ -439,7 +446,14 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
         top = sp.get("at_most_that_fit") or {}
         tps = top.get("output_tokens_per_s") if replicas else None
         rps = top.get("requests_per_s") if replicas else None
+        slo = sp.get("capacity_at_slo") if replicas else None
+        slo_rps = None if not slo else slo["requests_per_s"] * replicas
         out.append({
+            "requests_per_s_at_slo": slo_rps,
+            "slo": None if not slo else {"ttft_p99_s": slo.get("ttft_p99_s"),
+                                         "tpot_p99_s": slo.get("tpot_p99_s"),
+                                         "per_replica": slo["requests_per_s"],
+                                         "bound": slo["bound"]},
             "output_tokens_per_s_per_replica": tps,
             "requests_per_s_per_replica": rps,
             "output_tokens_per_s": None if tps is None else tps * replicas,
@@ -517,8 +531,13 @@ def throughput_criterion(rows: list[dict], serving: dict) -> dict:
             continue
         s = cap_by_id.get(r["id"]) or {}
         reps = s.get("replicas_on_business_cards")
+        at_slo = s.get("requests_per_s_at_slo") is not None
         for key, have_key, unit in (
-            ("peak_requests_per_s", "requests_per_s", "requests/s"),
+            (
+                "peak_requests_per_s",
+                "requests_per_s_at_slo" if at_slo else "requests_per_s",
+                "requests/s",
+            ),
             ("peak_output_tokens_per_s", "output_tokens_per_s", "output tokens/s"),
             ("peak_sequences", "total_sequences", "sequences at once"),
         ):
@@ -534,8 +553,15 @@ def throughput_criterion(rows: list[dict], serving: dict) -> dict:
                     f"{r['id']}: peak {need:,.4g} {unit}{lengths}; one machine: unknown ({why})"
                 )
                 continue
-            line = (f"{r['id']}: peak {need:,.4g} {unit}{lengths}; one machine serves {have:,.4g} "
-                    f"on {reps} replica(s) of the business cards"
+            within = ""
+            if unit == "requests/s" and at_slo:
+                lv = s["slo"]
+                levels = " and ".join(x for x in (
+                    f"TTFT p99 <= {lv['ttft_p99_s']:g} s" if lv.get("ttft_p99_s") else "",
+                    f"TPOT p99 <= {lv['tpot_p99_s']:g} s" if lv.get("tpot_p99_s") else "") if x)  # fmt: skip
+                within = f" within {levels} (Poisson arrivals, the engine simulated)"
+            line = (f"{r['id']}: peak {need:,.4g} {unit}{lengths}; one machine serves {have:,.4g}"
+                    f"{within} on {reps} replica(s) of the business cards"
                     + (f", bound by {s['speed_binding']}" if s.get("speed_binding") and unit != "sequences at once" else ""))  # fmt: skip
             (short if have < need else ok).append(line)
     if not declared:

@@ -75,11 +75,22 @@ def load_line(t: dict) -> str:
 
 
 def _tput(w: dict) -> str:
-    """Throughput at the most that fit, or why it is unknown."""
+    """Throughput at the most that fit (and within the workload's service levels), or why it
+    is unknown."""
     if w.get("output_tokens_per_s") is None:
         why = w.get("speed_unknown") or []
         return ("; output tokens/s unknown (" + why[0] + ")") if why else ""
-    return (
+    slo = ""
+    if w.get("requests_per_s_at_slo") is not None:
+        lv = w["slo"]
+        levels = " and ".join(x for x in (
+            f"TTFT p99 <= {lv['ttft_p99_s']:g} s" if lv.get("ttft_p99_s") else "",
+            f"TPOT p99 <= {lv['tpot_p99_s']:g} s" if lv.get("tpot_p99_s") else "") if x)  # fmt: skip
+        slo = (
+            f"; within {levels}: {w['requests_per_s_at_slo']:,.2f} requests/s "
+            f"({lv['per_replica']:,.3g} per replica, Poisson arrivals)"
+        )
+    return slo + (
         f"; {w['output_tokens_per_s']:,.0f} output tokens/s = {w['requests_per_s']:,.2f} "
         f"requests/s of {w['input_len']:,} + {w['output_len']:,} tokens "
         f"({w['output_tokens_per_s_per_replica']:,.0f} per replica, bound by {w['speed_binding']}; "

@@ -319,9 +319,9 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
     runs: dict = {}
 
     def at(conc: int) -> dict:
-        # clients keeping ``conc`` requests in flight, 4 rounds of them (32 to 256 requests):
-        # long enough for the batch to settle, short enough for a cold fit
-        prompts = max(32, min(256, 4 * conc))
+        # clients keeping ``conc`` requests in flight, 4 rounds of them (32 to 4,000 requests):
+        # long enough for the batch to settle (one round is a burst: the ramp dominates)
+        prompts = max(32, min(4000, 4 * conc))
         r = runs[conc] = bench(prompts, float("inf"), conc)
         return {"concurrency": conc, "tpot_s": r["tpot_s"].get("median"),
                 "output_tokens_per_s": r["output_tokens_per_s"],
@@ -342,7 +342,7 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
             requests_per_s=out["requests_per_s"], binding=out["binding"])  # fmt: skip
     else:
         out["at_most_that_fit"] = None
-    prompts = opts.num_prompts or max(32, min(256, 4 * (conc or 1)))
+    prompts = opts.num_prompts or max(32, min(4000, 4 * (conc or 1)))
     cap = concurrency  # the client's cap: the job's concurrency (None: as many as sent)
     if opts.request_rate != float("inf") and not opts.capped_at_rate:
         cap = None
@@ -366,11 +366,14 @@ def capacity_at_slo(bench, opts: BenchOptions, input_len: int, output_len: int,
     """The highest Poisson request rate (requests/s) one replica sustains with TTFT p99 and
     TPOT p99 within the service levels: bisection on the rate between one that meets them and
     one that does not (the simulator is deterministic for its seed, so the answer is too)."""
-    n = max(prompts, 200)
 
     def ok(rate: float) -> tuple[bool, dict]:
+        # long enough to reach the steady state (at least 30 s of arrivals, 300 requests), and
+        # sustained: the replica completes what arrives (a queue that keeps growing fails,
+        # however short the run's tail)
+        n = max(prompts, 300, min(20_000, round(rate * 30)))
         r = bench(n, rate, None, opts.dataset)
-        good = r["completed"] == n and (
+        good = r["completed"] == n and r["requests_per_s"] >= 0.9 * rate and (
             opts.slo_ttft_p99_s is None or r["ttft_s"]["p99"] <= opts.slo_ttft_p99_s) and (
             opts.slo_tpot_p99_s is None or r["tpot_s"].get("p99", 0.0) <= opts.slo_tpot_p99_s)  # fmt: skip
         return good, r
