@@ -4,10 +4,12 @@ folder given by mistake is one line and exit 2 instead of a hang or unbounded me
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 from nodeledger.errors import InputError
 from nodeledger.units import MiB
@@ -68,6 +70,46 @@ def read_user_text(path: str, what: str, limit: int = USER_FILE_LIMIT) -> str:
     if len(text) > limit:  # it grew after the size check (a live log)
         raise InputError(f"{path}: more than {limit // MiB} MiB, larger than any {what}")
     return text
+
+
+def _is_digit_limit(exc: ValueError) -> bool:
+    """Python refuses to turn a run of more than ``sys.get_int_max_str_digits()`` digits into
+    an int (CVE-2020-10735); json and tomllib let that bare ValueError out."""
+    return type(exc) is ValueError and "integer string conversion" in str(exc)
+
+
+def _number_too_long(where: str, error: type[InputError]) -> InputError:
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+    return error(
+        f"{where}: holds an integer of more than {limit:,} digits, not a value any field takes"
+    )
+
+
+def loads_json(text: str | bytes, where: str, error: type[InputError] = InputError) -> Any:
+    """``json.loads`` of user-supplied text.  An integer too long for Python (over 4,300 digits)
+    is ``error`` naming ``where`` (one line, exit 2); a JSONDecodeError or RecursionError is left
+    to the caller, which words it for its file."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if not _is_digit_limit(exc):  # JSONDecodeError, UnicodeDecodeError: the caller's
+            raise
+        raise _number_too_long(where, error) from None
+
+
+def loads_toml(text: str, where: str, error: type[InputError] = InputError) -> Any:
+    """``tomllib.loads`` of user-supplied text, with the same rule as :func:`loads_json` for an
+    integer too long for Python; a TOMLDecodeError is left to the caller."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except ValueError as exc:
+        if not _is_digit_limit(exc):  # TOMLDecodeError: the caller's
+            raise
+        raise _number_too_long(where, error) from None
 
 
 LOG_END_BYTES = (

@@ -383,10 +383,28 @@ def parse_cmd(kind, file, as_json=False) -> None:
     _render_parsed(kind, data)
 
 
+MAX_ROWS = 50  # list items (rows, cards, NICs) drawn on a terminal; --json has every one
+
+
+def _capped(data: Any, path: str, cut: list[tuple[str, int]]) -> Any:
+    """``data`` with every list cut to its first MAX_ROWS items; ``cut`` collects (where, how
+    many were left out).  Drawing is the slow part (rich: milliseconds and tens of KB per
+    row), so a 20,000-row recording draws 50 rows and says so."""
+    if isinstance(data, dict):
+        return {k: _capped(v, f"{path}.{k}" if path else str(k), cut) for k, v in data.items()}
+    if isinstance(data, list):
+        if len(data) > MAX_ROWS:
+            cut.append((path or "(top level)", len(data)))
+        return [_capped(v, f"{path}[{n}]", cut) for n, v in enumerate(data[:MAX_ROWS])]
+    return data
+
+
 def _render_parsed(kind: str, data: dict[str, Any]) -> None:
     from rich.table import Table
 
     con = console()
+    cut: list[tuple[str, int]] = []
+    data = _capped(data, "", cut)  # notes are lists too: the first MAX_ROWS, then a count
     if kind == "nvidia-smi-topo":
         t = Table(title="Cards (nvidia-smi topo -m)")
         for c in ("GPU", "CPU affinity", "NUMA node", "GPU NUMA ID"):
@@ -424,3 +442,10 @@ def _render_parsed(kind: str, data: dict[str, Any]) -> None:
         con.print_json(json.dumps(data))
     for note in data.get("notes", []):
         con.print(f"note: {short(note, 400)}", markup=False)
+    for where, n in cut:
+        con.print(
+            f"… {where}: {n - MAX_ROWS:,} of {n:,} items not drawn (the first {MAX_ROWS} are); "
+            "`--json` prints them all",
+            markup=False,
+            highlight=False,
+        )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from nodeledger.cli.common import (
-    console,
-    print_json,
-)
+from nodeledger.cli.common import console
 from nodeledger.cli.options import json_option
 from nodeledger.errors import NodeledgerError
 
@@ -91,8 +90,15 @@ def oom(
         )
     finally:
         cleanup()
-    if as_json:
-        print_json(report.to_dict())
+    import gc
+
+    # the report is what this process holds until it ends: out of the cyclic collector's sight
+    # (tens of thousands of incidents, no cycles; a collection would re-walk them all)
+    gc.freeze()
+    if as_json:  # print_json(report.to_dict()), written as it is made
+        for chunk in report.json_chunks():
+            sys.stdout.write(chunk)
+        sys.stdout.write("\n")
         return
     _render(report)
 
@@ -166,6 +172,37 @@ def _when(inc) -> str:
     return f"{t.uptime_s:.0f} s after boot" if t.uptime_s is not None else "-"
 
 
+MAX_ROWS = 50  # incident rows drawn on a terminal; --json has every one
+
+
+def _row_key(inc) -> tuple:
+    """What a row and its details draw of an incident, all but its number and line (the
+    figures as numbers, not yet as text): two incidents with the same key are one row,
+    counted (×N)."""
+    links = tuple((k["to"], k["kind"], k["by"], k["detail"]) for k in inc.links)
+    d = inc.details
+    shown = (d.get("max_model_len_tokens"), d.get("kv_cache_tokens"),
+             d.get("estimated_max_model_len"), d.get("constraint"))  # fmt: skip
+    return (inc.side, inc.kind, inc.complete, _when(inc), inc.process, inc.pid, inc.card,
+            inc.source, inc.message, tuple(inc.figures.items()), shown, inc.occurrences,
+            tuple(inc.also_at), links, tuple(inc.fixes), tuple(inc.notes))  # fmt: skip
+
+
+def _rows(incidents) -> list[list]:
+    """Incidents grouped by :func:`_row_key`, in order of first appearance."""
+    groups: dict[tuple, list] = {}
+    for inc in incidents:
+        groups.setdefault(_row_key(inc), []).append(inc)
+    return list(groups.values())
+
+
+def _others(group) -> str:
+    """The other incidents of a merged row: the first few by number and place, then a count."""
+    shown = ", ".join(f"#{i.id} ({i.where})" for i in group[1:6])
+    more = len(group) - 6
+    return shown + (f" and {more:,} more" if more > 0 else "")
+
+
 def _render(report) -> None:
     from rich.table import Table
 
@@ -175,17 +212,23 @@ def _render(report) -> None:
     con.print(f"[bold]oom: {head}[/bold] — ", end="")
     con.print(v["summary"], markup=False, highlight=False)
     read = ", ".join(
-        f"{s['source']} ({s['lines']:,} lines, {s['incidents']} incidents)"
+        f"{s['source']} ({s['lines']:,} lines, {s['incidents']:,} incidents)"
         for s in report.sources_read
     )
     con.print(f"read: {read or 'nothing'}", markup=False, highlight=False)
-    if report.incidents:
-        t = Table(title=f"{len(report.incidents)} incident(s)")
+    rows = _rows(report.incidents)
+    drawn = rows[:MAX_ROWS]
+    if rows:
+        title = f"{len(report.incidents):,} incident(s)"
+        if len(rows) < len(report.incidents):
+            title += f" in {len(rows):,} distinct row(s): ×N counts identical ones"
+        t = Table(title=title)
         for col in ("#", "side", "kind", "when", "who", "source"):
             t.add_column(col, overflow="fold")
-        for inc in report.incidents:
+        for group in drawn:
+            inc = group[0]
             t.add_row(
-                str(inc.id),
+                str(inc.id) + (f" ×{len(group):,}" if len(group) > 1 else ""),
                 inc.side,
                 inc.kind + ("" if inc.complete else " (cut)"),
                 _when(inc),
@@ -193,30 +236,48 @@ def _render(report) -> None:
                 inc.where,
             )
         con.print(t)
-    for inc in report.incidents:
+    for group in drawn:
+        inc = group[0]
         con.print(
-            f"\n#{inc.id} {inc.side} · {inc.kind} · {_who(inc)} · {inc.where}",
+            f"\n#{inc.id} {inc.side} · {inc.kind} · {_who(inc)} · {inc.where}"
+            + (f" · ×{len(group):,}" if len(group) > 1 else ""),
             markup=False,
             highlight=False,
         )
+        if len(group) > 1:
+            con.print(f"  the same as: {_others(group)}", markup=False, highlight=False)
         con.print(f"  figures: {_figures_line(inc)}", markup=False, highlight=False)
         if inc.occurrences > 1:
+            also = ", ".join(inc.also_at[:5])
+            more = inc.occurrences - 1 - min(len(inc.also_at), 5)
             con.print(
-                f"  seen {inc.occurrences} times"
-                + (f" (also at {', '.join(inc.also_at)})" if inc.also_at else ""),
+                f"  seen {inc.occurrences:,} times"
+                + (f" (also at {also}" + (f" and {more:,} more" if more > 0 else "") + ")"
+                   if also else ""),
                 markup=False,
                 highlight=False,
-            )
-        for link in inc.links:
+            )  # fmt: skip
+        for link in inc.links[:MAX_ROWS]:
             con.print(
                 f"  linked to #{link['to']} ({link['kind']}, {link['source']}) by {link['by']}: "
                 f"{link['detail']}",
                 markup=False,
                 highlight=False,
             )
+        if len(inc.links) > MAX_ROWS:
+            con.print(f"  … and {len(inc.links) - MAX_ROWS:,} more links (--json lists them)",
+                      markup=False, highlight=False)  # fmt: skip
         for fix in inc.fixes:
             con.print(f"  fix: {fix}", markup=False, highlight=False)
         for note in inc.notes:
             con.print(f"  note: {note}", markup=False, highlight=False)
+    if len(rows) > MAX_ROWS:
+        left = sum(len(g) for g in rows[MAX_ROWS:])
+        con.print(
+            f"\n… {len(rows) - MAX_ROWS:,} more row(s) ({left:,} incident(s)) not drawn: the "
+            f"first {MAX_ROWS} are; `nodeledger oom --json` lists every incident",
+            markup=False,
+            highlight=False,
+        )
     for note in report.notes:
         con.print(f"note: {note}", markup=False, highlight=False)

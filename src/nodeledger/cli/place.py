@@ -32,9 +32,8 @@ from nodeledger.errors import NodeledgerError
     "--lifeboat",
     "lifeboat",
     type=int,
-    default=1,
-    show_default=True,
-    help="Cards kept free (default 1; 0 disables, with a warning).",
+    default=None,
+    help="Cards kept free for triage [default: 1; 0 on a one-card machine, said once]; 0 disables, with a warning.",
 )
 @click.option(
     "--share",
@@ -64,16 +63,25 @@ from nodeledger.errors import NodeledgerError
     "image",
     help="--emit k8s: the container image of every Pod (required there: nodeledger does not guess one).",
 )
+@click.option(
+    "--k8s-devices",
+    "k8s_devices",
+    type=click.Choice(["auto", "dra", "device-plugin"]),
+    help="--emit k8s: how a Pod gets its cards: dra (a ResourceClaim selecting the planned cards; "
+    "NVIDIA's DRA driver, Kubernetes 1.34+) or device-plugin (it chooses: the plan's cards and "
+    "lifeboat are not enforced) [default: auto, dra where the cards can be named].",
+)
 @json_option
 def place(
     plan_file,
     machine=None,
-    lifeboat=1,
+    lifeboat=None,
     share=False,
     emit=None,
     output=None,
     node_name="node1",
     image=None,
+    k8s_devices=None,
     as_json=False,
 ) -> None:
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
@@ -89,6 +97,11 @@ def place(
         raise NodeledgerError("--image applies to --emit k8s")
     if image is not None:
         em.check_image(image)
+    if k8s_devices is not None and emit != "k8s":
+        raise NodeledgerError("--k8s-devices applies to --emit k8s")
+    from nodeledger.files import check_user_file
+
+    check_user_file(plan_file, "plan")  # a device, FIFO or folder: says what it is
     if not plan_file.is_file():
         raise NodeledgerError(f"plan {str(plan_file)!r} not found")
     profile, intro = report_machine(machine)
@@ -103,8 +116,12 @@ def place(
             {"gres.conf": em.gres_conf(profile, node_name),
              **{f"{wid}.sbatch": t for wid, t in em.sbatch_scripts(profile, res, commands).items()}}
             if emit == "slurm"
-            else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands, image).items()}
+            else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands, image,
+                                                         k8s_devices or "auto").items()}
         )  # fmt: skip
+        if emit == "k8s":
+            mode, why = em.k8s_devices(profile, res, k8s_devices or "auto")
+            res["k8s_devices"] = {"mode": mode, "why": why, "enforced": mode == "dra"}
         try:  # each file atomically, each path checked to stay in the folder
             written = em.write_files(folder, files)
         except OSError as exc:
@@ -159,5 +176,15 @@ def place(
                 markup=False,
             )
     con.print(f"free after placement: {', '.join(map(str, res['free_after'])) or 'none'}")
+    if res.get("k8s_devices"):
+        kd = res["k8s_devices"]
+        con.print(
+            f"Kubernetes cards: {kd['why']}"
+            + ("." if kd["enforced"] else
+               "; the planned cards and the lifeboat are not enforced"
+               + (" (--k8s-devices dra pins them where NVIDIA's DRA driver runs)."
+                  if profile.accelerators[0].vendor in em.DRA_CLASS else ".")),
+            markup=False,
+        )  # fmt: skip
     for w in written:
         con.print(f"wrote {w}", markup=False)

@@ -176,6 +176,10 @@ _SHARED = [
 ]
 
 
+WATCH_MAX_SAMPLES = 1_000_000  # 11.6 days at one sample a second
+WATCH_MAX_SECONDS = 366 * 86400  # --duration, --interval: a year
+
+
 @click.command("watch")
 @click.option(
     "--interval",
@@ -256,6 +260,17 @@ def watch(
     for name, v in (("--interval", interval), ("--duration", duration), ("--idle-window", idle_window),
                     ("--timeout", timeout), ("--samples", samples)):  # fmt: skip
         _positive(name, v)
+    # bounded, so that a typo (1e12) is one line, not a watch that runs until killed; a longer
+    # live watch leaves --samples / --duration out and is stopped with Ctrl-C
+    longer = "; a longer live watch leaves --samples and --duration out and is stopped with Ctrl-C"
+    for name, v, cap, unit, more in (("--samples", samples, WATCH_MAX_SAMPLES, "", longer),
+                                     ("--duration", duration, WATCH_MAX_SECONDS, " s", longer),
+                                     ("--interval", interval, WATCH_MAX_SECONDS, " s", "")):  # fmt: skip
+        if v is not None and v > cap:
+            shown = f"{v:,}" if isinstance(v, int) else f"{v:g}"
+            raise InputError(
+                f"{name} {shown}{unit} is over the most a watch takes ({cap:,}{unit}){more}"
+            )
     _check_tolerance(tolerance, tolerance_gib)
     if replay and record:
         raise InputError("--record applies to a live watch, not to --replay")
@@ -311,6 +326,20 @@ def watch(
     try:
         fake = backend.startswith("fake:") and not from_bundle
         replayed = fake or bool(from_bundle)
+        if fake and (samples is None or samples > b.sc.steps):
+            # a scenario is played without waiting: never past its end (--duration counts this
+            # host's seconds, which a replay does not wait for)
+            if samples is not None:
+                bundle_notes.append(
+                    f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: {b.sc.steps} "
+                    "samples played (a replay stops at its end, whatever --samples)"
+                )
+            elif duration is not None:
+                bundle_notes.append(
+                    f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: the replay stops "
+                    "at its end at the latest (--duration counts this host's seconds)"
+                )
+            samples = b.sc.steps
         expect, prof, profile = _expectations(plan, model, job, job_opts, cards, machine, None,
                                               not replayed)  # fmt: skip
         header = w.header(expect, prof)
@@ -338,8 +367,6 @@ def watch(
                 return False
             return None
 
-        if fake and samples is None and duration is None:
-            samples = b.sc.steps
         _stop_on_sigterm()
         try:
             w.run(on_sample, samples=samples, duration=duration,
@@ -684,9 +711,17 @@ def _render_summary(s: dict, header: dict) -> None:
     "LifeboatCardTaken alert watches; default: the --plan's lifeboat, else none.",
 )
 @click.option(
+    "--no-vendor-series",
+    "no_vendor_series",
+    is_flag=True,
+    help="Leave out the vendor-named series (DCGM_FI_DEV_*, gpu_*_vram / gpu_gfx_activity, "
+    "npu_chip_info_*): use it when dcgm-exporter / device-metrics-exporter / npu-exporter already "
+    "runs on the box.",
+)
+@click.option(
     "--listen",
     "listen",
-    default="127.0.0.1:9835",
+    default="127.0.0.1:19835",
     show_default=True,
     help="HOST:PORT to serve /metrics on (default loopback only).",
 )
@@ -754,7 +789,7 @@ def _render_summary(s: dict, header: dict) -> None:
 @_sampled_and_verified
 @job_options
 def exporter(
-    listen="127.0.0.1:9835",
+    listen="127.0.0.1:19835",
     expose=False,
     allow=(),
     tls_cert=None,
@@ -778,6 +813,7 @@ def exporter(
     print_rules=False,
     print_dashboard=False,
     lifeboat_cards=None,
+    no_vendor_series=False,
     **job_opts,
 ) -> None:
     """Serve Prometheus metrics (the vendor exporter's names where they overlap, plus
@@ -848,10 +884,14 @@ def exporter(
     expect, prof, _ = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
     if boats is not None:
         expect = dict(expect or {"source": None, "groups": []}, lifeboat=boats)
-    header = w.header(expect, prof)
+    import os
+
+    from nodeledger.watch.exporter import with_node_name
+
+    header = with_node_name(w.header(expect, prof), os.environ)  # Kubernetes: the node's name
     an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
                   idle_window=idle_window)  # fmt: skip
-    exp = Exporter(w, an, header)
+    exp = Exporter(w, an, header, vendor_series=not no_vendor_series)
     server = exp.serve(host_addr, port, workers=handler_threads, client_timeout=client_timeout,
                        max_connections=max_connections, allow=nets, ssl_context=tls,
                        users=users)  # fmt: skip

@@ -26,6 +26,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 
 from nodeledger.errors import InputError
+from nodeledger.files import loads_json
 
 FREE_BYTES = 2**30
 MAX_ANSWER = 16 * 2**20  # bytes of one Prometheus answer read
@@ -122,7 +123,7 @@ def _query(base: str, expr: str, timeout: float = QUERY_TIMEOUT) -> list[dict]:
     if len(body) > MAX_ANSWER:
         raise InputError(f"--prometheus {base}: answer over {MAX_ANSWER // 2**20} MiB; refusing it")
     try:
-        data = json.loads(body)
+        data = loads_json(body, f"--prometheus {base}: the answer")
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise InputError(f"--prometheus {base}: the answer is not JSON") from None
     if not isinstance(data, dict) or data.get("status") != "success":

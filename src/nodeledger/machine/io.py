@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from nodeledger import atomic
 from nodeledger.errors import ProfileError
-from nodeledger.files import check_user_file
+from nodeledger.files import check_user_file, loads_json, loads_toml
 from nodeledger.machine.profile import UNKNOWN, MachineProfile, construct_trusted
 
 if sys.version_info >= (3, 11):
@@ -48,7 +48,10 @@ def _validation_line(exc: ValidationError, where: str) -> str:
 def parse_profile(text: str, fmt: str, where: str) -> MachineProfile:
     """Parse profile text in ``fmt`` ("toml" or "json"); ``where`` names it in errors."""
     try:
-        data = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+        if fmt == "toml":
+            data = loads_toml(text, where, ProfileError)
+        else:
+            data = loads_json(text, where, ProfileError)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{where}: not valid {fmt.upper()}: {exc}") from None
     except RecursionError:

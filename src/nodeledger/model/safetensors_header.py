@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeledger.errors import InputError
-from nodeledger.files import check_user_file
+from nodeledger.files import check_user_file, loads_json
 
 # Element widths in bits; sub-byte formats are packed.
 DTYPE_BITS = {
@@ -52,7 +52,7 @@ def read_header(path: Path) -> dict:
     if len(body) != n:
         raise InputError(f"{path}: truncated safetensors header ({len(body)} of {n} bytes)")
     try:
-        header = json.loads(body)
+        header = loads_json(body, f"{path}: safetensors header")
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"{path}: safetensors header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):

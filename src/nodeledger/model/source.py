@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeledger.errors import ConfigError, ModelNotFoundError
-from nodeledger.files import check_user_file
+from nodeledger.files import check_user_file, loads_json
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ConfigSource:
 
 def parse_config_text(text: str, where: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = loads_json(text, where, ConfigError)
     except RecursionError:
         raise ConfigError(f"{where}: JSON nested too deeply to be a config.json") from None
     except json.JSONDecodeError as exc:

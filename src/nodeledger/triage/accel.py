@@ -109,7 +109,7 @@ _NCCL_WARN_OOM = re.compile(r"Failed to CUDA (?:calloc|malloc|host alloc)|out of
 def _is_nccl_oom(line: str) -> bool:
     """A CUDA/HIP failure 'out of memory', or an NCCL WARN followed by an allocation failure or
     'out of memory' (searched once after the first WARN: no rescan per repeated WARN)."""
-    if _NCCL_FAILURE.search(line):
+    if "failure '" in line and _NCCL_FAILURE.search(line):
         return True
     k = line.find("NCCL WARN ")
     return k >= 0 and _NCCL_WARN_OOM.search(line, k + len("NCCL WARN ")) is not None
@@ -136,6 +136,8 @@ _VLLM_FREE = re.compile(
 _CARD_FROM_DEV = re.compile(r"(?:cuda|hip|npu|xpu):(\d+)")
 
 _EXCEPTION = re.compile(r"(torch(?:\.\w{1,64}){0,8}\.\w{0,64}OutOfMemoryError|RuntimeError)")
+_MESSAGE_MAX = 2000  # characters of an incident's message kept
+MAX_ALSO_AT = 1000  # places of a repeated message listed (every repeat is counted)
 _JOIN_MAX = 8  # lines a wrapped message may span
 _TIME_LOOKBACK = 50  # lines back to find the time of an untimestamped message (a traceback)
 _NCCL_MERGE_LINES = 20
@@ -182,12 +184,14 @@ _VLLM_V1_DONE = re.compile(
 class _Window:
     """The lines of a stream around the one being read (``i``): ``_TIME_LOOKBACK`` lines back,
     as many ahead as a wrapped message is looked for (``_JOIN_MAX``); memory bounded, one pass.
-    Timestamps are parsed only when asked (an incident's time, a join's stop test)."""
+    Timestamps are parsed only when asked (an incident's time, a join's stop test), and each
+    line's once: dense logs ask for the same lines' times again and again."""
 
     def __init__(self, lines: Iterable[str]):
         self._it: Iterator[str] = iter(lines)
         self._back: deque[str] = deque(maxlen=_TIME_LOOKBACK + 1)  # _back[-1] is line i
         self._ahead: deque[str] = deque()
+        self._times: dict[int, LogTime | None] = {}  # line -> its stamp, for lines in reach
         self.i = -1
 
     def advance(self) -> str | None:
@@ -201,6 +205,7 @@ class _Window:
             line = clip_digits(line)
         self._back.append(line)
         self.i += 1
+        self._times.pop(self.i - _TIME_LOOKBACK - 1, None)  # out of reach now
         return line
 
     def has(self, j: int) -> bool:
@@ -221,7 +226,10 @@ class _Window:
         return self._ahead[j - self.i - 1]
 
     def time(self, j: int) -> LogTime | None:
-        return find_time(self[j])
+        if j in self._times:
+            return self._times[j]
+        t = self._times[j] = find_time(self[j])
+        return t
 
 
 class _Ctx:
@@ -244,7 +252,7 @@ class _Ctx:
             source=self.source,
             line=i + 1,
             last_line=kw.pop("last_line", i + 1),
-            message=message[:2000],
+            message=message[:_MESSAGE_MAX],
             time=t,
             origin=self.origin,
             **kw,
@@ -262,6 +270,7 @@ def parse_accel_log(
     ctx = _Ctx(text, source, origin)
     out: list[Incident] = []
     nccl_open: dict[tuple[str, int, int], Incident] = {}
+    seen: dict[tuple[str, str], Incident] = {}  # PyTorch messages by (kind, body): see _dedupe
     skip_until = -1
     win = ctx.lines
     while (line := win.advance()) is not None:
@@ -278,18 +287,27 @@ def parse_accel_log(
             or "Free memory on device" in line
         ):
             continue
+        # each pattern is tried only on a line holding its fixed words (a kernel's "Out of
+        # memory: Killed process" passes the test above and needs none of these)
         if _is_nccl_oom(line):
             _nccl(ctx, i, line, nccl_open, out)
             continue
-        m = _TORCH_START.search(line)
+        m = _TORCH_START.search(line) if "ut of memory." in line else None
         if m:
             msg, n = _joined(ctx.lines, i, _TORCH_DONE)
+            key = (_DEV_KIND.get(m["dev"], "torch-cuda-oom"), _body(msg[:_MESSAGE_MAX]))
+            first = seen.get(key)
+            if first is not None:  # a repeat: counted where it is, not parsed again
+                _repeat(first, f"{source}:{i + 1}")
+                skip_until = i + n - 1
+                continue
             inc = _torch(ctx, i, msg, m["dev"], n)
             if inc is not None:
+                seen[key] = inc
                 out.append(inc)
                 skip_until = inc.last_line - 1
                 continue
-        m = _CUDA_ERROR.search(line)
+        m = _CUDA_ERROR.search(line) if _cuda_error_words(line) else None
         if m:
             dev = m["dev"] or ("HIP" if (m["code"] or "").startswith("hip") else "CUDA")
             kind = _DEV_KIND[dev]
@@ -302,7 +320,7 @@ def parse_accel_log(
             )
             out.append(inc)
             continue
-        m = _BLAS.search(line)
+        m = _BLAS.search(line) if "_STATUS_ALLOC_FAILED" in line else None
         if m:
             inc = ctx.incident("cublas-alloc", i, line.strip())
             inc.figures = {"requested_bytes": None}
@@ -310,7 +328,7 @@ def parse_accel_log(
             inc.details.update(library=m["lib"].upper(), call=call["call"] if call else None)
             out.append(inc)
             continue
-        m = _VLLM_V0.search(line)
+        m = _VLLM_V0.search(line) if "max seq len" in line else None
         if m:
             inc = ctx.incident("vllm-kv-cache", i, line.strip())
             inc.figures = {"kv_cache_needed_bytes": None, "kv_cache_available_bytes": None}
@@ -341,7 +359,7 @@ def parse_accel_log(
                 out.append(inc)
                 skip_until = i + n - 1
                 continue
-        if _VLLM_NOBLOCKS.search(line):
+        if "No available memory" in line and _VLLM_NOBLOCKS.search(line):
             inc = ctx.incident("vllm-kv-cache", i, line.strip())
             inc.figures = {"kv_cache_needed_bytes": None, "kv_cache_available_bytes": 0}
             inc.details.update(
@@ -352,7 +370,7 @@ def parse_accel_log(
             )
             out.append(inc)
             continue
-        m = _VLLM_FREE.search(line)
+        m = _VLLM_FREE.search(line) if "Free memory on device" in line else None
         if m:
             card = _CARD_FROM_DEV.search(m["dev"] or "")
             inc = ctx.incident(
@@ -367,6 +385,23 @@ def parse_accel_log(
             out.append(inc)
             continue
     return _dedupe(out)
+
+
+def _cuda_error_words(line: str) -> bool:
+    """The fixed words one of ``_CUDA_ERROR``'s forms needs."""
+    return (
+        "error: out of memory" in line
+        or "ErrorMemoryAllocation" in line
+        or "ErrorOutOfMemory" in line
+        or "runtime error (2)" in line
+    )
+
+
+def _repeat(first: Incident, where: str) -> None:
+    """``first``'s message seen again at ``where``: counted, and listed up to MAX_ALSO_AT."""
+    first.occurrences += 1
+    if len(first.also_at) < MAX_ALSO_AT:
+        first.also_at.append(where)
 
 
 def _torch_figures() -> dict[str, int | None]:
@@ -535,6 +570,7 @@ def _dedupe(incs: list[Incident]) -> list[Incident]:
     incident with ``occurrences`` and ``also_at``."""
     out: list[Incident] = []
     seen: dict[tuple[str, str], Incident] = {}
+    merged: set[int] = set()
     for inc in incs:
         if inc.kind == "nccl-oom":
             if inc.occurrences == 0:
@@ -545,11 +581,20 @@ def _dedupe(incs: list[Incident]) -> list[Incident]:
         key = (inc.kind, body)
         first = seen.get(key)
         if first is not None:
-            first.occurrences += 1
-            first.also_at.append(inc.where)
+            first.occurrences += inc.occurrences  # a PyTorch message counts its own repeats
+            first.also_at += [inc.where, *inc.also_at][: MAX_ALSO_AT - len(first.also_at)]
+            merged.add(id(first))
             continue
         seen[key] = inc
         out.append(inc)
+    for inc in out:
+        if id(inc) in merged:  # places in line order, as they were met
+            inc.also_at.sort(key=lambda w: int(w.rpartition(":")[2]))
+        if inc.kind != "nccl-oom" and inc.occurrences - 1 > len(inc.also_at):
+            inc.notes.append(
+                f"seen {inc.occurrences:,} times: the first {len(inc.also_at):,} repeats' "
+                "places are listed (also_at)"
+            )
     return out
 
 

@@ -12,7 +12,6 @@ Kernel log, in order:
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -143,16 +142,17 @@ def read_kernel_log(runner: Runner, since_s: float | None = None) -> KernelLog:
 
 def read_files(paths: list[str]) -> list[Source]:
     """Each named file as a Source streamed line by line (never held whole); ``-`` is standard
-    input (spooled to a temporary file up to a size cap: see ``lines.py``; remove it with
-    :func:`cleanup`). A missing or unreadable file, or one that is not a regular file (a device,
-    FIFO, socket or directory), is bad input (InputError: one line, exit 2)."""
+    input (spooled to an anonymous temporary file up to a size cap: see ``lines.py``; close it
+    with :func:`cleanup`, or let the process end). A missing or unreadable file, or one that is
+    not a regular file (a device, FIFO, socket or directory), is bad input (InputError: one
+    line, exit 2)."""
     out = []
     for p in paths:
         if p == "-":
             stats = LineStats()
-            tmp = spool_stdin(stats)
-            out.append(Source("-", None, origin="file", path=tmp, stats=stats))
-            _SPOOLED.append(tmp)
+            spooled = spool_stdin(stats)
+            _SPOOLED.append(spooled)
+            out.append(Source("-", None, origin="file", stream=spooled, stats=stats))
             continue
         problem = file_problem(p)
         if problem is not None:
@@ -166,14 +166,14 @@ def read_files(paths: list[str]) -> list[Source]:
     return out
 
 
-_SPOOLED: list[str] = []
+_SPOOLED: list = []  # the anonymous copies of standard input, open
 
 
 def cleanup() -> None:
-    """Remove the temporary copies of standard input made by :func:`read_files`."""
+    """Close (and so free) the temporary copies of standard input made by :func:`read_files`."""
     while _SPOOLED:
         with contextlib.suppress(OSError):
-            os.unlink(_SPOOLED.pop())
+            _SPOOLED.pop().close()
 
 
 def now() -> datetime:

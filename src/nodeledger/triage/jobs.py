@@ -45,6 +45,21 @@ def _elastic(line: str) -> tuple[bool, re.Match[str] | None]:
     return True, _ELASTIC_PID.search(line, m.end())
 
 
+def _may_match(line: str) -> bool:
+    """A cheap superset of the lines a pattern below matches: each one's fixed words (a kernel's
+    "Killed process N" line, in a job log's neighbour, needs none of them)."""
+    if "Killed" in line:
+        return (
+            "killed by signal" in line  # DataLoader
+            or "line " in line  # bash
+            or line.strip() == "Killed"
+            or "OOMKilled" in line
+            or "exitcode" in line
+            or "slurmstepd" in line
+        )
+    return "exitcode" in line or "slurmstepd" in line
+
+
 def parse_job_log(
     text: str | Iterable[str], source: str, *, origin: str = "file"
 ) -> list[Incident]:
@@ -54,7 +69,7 @@ def parse_job_log(
     clock = RecentTimes()
     pending, window = clock.pending, clock.window
     for i, line in enumerate(as_lines(text)):
-        if not ("Killed" in line or "exitcode" in line or "slurmstepd" in line):
+        if not _may_match(line):
             pending.append(line)  # a line no pattern can match: skipped unparsed
             if len(pending) >= window:
                 clock.settle()

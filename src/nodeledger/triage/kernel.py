@@ -55,6 +55,10 @@ _PREFIXES = [
     re.compile(r"\[\s{0,64}\d{1,20}\.\d{1,20}\]\s?"),  # [uptime]
 ]
 _MAX_PREFIXES = 32  # prefixes stripped from one line at most
+# _FROM[k]: prefixes k, k+1, ... as one alternation, each its own group: one call finds the
+# next prefix of a pass that matches (the first, in order, as trying them one by one would)
+_FROM = [re.compile("|".join(f"({rx.pattern})" for rx in _PREFIXES[k:]))
+         for k in range(len(_PREFIXES))]  # fmt: skip
 
 _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)(?:\((?P<flags>[^)]*)\))?,"
@@ -126,14 +130,15 @@ def kernel_message(raw: str) -> str:
     """The kernel's own text of a log line: timestamps, host and priority prefixes removed."""
     s = raw.rstrip("\r\n")
     pos = 0
-    for _ in range(_MAX_PREFIXES):
-        changed = False
-        for rx in _PREFIXES:
-            m = rx.match(s, pos)
-            if m and m.end() > pos:
-                pos = m.end()
-                changed = True
-        if not changed:
+    n = len(_PREFIXES)
+    for _ in range(_MAX_PREFIXES):  # passes over the prefixes in order, each from where the
+        start, k = pos, 0  # previous left off, until a pass strips nothing
+        while k < n:
+            m = _FROM[k].match(s, pos)
+            if m is None:
+                break
+            pos, k = m.end(), k + m.lastindex  # prefix k + lastindex - 1 matched (never empty)
+        if pos == start:
             break
     return s[pos:].strip()
 
@@ -249,7 +254,9 @@ def parse_kernel_log(
                 continue
             cur.in_mem_info = False
 
-        m = _INVOKED.match(msg)
+        # each pattern is tried only on a message holding its fixed words (most lines of a
+        # report, its call trace and task table, need two or three tests, not twenty regexes)
+        m = _INVOKED.match(msg) if " invoked oom-killer: " in msg else None
         if m:
             r = open_new(i, t, msg)
             r.invoked = {
@@ -263,18 +270,18 @@ def parse_kernel_log(
             if m["nodemask"] is not None:
                 r.invoked["nodemask"] = m["nodemask"]
             continue
-        m = _REAPED.match(msg)
+        m = _REAPED.match(msg) if msg.startswith("oom_reaper: ") else None
         if m:
             r = by_pid.get(int(m["pid"]))
             if r is not None:
                 r.reaped = True
                 r.last = max(r.last, i)
             continue
-        if _ALLOC_FAIL.search(msg):
+        if "allocation failure" in msg and _ALLOC_FAIL.search(msg):
             cur = None  # an allocation-failure warning is not an oom-killer report
             continue
 
-        m = _KILL_OLD.match(msg)
+        m = _KILL_OLD.match(msg) if "Kill process " in msg else None
         if m:
             if cur is None or cur.chosen is not None or cur.done:
                 open_new(i, t, msg)
@@ -288,7 +295,7 @@ def parse_kernel_log(
                 cur.memcg_evidence.append("Memory cgroup out of memory")
             cur.last = i
             continue
-        m = _KILLED.match(msg)
+        m = _KILLED.match(msg) if "Killed process " in msg else None
         if m:
             if cur is None or cur.done:
                 open_new(i, t, msg)
@@ -313,7 +320,7 @@ def parse_kernel_log(
             by_pid[int(m["pid"])] = cur
             cur = None  # the kill line ends a report (the reaper line finds it by pid)
             continue
-        m = _OOM_KILL.match(msg)
+        m = _OOM_KILL.match(msg) if msg.startswith("oom-kill:") else None
         if m:
             if cur is None or cur.oom_kill is not None or cur.done:
                 open_new(i, t, msg)
@@ -323,7 +330,7 @@ def parse_kernel_log(
                 cur.memcg_evidence.append("oom-kill: constraint=CONSTRAINT_MEMCG")
             cur.last = i
             continue
-        m = _TASK_IN.match(msg)
+        m = _TASK_IN.match(msg) if msg.startswith("Task in ") else None
         if m:
             if cur is None or cur.task_in is not None or cur.done:
                 open_new(i, t, msg)
@@ -332,7 +339,7 @@ def parse_kernel_log(
             cur.memcg_evidence.append("Task in … killed as a result of limit of …")
             cur.last = i
             continue
-        m = _MEMCG_USAGE.match(msg)
+        m = _MEMCG_USAGE.match(msg) if ": usage " in msg else None
         if m:
             if cur is None or m["what"] in cur.memcg or cur.done:
                 open_new(i, t, msg)
@@ -348,7 +355,7 @@ def parse_kernel_log(
                 cur.memcg_evidence.append("memory: usage …, limit …")
             cur.last = i
             continue
-        m = _MEMCG_STATS.match(msg)
+        m = _MEMCG_STATS.match(msg) if msg.startswith("Memory cgroup stats for") else None
         if m:
             if cur is None or cur.memcg_path is not None or cur.done:
                 open_new(i, t, msg)
@@ -359,7 +366,8 @@ def parse_kernel_log(
             cur.memcg_evidence.append("Memory cgroup stats for …")
             cur.last = i
             continue
-        m = _TASK_HEADER.match(msg)
+        bracket = msg.startswith("[")
+        m = _TASK_HEADER.match(msg) if bracket else None
         if m:
             if cur is None or cur.task_cols is not None or cur.done:
                 open_new(i, t, msg)
@@ -367,13 +375,13 @@ def parse_kernel_log(
             cur.task_cols = m["cols"].split()
             cur.last = i
             continue
-        if _TASKS_STATE.match(msg):
+        if msg.startswith("Tasks state") and _TASKS_STATE.match(msg):
             if cur is None or cur.task_cols is not None or cur.done:
                 open_new(i, t, msg)
             assert cur is not None
             cur.last = i
             continue
-        if cur is not None and cur.task_cols:
+        if cur is not None and cur.task_cols and bracket:
             m = _TASK_ROW.match(msg)
             if m:
                 row = _task_row(int(m["pid"]), m["rest"].strip(), cur.task_cols)
@@ -384,7 +392,7 @@ def parse_kernel_log(
                         cur.tasks_dropped += 1
                     cur.last = i
                 continue
-        if _MEMINFO.match(msg):
+        if msg.startswith("Mem-Info:"):
             if cur is None:
                 continue  # Mem-Info also follows allocation failures: not an oom report alone
             cur.in_mem_info = True
@@ -392,32 +400,35 @@ def parse_kernel_log(
                 cur.mem_info[k] = int(v)
             cur.last = i
             continue
-        if cur is None and _STACK_OOM.search(msg):
+        stack = ("oom_kill_process" in msg or "out_of_memory" in msg) and bool(
+            _STACK_OOM.search(msg)
+        )
+        if cur is None and stack:
             open_new(i, t, msg)  # a report whose start is cut off
             continue
         if cur is None:
             continue
-        m = _CPU.match(msg)
+        m = _CPU.match(msg) if msg.startswith("CPU: ") else None
         if m and cur.invoked is not None and cur.invoker_pid is None:
             cur.invoker_pid = int(m["pid"])
             cur.last = i
             continue
-        m = _CPUSET.match(msg)
+        m = _CPUSET.match(msg) if " cpuset=" in msg else None
         if m and cur.cpuset is None:
             cur.cpuset = {"cpuset": m["cpuset"], "mems_allowed": m["mems"]}
             cur.last = i
             continue
-        m = _SWAP.match(msg)
+        m = _SWAP.match(msg) if msg.startswith(("Free swap", "Total swap")) else None
         if m:
             cur.swap[m["which"].lower()] = int(m["kb"]) * 1024
             cur.last = i
             continue
-        m = _RAM_PAGES.match(msg)
+        m = _RAM_PAGES.match(msg) if " pages RAM" in msg else None
         if m:
             cur.ram_pages = int(m["n"])
             cur.last = i
             continue
-        if _STACK_OOM.search(msg) or msg.startswith(("Call Trace", "Call trace", "Hardware name")):
+        if stack or msg.startswith(("Call Trace", "Call trace", "Hardware name")):
             cur.last = i
 
     return [_incident(r, source, origin) for r in reports]

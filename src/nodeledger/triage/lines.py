@@ -1,7 +1,9 @@
 """Bounded line reading for `nodeledger oom`: logs are streamed, never held whole.
 
-- Only regular files are read (or ``-``: standard input, spooled to a temporary file up to
-  :data:`MAX_STDIN_BYTES`); a device, FIFO, socket or directory is bad input.
+- Only regular files are read (or ``-``: standard input, spooled to an anonymous temporary
+  file up to :data:`MAX_STDIN_BYTES`: it has no name from the start, so however the process
+  ends — SIGTERM, SIGKILL, a crash — nothing is left in the temporary folder); a device, FIFO,
+  socket or directory is bad input.
 - Lines are read with a maximum length (:data:`MAX_LINE_BYTES`): a longer line is cut to its
   first :data:`MAX_LINE_BYTES` bytes and the rest is skipped in chunks (never held), and the cut
   is counted (:class:`LineStats`) so the report can say so in a note.
@@ -121,11 +123,10 @@ def text_lines(text: str, stats: LineStats, max_line: int = MAX_LINE_BYTES) -> I
         yield line
 
 
-def spool_stdin(stats: LineStats, limit: int = MAX_STDIN_BYTES) -> str:
-    """Standard input copied to a temporary file (at most ``limit`` bytes); its path.
-
-    The caller removes the file. Input past the limit is left unread and counted in ``stats``.
-    """
+def spool_stdin(stats: LineStats, limit: int = MAX_STDIN_BYTES) -> BinaryIO:
+    """Standard input copied to an anonymous temporary file (at most ``limit`` bytes), open
+    for reading; closing it frees the space (and so does the end of the process, however it
+    ends). Input past the limit is left unread and counted in ``stats``."""
     src = sys.stdin.buffer
     try:
         return _spool(src, stats, limit)
@@ -136,10 +137,12 @@ def spool_stdin(stats: LineStats, limit: int = MAX_STDIN_BYTES) -> str:
         ) from None
 
 
-def _spool(src, stats: LineStats, limit: int) -> str:
-    fd, path = tempfile.mkstemp(prefix="nodeledger-oom-", suffix=".log")
+def _spool(src, stats: LineStats, limit: int) -> BinaryIO:
+    # no name, ever (O_TMPFILE, or unlinked as soon as made): a SIGTERM mid-copy of 1 GiB
+    # used to leave /tmp/nodeledger-oom-*.log behind
+    out = tempfile.TemporaryFile(prefix="nodeledger-oom-", suffix=".log")  # noqa: SIM115 (returned open)
     total = 0
-    with os.fdopen(fd, "wb") as out:
+    try:
         while True:
             chunk = src.read(_CHUNK)
             if not chunk:
@@ -152,7 +155,11 @@ def _spool(src, stats: LineStats, limit: int) -> str:
                 break
             out.write(chunk)
             total += len(chunk)
-    return path
+    except BaseException:
+        out.close()
+        raise
+    out.seek(0)
+    return out
 
 
 def as_lines(text: str | Iterable[str]) -> Iterable[str]:

@@ -45,6 +45,8 @@ _GLOG = re.compile(
     r"^[IWEF](?P<mon>\d\d)(?P<day>\d\d) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)?\s+\d+ "
 )  # glog (torch C++ / torchrun >= 2.2): "E0314 09:26:58.402000 140213 file.py:869] ..."
 _UPTIME = re.compile(r"\[\s*(?P<up>\d+\.\d+)\]")
+# every wall-clock form above holds hh:mm:ss: one search tells whether any of them can match
+_CLOCK_TIME = re.compile(r"\d\d:\d\d:\d\d")
 
 _HEAD = 64  # a line's timestamp sits in its first characters (after a short prefix)
 _HEAD_UPTIME = 128  # "[uptime]" may follow a syslog stamp and a long host name
@@ -81,9 +83,12 @@ def _clock(t: str) -> tuple[int, int, int]:
 def find_time(line: str) -> LogTime | None:
     """The timestamp at the start of ``line`` (None when it has none)."""
     head = line[:_HEAD]
-    m = _ISO.search(head)
-    up = _UPTIME.search(line[:_HEAD_UPTIME])
+    up_head = line[:_HEAD_UPTIME]
+    up = _UPTIME.search(up_head) if "[" in up_head else None
     uptime = float(up["up"]) if up else None
+    m = _ISO.search(head) if "-" in head else None  # the common stamp first: one search
+    if m is None and _CLOCK_TIME.search(head) is None:  # no wall-clock stamp: at most uptime
+        return LogTime(up.group(0), None, True, uptime) if up is not None else None
     if m:
         frac = (m["frac"] or "")[:6]
         tz = m["tz"] or ""

@@ -14,10 +14,14 @@ Linking (both directions, recorded in each incident's ``links``):
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 from nodeledger.triage.accel import parse_accel_log
 from nodeledger.triage.fixes import fixes_for, verdict_line
@@ -42,12 +46,17 @@ class Source:
     boot: datetime | None = None  # boot time, for the live kernel log's uptime stamps
     path: str | None = None  # a regular file, streamed line by line (never held whole)
     stats: LineStats = field(default_factory=LineStats)  # of the last pass over the lines
+    stream: BinaryIO | None = None  # an open seekable file (standard input's spooled copy)
 
     def lines(self) -> Iterator[str]:
         """One pass over the lines, bounded (see ``lines.py``); ``stats`` counts it."""
         self.stats = stats = LineStats(truncated_bytes=self.stats.truncated_bytes)
         if self.text is not None:
             yield from text_lines(self.text, stats)
+            return
+        if self.stream is not None:
+            self.stream.seek(0)
+            yield from read_lines(self.stream, stats)
             return
         if self.path is None:
             return
@@ -64,15 +73,39 @@ class OomReport:
     link_window_s: float = LINK_WINDOW_S
     since: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def _fields(self, incidents: list[dict[str, Any]] | None) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
-            "incidents": [i.to_dict() for i in self.incidents],
+            "incidents": incidents,
             "notes": list(self.notes),
             "sources_read": list(self.sources_read),
             "link_window_s": self.link_window_s,
             "since": self.since,
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._fields([i.to_dict() for i in self.incidents])
+
+    def json_chunks(self) -> Iterator[str]:
+        """``json.dumps(self.to_dict(), indent=2, allow_nan=False)``, character for character,
+        in pieces: one incident's dict at a time, so a report of tens of thousands of
+        incidents never holds all their dicts and all their text at once."""
+        dumps = functools.partial(json.dumps, indent=2, allow_nan=False)
+        yield "{"
+        for n, (key, value) in enumerate(self._fields(None).items()):
+            yield ("," if n else "") + "\n  " + json.dumps(key) + ": "
+            if key != "incidents":  # JSON text holds no raw newline: each one is indentation
+                yield dumps(value).replace("\n", "\n  ")
+            elif not self.incidents:
+                yield "[]"
+            else:
+                yield "["
+                for k, inc in enumerate(self.incidents):
+                    yield (
+                        ("," if k else "") + "\n    " + dumps(inc.to_dict()).replace("\n", "\n    ")
+                    )
+                yield "\n  ]"
+        yield "\n}"
 
 
 def parse_text(
@@ -208,6 +241,26 @@ def build_report(
     be (not with --no-kernel-log). With no incident found the verdict is then ``inconclusive``,
     not ``none``: a kernel oom-killer kill would not show in what was read.
     """
+    with _without_gc_pauses():
+        return _build_report(sources, notes, since_s, since_text, now, window_s,
+                             kernel_log_unread)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _without_gc_pauses() -> Iterator[None]:
+    """Python's cyclic collector off while a log is read: a dense log makes tens of thousands of
+    incidents (dicts, lists: no reference cycles), and the collector re-walking all of them as
+    they pile up was half the time of reading them.  Back as it was afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build_report(sources, notes, since_s, since_text, now, window_s, kernel_log_unread):
     notes = list(notes or [])
     incidents: list[Incident] = []
     read: list[dict[str, Any]] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeledger.errors import InputError
-from nodeledger.files import check_user_file
+from nodeledger.files import check_user_file, loads_toml
 from nodeledger.ledger.jobs import JOB_OPTION_NAMES, build_job
 
 if sys.version_info >= (3, 11):
@@ -22,7 +22,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 OWN_KEYS = {"id", "title", "model", "job", "expect", "machines", "beside", "peak_sequences", "claim",
-            "priority", "command", "peak_requests_per_s", "peak_output_tokens_per_s"}  # fmt: skip
+            "priority", "command", "peak_requests_per_s", "peak_output_tokens_per_s",
+            "slo_ttft_p99_s", "slo_tpot_p99_s"}  # fmt: skip
 EXPECT = ("can", "tight", "cannot")
 JOB_KINDS = ("serve", "train", "lora", "qlora", "load")
 # a workload id becomes file names (``<id>.sbatch``), Slurm job names, Pod names and labels and
@@ -64,6 +65,10 @@ class Workload:
     peak_sequences: int | None = None
     peak_requests_per_s: float | None = None  # serving: requests/s at peak (input/output lengths)
     peak_output_tokens_per_s: float | None = None  # serving: output tokens/s at peak
+    # serving: the service levels a peak must be met within (seconds; TTFT and TPOT p99): the
+    # capacity that counts is the highest request rate a replica sustains within them
+    slo_ttft_p99_s: float | None = None
+    slo_tpot_p99_s: float | None = None
     claim: str | None = None  # a field claim to check against the ledger (printed beside it)
     priority: int = 0  # placement: higher is placed first
     command: tuple[str, ...] | None = None  # placement: the argv `nodeledger run` starts
@@ -92,7 +97,7 @@ def default_catalogue_text() -> str:
 
 def parse_catalogue(text: str, where: str) -> list[Workload]:
     try:
-        data = tomllib.loads(text)
+        data = loads_toml(text, where)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where}: not valid TOML ({exc})") from None
     extra = sorted(set(data) - {"workloads"})
@@ -135,7 +140,8 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
         if peak is not None and raw["job"] != "serve":
             raise InputError(f"{where}: workload {wid!r}: peak_sequences applies to serve jobs")
         rates = {}
-        for key in ("peak_requests_per_s", "peak_output_tokens_per_s"):
+        for key in ("peak_requests_per_s", "peak_output_tokens_per_s", "slo_ttft_p99_s",
+                    "slo_tpot_p99_s"):  # fmt: skip
             v = raw.get(key)
             if v is None:
                 continue

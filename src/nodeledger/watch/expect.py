@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from nodeledger.errors import InputError
-from nodeledger.files import check_user_file
+from nodeledger.files import check_user_file, loads_json
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
 from nodeledger.verdict.fit import fit, job_options
 
@@ -98,21 +98,24 @@ def from_job(model: str, spec, job, machine, cards: list[int] | None = None) -> 
 def from_plan(path: str, machine) -> dict:
     """Expectations of a plan: PLAN.toml (the planner decides) or `nodeledger place --json`."""
     p = Path(path)
+    check_user_file(p, "plan")  # a device, FIFO or folder: one line naming what it is
     if not p.is_file():
         raise InputError(f"--plan {path!r} not found")
     if p.suffix == ".json":
         try:
             check_user_file(p, "placement JSON")
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = loads_json(p.read_text(encoding="utf-8"), f"--plan {path}")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"--plan {path}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise InputError(f"--plan {path}: JSON nested too deeply to be a placement") from None
         if not isinstance(data, dict) or not isinstance(data.get("replicas"), list):
             raise InputError(
                 f"--plan {path}: no 'replicas' list (expected `nodeledger place --json`)"
             )
         boats = data.get("lifeboat")
         return {"source": f"placement {p.name}", "groups": _groups(data["replicas"], {}),
-                "lifeboat": [int(c) for c in boats] if isinstance(boats, list) else []}  # fmt: skip
+                "lifeboat": [_card(c, "lifeboat") for c in boats] if isinstance(boats, list) else []}  # fmt: skip
     from nodeledger.placement.planner import plan
     from nodeledger.verdict.catalogue import load_catalogue, load_specs
 
@@ -133,6 +136,13 @@ def from_plan(path: str, machine) -> dict:
             "lifeboat": list(res.get("lifeboat") or [])}  # fmt: skip
 
 
+def _card(c, where: str) -> int:
+    """A card index of a plan: a non-negative integer (a placement's own JSON), else one line."""
+    if isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 1 << 16:
+        return c
+    raise InputError(f"--plan: {where}: card {str(c)[:40]!r} is not a card index")
+
+
 def _groups(replicas: list, unsharded: dict, shards: dict | None = None, kinds: dict | None = None):
     groups = []
     for k, r in enumerate(replicas):
@@ -145,7 +155,7 @@ def _groups(replicas: list, unsharded: dict, shards: dict | None = None, kinds: 
             "name": str(r.get("replica", f"replica {k}")),
             "job": (kinds or {}).get(wid),
             "shard": shard if shard not in (None, "none") else None,
-            "cards": [int(c) for c in r["cards"]],
+            "cards": [_card(c, f"replica {k}") for c in r["cards"]],
             "predicted": {str(c): b for c in r["cards"]} if isinstance(b, int) else {},
             "unsharded_bytes": unsharded.get(wid),
         })  # fmt: skip

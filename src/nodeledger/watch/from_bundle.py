@@ -87,8 +87,18 @@ def open_from_bundle(path, backend: str = "auto"):
         name = "auto"
     step = float(info.get("interval_s") or 1.0)
     b = open_backend(name, runner=rr, host_only=True)  # a bundle of a host without cards
-    times = [float(x) for x in info.get("t", [])]
+    # what the bundle holds, never what its manifest claims (a hostile "samples": 10**12, or a
+    # million sample times over one recording, would replay the last recording for ever): one
+    # sample per recording of its most-recorded command or file
+    held = max(1, rr.recordings)
+    listed = info.get("t", [])
+    times = [float(x) for x in listed[:held]]
     notes = []
+    if len(listed) > held:
+        notes.append(
+            f"the manifest lists {len(listed):,} sample times; the bundle holds {held:,} "
+            f"recording(s): {held:,} sample(s) replayed"
+        )
     if not times:
         notes.append(
             "the bundle holds no sample times: samples are placed "
@@ -97,9 +107,7 @@ def open_from_bundle(path, backend: str = "auto"):
     made = rr.manifest.get("composed_from")
     if isinstance(made, str) and made:
         notes.append(f"the bundle was assembled from {made[:300]}")
-    # what the bundle holds, never what its manifest claims (a hostile "samples": 10**12 would
-    # replay the last recording for ever): its sample times, else its most-recorded command
-    samples = len(times) if times else max(1, rr.rounds)
+    samples = len(times) if times else held
     host = _BundleHost(rr, rr.manifest.get("hostname"))
     return b, host, ReplayClock(times, step), samples, step, notes
 

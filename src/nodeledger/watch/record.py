@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nodeledger.errors import InputError
+from nodeledger.files import special_kind
 
 VERSION = 1
 MAX_LINE_CHARS = 16 * 2**20  # a sample of 8 cards with hundreds of pids is a few tens of KiB
@@ -131,6 +132,12 @@ def read_stream(path: str | Path) -> tuple[dict, Iterator[dict]]:
     p = Path(path)
     if p.is_dir():
         raise InputError(f"--replay {p}: is a directory, not a recorded stream")
+    try:
+        kind = special_kind(p.stat().st_mode)
+    except OSError:
+        kind = None  # missing: "file not found" below
+    if kind is not None:
+        raise InputError(f"--replay {p}: not a regular file ({kind}): a recorded stream is a file")
     if not p.is_file():
         raise InputError(f"--replay {p}: file not found")
     try:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import re
 
-from nodeledger.machine.parsers.common import ParseError, size_to_bytes
+from nodeledger.machine.parsers.common import ParseError, shorten, size_to_bytes
 
 
 def _refusing(what: str):
@@ -30,11 +31,13 @@ def _refusing(what: str):
                 raise
             except (
                 ValueError,
+                ArithmeticError,  # a number past float's range ("9" x 400 -> inf)
                 KeyError,
                 IndexError,
                 TypeError,
                 AttributeError,
                 RecursionError,
+                csv.Error,  # a CSV field over the csv module's limit
             ) as exc:
                 raise ParseError(f"{what} output not understood: {exc}") from None
 
@@ -67,6 +70,18 @@ _PROC_FIELDS = {"GTT_MEM": "gtt_bytes", "CPU_MEM": "cpu_bytes", "VRAM_MEM": "vra
                 "MEM_USAGE": "mem_usage_bytes", "GFX": "gfx_ns", "ENC": "enc_ns"}  # fmt: skip
 
 
+MAX_FIGURE = 1e15  # no card figure (W, °C, MHz, %, ns, bytes / 2**20) reaches it: garbage
+MAX_BYTES = 2**60
+
+
+def _plausible(v: float, what: str) -> float:
+    """``v`` when it is a finite, non-negative figure below MAX_FIGURE; else ValueError (a
+    cell that is not a reading: the caller makes it unknown, or refuses the output)."""
+    if not math.isfinite(v) or not 0 <= v <= MAX_FIGURE:
+        raise ValueError(f"{what} {v!r} is not a possible figure")
+    return v
+
+
 def _sized(value: float, unit: str, otherwise):
     """``value`` in bytes when ``unit`` is a byte unit size_to_bytes knows ("2.8 GB", "196592
     MB": binary, as amd-smi means them), else ``otherwise``."""
@@ -85,10 +100,13 @@ def _bytes(text: str) -> int | None:
         return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?I?B)", t, re.IGNORECASE)
     if not m:
-        if re.fullmatch(r"[0-9]+", t):
+        if re.fullmatch(r"[0-9]{1,18}", t):
             return int(t)
         raise ValueError(f"not a memory size: {t!r}")
-    return size_to_bytes(float(m.group(1)), m.group(2))
+    n = size_to_bytes(_plausible(float(m.group(1)), "memory size"), m.group(2))
+    if n > MAX_BYTES:
+        raise ValueError(f"memory size {t!r} is larger than any memory")
+    return n
 
 
 def _ns(text: str) -> int | None:
@@ -98,7 +116,7 @@ def _ns(text: str) -> int | None:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ns|us|ms|s)?", t)
     if not m:
         raise ValueError(f"not a duration: {t!r}")
-    return round(float(m.group(1)) * _NS[m.group(2) or "ns"])
+    return round(_plausible(float(m.group(1)), "duration") * _NS[m.group(2) or "ns"])
 
 
 def _number(text: str, unit: str) -> float | int | None:
@@ -108,7 +126,7 @@ def _number(text: str, unit: str) -> float | int | None:
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)\s*(W|°C|C|MHz|GHz|%)?", t)
     if not m:
         raise ValueError(f"not a {unit} figure: {t!r}")
-    v = float(m.group(1)) * (1000 if m.group(2) == "GHz" else 1)
+    v = _plausible(float(m.group(1)) * (1000 if m.group(2) == "GHz" else 1), unit)
     return int(v) if v.is_integer() else v
 
 
@@ -145,27 +163,27 @@ def parse_amd_smi_monitor(text: str) -> dict:
             raise ParseError(
                 f"amd-smi monitor row {cells!r}: {len(cells)} cells under {len(header)} columns"
             )
+        if not re.fullmatch(r"[0-9]{1,6}", cells[0]):
+            raise ParseError(f"amd-smi monitor row: GPU {shorten(cells[0])} is not a card index")
         card: dict = {"index": int(cells[0])}
         other = {}
         for name, value in zip(header[1:], cells[1:], strict=True):
             field, unit = _MONITOR.get(name.upper(), (None, None))
             if field is None:
                 other[name] = None if value.upper() == "N/A" else value
-            elif unit == "used/total":  # "3.0/191.7 GB"
-                m = re.fullmatch(
-                    r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*([KMGT]?I?B)", value.strip(), re.IGNORECASE
+                continue
+            try:
+                card.update(_monitor_cell(field, unit, name, value))
+            except (ValueError, ArithmeticError):
+                # one unreadable cell ("NaN MHz") is that figure unknown, not the table: the
+                # card and its other columns are kept
+                blank = (f"{field}_used_bytes", f"{field}_total_bytes") if unit == "used/total" \
+                    else (field,)  # fmt: skip
+                card.update(dict.fromkeys(blank))
+                notes.append(
+                    f"amd-smi monitor card {card['index']} {name} {shorten(value)} not a "
+                    "number; unknown"
                 )
-                used = _bytes(f"{m.group(1)} {m.group(3)}") if m else None
-                total = _bytes(f"{m.group(2)} {m.group(3)}") if m else None
-                card[f"{field}_used_bytes"], card[f"{field}_total_bytes"] = used, total
-            elif unit == "bytes":
-                card[field] = _bytes(value)
-            elif unit in ("index", "count"):
-                if value.upper() != "N/A" and not re.fullmatch(r"[0-9]+", value):
-                    raise ValueError(f"{name} {value!r} is not a count")
-                card[field] = None if value.upper() == "N/A" else int(value)
-            else:
-                card[field] = _number(value, unit)
         if other:
             card["other"] = other
         cards.append(card)
@@ -192,9 +210,30 @@ def parse_amd_smi_monitor(text: str) -> dict:
     return out
 
 
+def _monitor_cell(field: str, unit: str, name: str, value: str) -> dict:
+    """The figure(s) of one known `amd-smi monitor` cell; ValueError when it is not one."""
+    if unit == "used/total":  # "3.0/191.7 GB"
+        m = re.fullmatch(
+            r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*([KMGT]?I?B)", value.strip(), re.IGNORECASE
+        )
+        used = _bytes(f"{m.group(1)} {m.group(3)}") if m else None
+        total = _bytes(f"{m.group(2)} {m.group(3)}") if m else None
+        return {f"{field}_used_bytes": used, f"{field}_total_bytes": total}
+    if unit == "bytes":
+        return {field: _bytes(value)}
+    if unit in ("index", "count"):
+        if value.upper() != "N/A" and not re.fullmatch(r"[0-9]{1,15}", value):
+            raise ValueError(f"{name} {value!r} is not a count")
+        return {field: None if value.upper() == "N/A" else int(value)}
+    return {field: _number(value, unit)}
+
+
 def _proc_from(f: dict) -> dict:
     """One process from amd-smi's field names (upper case)."""
     name = f.get("NAME")
+    for key in ("GPU", "PID"):
+        if not re.fullmatch(r"\s*[0-9]{1,12}\s*", f[key]):
+            raise ValueError(f"{key} {f[key][:40]!r} is not a card index or pid")
     p = {"card": int(f["GPU"]), "pid": int(f["PID"]),
          "name": None if name in (None, "N/A") else name}  # fmt: skip
     for key, field in _PROC_FIELDS.items():
@@ -268,6 +307,7 @@ def _value(v, what: str) -> int | None:
         return None
     if isinstance(val, bool) or not isinstance(val, (int, float)):
         raise ValueError(f"{what}: not a number: {val!r}")
+    _plausible(val, what)
     if unit in _NS:
         return round(val * _NS[unit])
     return _sized(val, unit or "B", round(val))
@@ -349,7 +389,9 @@ def _metric_value(v, field_unit: str):
         if m is None:
             return None
         v, unit = float(m.group(1)), m.group(2) or unit
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    if not 0 <= v <= MAX_FIGURE:
         return None
     if field_unit == "B":
         return _sized(v, str(unit or "MB"), None)

@@ -110,15 +110,16 @@ def finite(value: float | None, lo: float = 0.0, hi: float = 1e15) -> float | No
     return v if math.isfinite(v) and lo <= v <= hi else None
 
 
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def to_float(text: str | None, lo: float = 0.0, hi: float = 1e15) -> float | None:
     """A finite number within [lo, hi] from text ("12.5"), else None ("N/A", "0x10", "1e400",
     "NaN", "-1", "...")."""
     if text is None or not isinstance(text, str) or len(text) > 64:
         return None
     t = text.strip()
-    if not t.isascii() or not re.fullmatch(
-        r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", t
-    ):
+    if not t.isascii() or not _FLOAT.fullmatch(t):
         return None
     return finite(float(t), lo, hi)
 

@@ -421,6 +421,9 @@ def parse_compute_apps(text: str) -> list[dict]:
     return out
 
 
+_QUERY_CELL = re.compile(r"(-?[0-9.]{1,40})\s*(MiB|W|MHz|%)?")
+
+
 def parse_query_any(text: str) -> dict:
     """Any ``nvidia-smi --query-gpu=... / --query-compute-apps=... --format=csv`` output with its
     header row: columns (name, unit) and rows as dicts; "[N/A]" and friends become None,
@@ -456,7 +459,7 @@ def parse_query_any(text: str) -> dict:
             if v.startswith("[") or v in ("N/A", ""):
                 row[name] = None
                 continue
-            m = re.fullmatch(r"(-?[0-9.]{1,40})\s*(MiB|W|MHz|%)?", v)
+            m = _QUERY_CELL.fullmatch(v)  # compiled once: a cell of 20,000 rows x 20 columns
             num = to_float(m.group(1), lo=-1e15) if m and (unit or m.group(2)) else None
             if num is None and m and (unit or m.group(2)):
                 row[name] = None  # a number column whose cell is not a finite number ("1e400")

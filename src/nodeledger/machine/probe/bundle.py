@@ -31,17 +31,26 @@ from nodeledger.machine.probe.runner import MiB, RawResult, Runner
 
 MANIFEST = "manifest.json"
 FORMAT = "nodeledger-bundle-1"
-# Reading a bundle is bounded (a small gzip bomb must not take gigabytes and minutes): each
-# member's uncompressed size, their total, their number, and the decompressed archive itself
-# (tar headers, padding and pax records on top of the members' data).  A bundle over a cap is
-# refused with one line naming it.  write_bundle keeps what it writes under the same caps.
-MAX_MEMBER_BYTES = 64 * MiB
-MAX_TOTAL_BYTES = 256 * MiB
+# Reading a bundle is bounded (a small gzip bomb must not take gigabytes and minutes, nor a
+# manifest of millions of short strings hundreds of MB once parsed): each member's
+# uncompressed size as its header declares it, their total, their number, and the
+# decompressed archive itself (tar headers, padding and pax records on top of the members'
+# data) are checked before anything is read on; the manifest's size, the number of values in
+# it (counted in its text, before it is parsed) and the length of its lists too.  A bundle over
+# a cap is refused with one line naming it.  Members are kept as bytes (decoded when a replay
+# reads them), so memory stays within MAX_TOTAL_BYTES and the interpreter.  write_bundle keeps
+# what it writes under the same caps (a probe's bundle is a few MiB).
+MAX_MEMBER_BYTES = 24 * MiB  # above the runner's 16 MiB caps on one output or file
+MAX_TOTAL_BYTES = 64 * MiB
 MAX_MEMBERS = 65536
-MAX_ARCHIVE_BYTES = MAX_TOTAL_BYTES + 128 * MiB
-STDOUT_BUDGET = MAX_TOTAL_BYTES - 64 * MiB  # commands' stdout in all; the rest: files, manifest
-STDERR_BUDGET = 8 * MiB  # characters of stderr in all (inline in the manifest)
-FILE_SAMPLES_BUDGET = 32 * MiB  # characters of repeated file readings (watch samples) in all
+MAX_ARCHIVE_BYTES = MAX_TOTAL_BYTES + 72 * MiB  # + a 1 KiB header and padding per member
+MAX_MANIFEST_BYTES = 16 * MiB
+MAX_MANIFEST_VALUES = 1_000_000  # JSON values in the manifest (a probe's: tens of thousands)
+MAX_LISTED = MAX_MEMBERS  # commands, files, file readings, glob paths: each in all
+STDOUT_BUDGET = 32 * MiB  # bytes of commands' stdout in all
+STDERR_BUDGET = 4 * MiB  # characters of stderr in all (inline in the manifest)
+FILE_SAMPLES_BUDGET = 8 * MiB  # characters of repeated file readings (watch samples) in all
+FILES_BUDGET = MAX_TOTAL_BYTES - STDOUT_BUDGET - FILE_SAMPLES_BUDGET - MAX_MANIFEST_BYTES
 
 
 def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path:
@@ -74,12 +83,18 @@ def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path
             entry["truncated"] = res.truncated  # "stdout truncated at 16 MiB" (the runner's cap)
         commands.append(entry)
     files = {}
+    files_used = 0
     for j, (fpath, text) in enumerate(sorted(r.files.items())):
+        data = text.encode() if text is not None else b""
         if text is None:
             files[fpath] = {"file": None, "problem": r.problems.get(fpath, "unreadable")}
+        elif files_used + len(data) > FILES_BUDGET:
+            files[fpath] = {"file": None, "problem": "left out: the bundle's "
+                            f"{FILES_BUDGET / MiB:g} MiB cap on files was reached"}  # fmt: skip
         else:
             name = f"files/{j:04d}"
-            entries[name] = text.encode()
+            entries[name] = data
+            files_used += len(data)
             files[fpath] = {"file": name}
     # files read more than once (a watch sample's /proc figures): every reading, in order, so
     # the replay gives each sample its own; within FILE_SAMPLES_BUDGET characters in all
@@ -87,10 +102,13 @@ def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path
     seen: dict[str, int] = {}
     for fpath, _text, _problem in r.file_log:
         seen[fpath] = seen.get(fpath, 0) + 1
-    used = 0
+    used = kept = 0
     for k, (fpath, text, problem) in enumerate(r.file_log):
         if seen[fpath] < 2:
             continue
+        if kept >= MAX_LISTED:
+            break  # as over the budget below
+        kept += 1
         if text is None:
             file_samples.setdefault(fpath, []).append(
                 {"file": None, "problem": problem or "unreadable"}
@@ -123,7 +141,7 @@ def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path
 class ReplayRunner(Runner):
     """A Runner whose commands, files, tool look-ups and globs come from a bundle."""
 
-    def __init__(self, manifest: dict, blobs: dict[str, str], where: str) -> None:
+    def __init__(self, manifest: dict, blobs: dict[str, str | bytes], where: str) -> None:
         super().__init__()
         self.manifest, self.blobs, self.where = manifest, blobs, where
         # A command recorded several times (a watch's samples, ``bundle --watch-samples``)
@@ -140,8 +158,20 @@ class ReplayRunner(Runner):
         """The most times any one command was recorded (1 for a probe's bundle)."""
         return max((len(v) for v in self._cmds.values()), default=0)
 
+    @property
+    def recordings(self) -> int:
+        """The most readings the bundle really holds of any one command or file (a watch
+        sample's own outputs): what a replay can play, whatever the manifest claims."""
+        files = max((len(v) for v in self._file_samples.values()), default=0)
+        return max(self.rounds, files)
+
     def which(self, tool: str) -> str | None:
         return self.manifest.get("tools", {}).get(tool)
+
+    def _blob(self, name: str) -> str | None:
+        """A member's text (members are kept as bytes and decoded when read), None if absent."""
+        data = self.blobs.get(name)
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
 
     def _next(self, recorded: list, played: dict, key):
         """The next of ``key``'s recordings (in order, then the last again), or None."""
@@ -157,7 +187,7 @@ class ReplayRunner(Runner):
         if c is None:
             res = RawResult(list(argv), problem="not in the bundle")
         else:
-            res = RawResult(list(argv), self.blobs.get(c["stdout"], ""), c.get("stderr") or "",
+            res = RawResult(list(argv), self._blob(c["stdout"]) or "", c.get("stderr") or "",
                             c.get("returncode"), c.get("seconds") or 0.0, c.get("problem"),
                             c.get("truncated"))  # fmt: skip
         self.log.append(res)
@@ -170,7 +200,7 @@ class ReplayRunner(Runner):
                 self.problems[path] = str(f.get("problem") or "not in the bundle")
                 self.files[path] = None
                 return None
-            text = self.blobs[f["file"]]
+            text = self._blob(f["file"])
             self.files[path] = text
             return text
         f = self.manifest.get("files", {}).get(path)
@@ -178,7 +208,7 @@ class ReplayRunner(Runner):
             self.problems[path] = (f or {}).get("problem", "not in the bundle")
             self.files[path] = None
             return None
-        text = self.blobs.get(f["file"])
+        text = self._blob(f["file"])
         self.files[path] = text
         return text
 
@@ -215,6 +245,11 @@ def load_bundle(path: str | Path) -> ReplayRunner:
                 name = _member_name(m.name, p)
                 if m.isfile() and name:
                     _check_member_size(m, p)
+                    if name == MANIFEST and m.size > MAX_MANIFEST_BYTES:
+                        raise InputError(
+                            f"{p}: bundle manifest is {m.size / MiB:,.0f} MiB, over the "
+                            f"{MAX_MANIFEST_BYTES / MiB:g} MiB cap on a manifest; refusing it"
+                        )
                     total += m.size
                     if total > MAX_TOTAL_BYTES:
                         raise InputError(
@@ -224,7 +259,7 @@ def load_bundle(path: str | Path) -> ReplayRunner:
                     if name in blobs:
                         raise InputError(f"{p}: bundle member {name!r} appears twice")
                     fh = tar.extractfile(m)  # read into memory; nothing is ever extracted
-                    blobs[name] = fh.read().decode(errors="replace") if fh else ""
+                    blobs[name] = fh.read() if fh else b""  # decoded when replayed
     except _TooBig as exc:
         raise _too_big(exc.args[0], p) from None
     except RecursionError:  # thousands of chained extension headers: tarfile recurses per header
@@ -234,14 +269,23 @@ def load_bundle(path: str | Path) -> ReplayRunner:
         raise InputError(f"{p}: not a readable bundle archive ({first.rstrip(':')})") from None
     if MANIFEST not in blobs:
         raise InputError(f"{p}: bundle has no {MANIFEST}")
+    raw = blobs.pop(MANIFEST)
+    # every value past a container's first follows a comma: an upper bound on the values the
+    # parse would build, counted before building them
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if values > MAX_MANIFEST_VALUES:
+        raise InputError(
+            f"{p}: bundle manifest holds up to {values:,} values, over the cap of "
+            f"{MAX_MANIFEST_VALUES:,} (a probe's holds tens of thousands); refusing it"
+        )
     try:
-        manifest = json.loads(blobs[MANIFEST])
+        manifest = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: bundle manifest is not valid JSON: {exc.msg}") from None
     except RecursionError:  # [[[[... 200,000 levels deep
         raise InputError(f"{p}: bundle manifest nests too deeply; refusing it") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise InputError(f"{p}: bundle manifest is not valid JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts; bad UTF-8
+        raise InputError(f"{p}: bundle manifest is not valid JSON: {str(exc)[:120]}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"{p}: not a {FORMAT} bundle")
     _check_manifest(manifest, p)
@@ -339,6 +383,12 @@ def _check_manifest(m: dict, p: Path) -> None:
     cmds = m.get("commands", [])
     if not isinstance(cmds, list):
         raise bad("commands")
+    for field, n in _listed(m):
+        if n > MAX_LISTED:
+            raise InputError(
+                f"{p}: bundle manifest lists {n:,} {field}, over the cap of {MAX_LISTED:,}; "
+                "refusing it"
+            )
     for i, c in enumerate(cmds):
         if not isinstance(c, dict) or not _is_str_list(c.get("argv")) or not c.get("argv"):
             raise bad(f"commands.{i}.argv")
@@ -377,6 +427,22 @@ def _check_manifest(m: dict, p: Path) -> None:
     globs = m.get("globs", {})
     if not isinstance(globs, dict) or not all(_is_str_list(v) for v in globs.values()):
         raise bad("globs")
+
+
+def _listed(m: dict) -> list[tuple[str, int]]:
+    """(what, how many) of each list a replay walks: commands, files, file readings and glob
+    paths, each counted in all."""
+
+    def size(v) -> int:
+        return len(v) if isinstance(v, (list, dict)) else 0
+
+    samples, globs = m.get("file_samples"), m.get("globs")
+    return [
+        ("commands", size(m.get("commands"))),
+        ("files", size(m.get("files"))),
+        ("file readings", sum(map(size, samples.values())) if isinstance(samples, dict) else 0),
+        ("glob paths", sum(map(size, globs.values())) if isinstance(globs, dict) else 0),
+    ]
 
 
 def manifest_from_outputs(commands: dict[tuple[str, ...], str], files: dict[str, str] | None = None,
