@@ -67,8 +67,11 @@ def test_oom_identical_incidents_are_one_row_counted(tmp_path):
     assert "2,000 incident(s) in 1 distinct row(s)" in proc.stdout
     assert "1 ×2,000" in proc.stdout and "and 1,994 more" in proc.stdout
     assert proc.stdout.count("fix: stagger big loads") == 1  # the details drawn once
-    data = json.loads(run_cli("oom", "--no-kernel-log", str(log), "--json").stdout)
+    text = run_cli("oom", "--no-kernel-log", str(log), "--json").stdout
+    data = json.loads(text)
     assert len(data["incidents"]) == 2000  # every incident in --json
+    # past 1,000 incidents each is written on one line (json's C encoder): the same value
+    assert text.count("\n    {") == 2000 and '{\n      "' not in text
 
 
 def test_oom_draws_50_rows_of_distinct_incidents(tmp_path):

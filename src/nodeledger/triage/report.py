@@ -89,7 +89,8 @@ class OomReport:
     def json_chunks(self) -> Iterator[str]:
         """``json.dumps(self.to_dict(), indent=2, allow_nan=False)``, character for character,
         in pieces: one incident's dict at a time, so a report of tens of thousands of
-        incidents never holds all their dicts and all their text at once."""
+        incidents never holds all their dicts and all their text at once.  Past
+        COMPACT_INCIDENTS incidents each is written on one line (the same JSON value)."""
         dumps = functools.partial(json.dumps, indent=2, allow_nan=False)
         yield "{"
         for n, (key, value) in enumerate(self._fields(None).items()):
@@ -100,12 +101,25 @@ class OomReport:
                 yield "[]"
             else:
                 yield "["
+                # past COMPACT_INCIDENTS each incident is one line (json's C encoder; indenting
+                # tens of thousands of them took most of the time): the same JSON value
+                many = len(self.incidents) > COMPACT_INCIDENTS
                 for k, inc in enumerate(self.incidents):
+                    if many:
+                        yield (
+                            ("," if k else "")
+                            + "\n    "
+                            + json.dumps(inc.to_dict(), allow_nan=False, separators=(", ", ": "))
+                        )
+                        continue
                     yield (
                         ("," if k else "") + "\n    " + dumps(inc.to_dict()).replace("\n", "\n    ")
                     )
                 yield "\n  ]"
         yield "\n}"
+
+
+COMPACT_INCIDENTS = 1000  # incidents written indented; more: one line each
 
 
 def parse_text(
