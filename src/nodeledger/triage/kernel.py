@@ -200,6 +200,9 @@ def _int(v: Any) -> int | None:
         return None
 
 
+_SAME_SECOND = 20  # "2025-03-14T09:26:53," / "[Thu Dec  4 12:00:01" / "Dec  4 12:00:01 host"
+
+
 def parse_kernel_log(
     text: str | Iterable[str], source: str, *, origin: str = "file", boot: datetime | None = None
 ) -> list[Incident]:
@@ -221,6 +224,8 @@ def parse_kernel_log(
         return cur
 
     pending, window = clock.pending, clock.window
+    last_stamp: LogTime | None = None
+    last_head = None
     for i, raw in enumerate(as_lines(text), 1):
         # outside a report, a line that cannot start one is skipped unparsed
         if cur is None and not (
@@ -237,12 +242,28 @@ def parse_kernel_log(
                 clock.settle()
             continue
         raw = clip_digits(raw)
-        stamp, t = clock.at(raw)
+        # inside a report, a line whose first characters (its stamp down to the second, in the
+        # ISO, ctime and syslog formats) repeat the previous stamped line's has that line's time:
+        # neither parsed again nor checked for a gap (the same second)
+        # (the exact time is parsed only where a line needs it: one that opens a report or
+        # kills a process, through ``when``)
+        head = raw[:_SAME_SECOND]
+        same = cur is not None and last_stamp is not None and head == last_head
+        if same:
+            stamp = t = None
+        else:
+            stamp, t = clock.at(raw)
+            if stamp is not None:
+                last_stamp, last_head = stamp, head
+
+        def when(raw=raw, same=same, t=t) -> LogTime | None:
+            return clock.at(raw)[1] if same else t
+
         msg = kernel_message(raw)
         if not msg:
             continue
         # a report left open (truncated) does not swallow lines of a much later event
-        if cur is not None and stamp is not None and cur.time is not None:
+        if not same and cur is not None and stamp is not None and cur.time is not None:
             gap = seconds_apart(stamp, cur.time)
             if gap is not None and gap > _GAP_S:
                 cur = None
@@ -258,7 +279,7 @@ def parse_kernel_log(
         # report, its call trace and task table, need two or three tests, not twenty regexes)
         m = _INVOKED.match(msg) if " invoked oom-killer: " in msg else None
         if m:
-            r = open_new(i, t, msg)
+            r = open_new(i, when(), msg)
             r.invoked = {
                 "process": m["comm"],
                 "pid": None,
@@ -284,7 +305,7 @@ def parse_kernel_log(
         m = _KILL_OLD.match(msg) if "Kill process " in msg else None
         if m:
             if cur is None or cur.chosen is not None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             cur.chosen = {
                 "pid": int(m["pid"]),
@@ -298,7 +319,7 @@ def parse_kernel_log(
         m = _KILLED.match(msg) if "Killed process " in msg else None
         if m:
             if cur is None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             rest = m["rest"]
             vals: dict[str, Any] = {}
@@ -313,7 +334,7 @@ def parse_kernel_log(
             }
             if m["why"] and m["why"].startswith("Memory cgroup"):
                 cur.memcg_evidence.append("Memory cgroup out of memory")
-            cur.kill_time = t
+            cur.kill_time = when()
             cur.kill_line = i
             cur.kill_message = msg
             cur.last = i
@@ -323,7 +344,7 @@ def parse_kernel_log(
         m = _OOM_KILL.match(msg) if msg.startswith("oom-kill:") else None
         if m:
             if cur is None or cur.oom_kill is not None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             cur.oom_kill = _kv_line(m["kv"])
             if cur.oom_kill.get("constraint") == "CONSTRAINT_MEMCG" or "oom_memcg" in cur.oom_kill:
@@ -333,7 +354,7 @@ def parse_kernel_log(
         m = _TASK_IN.match(msg) if msg.startswith("Task in ") else None
         if m:
             if cur is None or cur.task_in is not None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             cur.task_in = {"task_memcg": m["task"], "oom_memcg": m["oom"]}
             cur.memcg_evidence.append("Task in … killed as a result of limit of …")
@@ -342,7 +363,7 @@ def parse_kernel_log(
         m = _MEMCG_USAGE.match(msg) if ": usage " in msg else None
         if m:
             if cur is None or m["what"] in cur.memcg or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             limit_kb = int(m["limit"])
             cur.memcg[m["what"]] = {
@@ -358,7 +379,7 @@ def parse_kernel_log(
         m = _MEMCG_STATS.match(msg) if msg.startswith("Memory cgroup stats for") else None
         if m:
             if cur is None or cur.memcg_path is not None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             cur.memcg_path = m["cg"].strip()
             for s in _STATS_KB.finditer(m["rest"]):
@@ -370,14 +391,14 @@ def parse_kernel_log(
         m = _TASK_HEADER.match(msg) if bracket else None
         if m:
             if cur is None or cur.task_cols is not None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             cur.task_cols = m["cols"].split()
             cur.last = i
             continue
         if msg.startswith("Tasks state") and _TASKS_STATE.match(msg):
             if cur is None or cur.task_cols is not None or cur.done:
-                open_new(i, t, msg)
+                open_new(i, when(), msg)
             assert cur is not None
             cur.last = i
             continue
@@ -404,7 +425,7 @@ def parse_kernel_log(
             _STACK_OOM.search(msg)
         )
         if cur is None and stack:
-            open_new(i, t, msg)  # a report whose start is cut off
+            open_new(i, when(), msg)  # a report whose start is cut off
             continue
         if cur is None:
             continue
