@@ -92,6 +92,7 @@ def measured_profile(profile: MachineProfile, report: dict, date: str) -> Machin
             _host_card(data, cards, where, copies, date)
             _peer(data, profile, cards, where, copies, date)
             _collectives(data, cards, where, date, notes)
+            _kernel_tables(data, cards, date)
     _disks(data, report.get("disk") or [], date)
     _nics(data, report.get("nic_speeds") or [], date)
     try:
@@ -105,6 +106,29 @@ def measured_profile(profile: MachineProfile, report: dict, date: str) -> Machin
     out.notes = [*out.notes, f"{n} figure(s) {source_text(date)} ({run} run on "
                  f"{report.get('machine') or profile.name}; source texts say which)", *notes]  # fmt: skip
     return out
+
+
+def _kernel_tables(data: dict, cards: dict, date: str) -> None:
+    """Each card kind's measured kernel table into ``kernels[product]``; where the card's
+    datasheet figures are unknown, its bf16 peak and memory bandwidth become the measured
+    plateaus (the best GEMM rate, the best device copy's read + write rate), said so."""
+    for product, k in (cards.get("kernels") or {}).items():
+        if product.startswith("_") or not isinstance(k, dict) or not k.get("rows"):
+            continue
+        data.setdefault("kernels", {})[product] = k["rows"]
+        for a in data.get("accelerators", []):
+            if a.get("product") != product:
+                continue
+            for field, key, what in (
+                ("bf16_dense_tflops", "bf16_tflops", "the best bf16 GEMM of its kernel sweep"),
+                ("memory_bandwidth_gbps", "memory_gbps", "the best device copy, read + write"),
+            ):
+                v = _num(k.get(key))
+                if a.get(field) is None and v is not None:
+                    a[field] = v
+                    a.setdefault("sources", {})[field] = source_text(
+                        date, f"{what} (no datasheet figure for this card: the measured plateau)"
+                    )
 
 
 def count_measured(profile: MachineProfile, date: str) -> int:

@@ -47,7 +47,8 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
               profile=None, backend_kind: str | None = None, disk_sizes: D.DiskSizes | None = None,
               card_sizes: C.CardSizes | None = None, skip_cards: bool = False,
               progress: Callable[[str], None] | None = None,
-              runner: Runner | None = None) -> dict:  # fmt: skip
+              runner: Runner | None = None, kernels: bool = False,
+              kernel_sizes=None, date: str = "") -> dict:  # fmt: skip
     """Run every part; returns the report dict (see README "bench").  ``profile``: the machine
     (default: probe this host); ``backend_kind="cpu"`` and the sizes are for tests.
     ``runner``: where /proc and /sys are read (and the probe runs); default: this host, live."""
@@ -84,7 +85,12 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
         }
         rep["figures"] += [J.unavailable(p, "cards", PART_TITLES[p], "not asked") for p in PARTS]
     else:
-        rep["cards"] = card_part(profile, cards, csz, backend_kind, say, runner)
+        ksz = None
+        if kernels:
+            from nodeledger.bench import kernels as BK
+
+            ksz = kernel_sizes or (BK.QUICK if quick else BK.FULL)
+        rep["cards"] = card_part(profile, cards, csz, backend_kind, say, runner, ksz, date)
         rep["figures"] += rep["cards"].pop("figures")
     if parsed is not None:
         rep["nccl_tests"] = nccl_part(parsed, rep["cards"], profile)
@@ -188,7 +194,8 @@ def _sysfs_numa(bus: str | None, runner: Runner | None = None) -> int | None:
 
 
 def card_part(profile, want: list[int] | None, sizes: C.CardSizes, backend_kind: str | None,
-              say: Callable[[str], None], runner: Runner | None = None) -> dict:  # fmt: skip
+              say: Callable[[str], None], runner: Runner | None = None, kernel_sizes=None,
+              date: str = "") -> dict:  # fmt: skip
     be, why = C.load_backend(backend_kind)
     if be is None:
         return _unavailable_cards(why)
@@ -223,6 +230,8 @@ def card_part(profile, want: list[int] | None, sizes: C.CardSizes, backend_kind:
     for i in sel:
         say(f"cards: host <-> card {i}")
         figs += _host_card(be, info[i], sizes, nodes, allowed, res, local_cpus, runner)
+    if kernel_sizes is not None:
+        res["kernels"] = _kernels(be, info, sel, bool(want), kernel_sizes, date, say)
     if len(sel) >= 2:
         say(f"cards: peer copies ({len(sel) * (len(sel) - 1)} pairs)")
         figs += _peer(be, profile, info, sel, sizes, res)
@@ -256,6 +265,30 @@ def _memory(be: C.TorchCards, ci: dict, res: dict) -> dict:
     return J.figure(
         "memory", subj, "allocatable ÷ total", got / total, "of total", J.MEMORY, evidence=ev
     )
+
+
+def _kernels(be: C.TorchCards, info: dict, sel: list[int], named: bool, sizes, date: str,
+             say: Callable[[str], None]) -> dict:  # fmt: skip
+    """The kernel table of each card kind among ``sel``: measured on its first idle card (a card
+    holding a job is skipped unless --cards named it)."""
+    from nodeledger.bench import kernels as BK
+
+    out: dict = {}
+    for i in sel:
+        name = info[i]["name"]
+        if name in out:
+            continue
+        if info[i]["busy"] and not named:
+            out.setdefault("_skipped", []).append(
+                f"card {i} ({name}): holds {', '.join(info[i]['busy'])}; --cards {i} measures it"
+            )
+            continue
+        say(f"cards: kernels on card {i} ({name})")
+        t0 = time.perf_counter()
+        rows, notes = BK.measure(be, i, name, sizes, date=date)
+        out[name] = {"card": i, "rows": rows, "notes": notes,
+                     "seconds": round(time.perf_counter() - t0, 2), **BK.plateaus(rows)}  # fmt: skip
+    return out
 
 
 def _host_card(be: C.TorchCards, ci: dict, sz: C.CardSizes, nodes, allowed, res: dict,

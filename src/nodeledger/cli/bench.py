@@ -18,6 +18,7 @@ from nodeledger.cli.common import (
     card_indices,
     console,
     exit_with,
+    num,
     print_json,
 )
 from nodeledger.cli.options import json_option, tool_timeout_option
@@ -87,6 +88,12 @@ def _pci_card_order() -> None:
     '"measured by bench, YYYY-MM-DD"; TOML, or JSON for a .json name. `--machine FILE` then '
     "uses them.",
 )
+@click.option(
+    "--kernels",
+    "kernels",
+    is_flag=True,
+    help="Also measure each card kind's kernel table (GEMM over M per model shape in bf16 / fp8, causal and decode attention, device copies, eager launch time) through PyTorch: the table the speed model reads; --save-profile keeps it (and, where the card has no datasheet, its measured GEMM and copy plateaus as its peak and bandwidth). About a minute per card kind with --quick.",
+)
 @json_option
 def bench(
     cards=None,
@@ -97,6 +104,7 @@ def bench(
     nccl_op=None,
     no_cards=False,
     save_to=None,
+    kernels=False,
     as_json=False,
 ) -> None:
     """Measure the disks (no torch needed) and, with torch, the cards: host<->card copies (pinned /
@@ -108,20 +116,22 @@ def bench(
     card_list = card_indices(cards)
     progress = _progress()
     profile = target = None
-    if save_to is not None:
-        from datetime import datetime, timezone
+    if kernels and no_cards:
+        raise NodeledgerError("--kernels measures the cards: it cannot go with --no-cards")
+    from datetime import datetime, timezone
 
+    date = datetime.now(timezone.utc).date().isoformat()  # the run's UTC date
+    if save_to is not None:
         from nodeledger.bench import save_profile as S
         from nodeledger.machine.probe import Runner, probe_machine
 
         target = S.check_target(save_to)  # before measuring: a bad path loses nothing
-        date = datetime.now(timezone.utc).date().isoformat()  # the run's UTC date
         if progress:
             progress("probing the machine")
         profile = probe_machine(Runner(timeout=5.0, live=True))
     rep = run_bench(cards=card_list, quick=quick, dataset=dataset, cache=cache,
                     compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,
-                    profile=profile, progress=progress)  # fmt: skip
+                    profile=profile, progress=progress, kernels=kernels, date=date)  # fmt: skip
     if target is not None:
         rep["nic_speeds"] = S.read_nic_speeds(profile)
     if as_json:
@@ -201,6 +211,26 @@ def render_bench(rep: dict, con=None) -> None:
     c = rep["cards"] or {}
     con.print(f"cards: {c.get('backend') or 'no backend'}"
               + (f" — {c['reason']}" if c.get("status") == "unavailable" else ""), markup=False, highlight=False)  # fmt: skip
+    for product, k in (c.get("kernels") or {}).items():
+        if product == "_skipped":
+            for line in k:
+                con.print(f"kernels: skipped {line}", markup=False, highlight=False)
+            continue
+        kinds = {}
+        for r in k["rows"]:
+            kinds[r["part"]] = kinds.get(r["part"], 0) + 1
+        launch = next((r["s"] for r in k["rows"] if r["part"] == "launch"), None)
+        con.print(
+            f"kernels on card {k['card']} ({product}, {k['seconds']:g} s): "
+            + ", ".join(f"{n} {p}" for p, n in kinds.items() if p != "meta")
+            + f"; best bf16 GEMM {num(k.get('bf16_tflops'), 'TFLOP/s')}, device copy "
+            f"{num(k.get('memory_gbps'), 'GB/s read + write')}"
+            + ("" if launch is None else f", eager launch {launch * 1e6:,.1f} us")
+            + " (the speed model's table with --save-profile)",
+            markup=False, highlight=False,
+        )  # fmt: skip
+        for n in k.get("notes", []):
+            con.print(f"  note: {n}", markup=False, highlight=False)
     figs = rep["figures"]
     peer = [f for f in figs if f["part"] == "peer" and f["verdict"] != "unavailable"]
     shown = [

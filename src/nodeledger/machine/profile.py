@@ -13,7 +13,17 @@ from enum import Enum
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 UNKNOWN = "unknown"
 
@@ -223,6 +233,11 @@ class MachineProfile(_Strict):
     host: Host = Field(default_factory=Host)
     network: Network = Field(default_factory=Network)
     storage: Storage = Field(default_factory=Storage)
+    # kernel tables measured on this box (``bench --kernels --save-profile``): per card product,
+    # the rows of speed/kernels.py's JSON Lines format (a "meta" row first, with its source)
+    kernels: dict[str, list[dict[str, StrictBool | StrictInt | StrictFloat | StrictStr]]] = Field(
+        default_factory=dict
+    )
     notes: list[str] = Field(default_factory=list)  # provenance, caveats, probe notes
 
     @model_validator(mode="after")

@@ -37,6 +37,7 @@ from importlib import resources
 from nodeledger.errors import InputError
 
 PARTS = ("meta", "gemm_bf16", "gemm_fp8", "attn_prefill_causal", "attn_decode", "d2d_copy",
+         "launch",
          "h2d_d2h")  # fmt: skip
 TABLE_LIMIT = 8 * 2**20  # bytes of one table file; the shipped one is ~40 KiB
 MAX_ROWS = 100_000
@@ -253,6 +254,11 @@ def parse_table(text: str, where: str) -> KernelTable:
         decode=tuple(sorted(decode)),
         copy=tuple(sorted(copy)),
     )
+
+
+def table_from_rows(rows: list[dict], where: str) -> KernelTable:
+    """A table from a profile's rows (``MachineProfile.kernels[product]``), as from its file."""
+    return parse_table("\n".join(json.dumps(r) for r in rows[: MAX_ROWS + 1]), where)
 
 
 @lru_cache(maxsize=8)

@@ -30,7 +30,7 @@ from nodeledger.model.spec import ModelSpec
 from nodeledger.speed import hardware as H
 from nodeledger.speed import terms as T
 from nodeledger.speed import work as W
-from nodeledger.speed.kernels import REF_HEAD_DIM, KernelTable, table_for
+from nodeledger.speed.kernels import REF_HEAD_DIM, KernelTable, table_for, table_from_rows
 
 ROW_PARALLEL = re.compile(r"(o_proj|down_proj|out_proj|dense_4h_to_h|\.dense\.|wo|w2|c_proj)")
 FUSE = (("qkv", re.compile(r"\.(q_proj|k_proj|v_proj)\.")),
@@ -105,9 +105,14 @@ class CardKernels:
 
 
 def card_kernels(product: str | None, bf16_tflops: float | None,
-                 memory_gbps: float | None) -> CardKernels | None:  # fmt: skip
-    """The kernel table the operator model reads for a card: its own shipped table, else the
-    H200's moved through both datasheets (None when this card's datasheet figures are unknown)."""
+                 memory_gbps: float | None, measured: list[dict] | None = None) -> CardKernels | None:  # fmt: skip
+    """The kernel table the operator model reads for a card, in this order of trust: measured
+    on this box (``measured``: the profile's rows, from ``bench --kernels``), a table shipped for
+    the card model, the H200's moved through both cards' figures (None when this card's peak or
+    bandwidth is unknown: nothing to move it by)."""
+    if measured:
+        mine = table_from_rows(measured, f"the profile's kernels for {product}")
+        return CardKernels(mine, f"kernel table measured on this box: {mine.source}")
     own = table_for(product)
     if own is not None:
         return CardKernels(own, f"kernel table measured on {own.card}: {own.source}")

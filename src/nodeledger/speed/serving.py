@@ -180,7 +180,7 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
     fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=tp, machines=machines)
     product = machine.accelerators[cards[0]].product
     peak, hbm = F.card_peak(machine, cards), F.card_hbm(machine, cards)
-    ck = O.card_kernels(product, peak.value, hbm.value)
+    ck = O.card_kernels(product, peak.value, hbm.value, machine.kernels.get(product))
     if ck is None:
         return None, [f"card kernels: no kernel table for {product} and its datasheet figures "
                       f"are unknown ({peak.source}; {hbm.source}): `nodeledger bench --kernels` "
