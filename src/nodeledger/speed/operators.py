@@ -228,7 +228,18 @@ class OpPlan:
         if decode_seqs:
             per_layer = decode_seqs * self.kv_bytes(decode_ctx) / n_attn / self.kv_split
             t = ck.table.attn_decode_s(per_layer)
-            parts["attention"] += n_attn * ck.scale(t, 0.0, per_layer)
+            t = ck.scale(t, 0.0, per_layer)
+            # an attention whose FLOPs per cached byte are high (MLA absorbed: 2 x heads x
+            # 2 x latent per key, on a 576-element latent) is bound by compute, not by the KV
+            # read: at least its FLOPs at the rate the table's causal attention reaches at that
+            # depth (FlashMLA: 580 TFLOPS compute-bound vs 3,000 GB/s memory-bound on H800)
+            flops = decode_seqs * W.attention_flops_decode(spec, decode_ctx) / n_attn / tp
+            if flops:
+                rate_t = ck.table.attn_prefill_s(flops, max(decode_ctx, 1.0),
+                                                 decode_seqs * spec.num_attention_heads / tp)  # fmt: skip
+                if rate_t is not None:
+                    t = max(t, ck.scale(rate_t, flops, 0.0))
+            parts["attention"] += n_attn * t
             calls += n_attn
         if prefill_tokens and prefill_seqs:
             per_seq = prefill_tokens / prefill_seqs
