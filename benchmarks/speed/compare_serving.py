@@ -112,6 +112,9 @@ def engine_options(run: dict) -> dict:
         opts["graphs"] = False
     if "--async-scheduling" in args:
         opts["async_scheduling"] = True
+    m = re.search(r"--num-scheduler-steps[ =](\d+)", args)
+    if m:
+        opts["multi_step"] = int(m.group(1))
     return opts
 
 
