@@ -140,7 +140,9 @@ def test_nvml_cards_and_links(monkeypatch):
         cards[0].partition == "MIG disabled" and cards[0].numa_node is None
     )  # unsupported -> unknown
     assert cards[2].uuid == "GPU-00000002-aaaa-bbbb-cccc-000000000000"
-    assert cards[2].sources["uuid"] == "NVML nvmlDeviceGetUUID" and "numa_node" not in cards[2].sources
+    assert (
+        cards[2].sources["uuid"] == "NVML nvmlDeviceGetUUID" and "numa_node" not in cards[2].sources
+    )
     assert inter.link(0, 1).label == "NV4" and inter.link(0, 1).lanes == 4
     assert inter.link(0, 2).kind.value == "sys" and inter.link(0, 2).label == "SYS"
     assert any("driver 580.159.04" in n for n in notes)

@@ -403,7 +403,11 @@ def test_fake_box_old_driver_refusing_health_fields(tmp_path):
         "with health fields exit 2" in n and "retrying with the base fields" in n for n in p.notes
     )
     queries = [res.argv[1] for res in r.log if res.argv[1].startswith("--query-gpu")]
-    assert queries == [f"--query-gpu={QUERY}", f"--query-gpu={QUERY_BASE}", "--query-gpu=index,uuid"]
+    assert queries == [
+        f"--query-gpu={QUERY}",
+        f"--query-gpu={QUERY_BASE}",
+        "--query-gpu=index,uuid",
+    ]
     assert [x.pid for x in p.accelerators[0].processes] == [4242]
 
 

@@ -138,7 +138,9 @@ def verdict_of(ledger: Ledger) -> Verdict:
     if budget and res[0].tier == "tight":
         # the engine's own budget, not the 90 % line, decides: the pool is full by design
         by_max = ledger.extras.get("concurrency_source") == "max"
-        res[0].tier = "tight" if pool_share is not None and pool_share > 0.9 and not by_max else "fits"
+        res[0].tier = (
+            "tight" if pool_share is not None and pool_share > 0.9 and not by_max else "fits"
+        )
     if shortfall and res[0].tier != "unknown":
         res[0].tier = "cannot"  # vLLM: the requested sequences do not fit its KV pool
     known = [r for r in res if r.capacity_bytes]
