@@ -1,25 +1,31 @@
-"""What the box is: the machine profile, bundled presets, probes per vendor behind one Runner, and one policy for which machine (``resolve``)."""
+"""What the box is: the machine profile, bundled presets, probes per vendor behind one Runner, and one policy for which machine (``resolve``).
 
-from nodeledger.machine.io import (
-    DEFAULT_PRESET,
-    dump_profile,
-    list_presets,
-    load_profile,
-    parse_profile,
-    save_profile,
-)
-from nodeledger.machine.profile import (
-    Accelerator,
-    Host,
-    Interconnect,
-    Link,
-    LinkKind,
-    LinkPair,
-    MachineProfile,
-    Vendor,
-)
-from nodeledger.machine.resolve import resolve_machine, resolve_or_reference
+The names below are loaded on first use (PEP 562): a command that needs only the Runner (oom
+reading the kernel log) does not pay for the profile's pydantic models."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_WHERE = {
+    "DEFAULT_PRESET": "io",
+    "dump_profile": "io",
+    "list_presets": "io",
+    "load_profile": "io",
+    "parse_profile": "io",
+    "save_profile": "io",
+    "Accelerator": "profile",
+    "Host": "profile",
+    "Interconnect": "profile",
+    "Link": "profile",
+    "LinkKind": "profile",
+    "LinkPair": "profile",
+    "MachineProfile": "profile",
+    "Vendor": "profile",
+    "resolve_machine": "resolve",
+    "resolve_or_reference": "resolve",
+}
 __all__ = [
     "DEFAULT_PRESET",
     "Accelerator",
@@ -38,3 +44,34 @@ __all__ = [
     "resolve_or_reference",
     "save_profile",
 ]
+
+
+def __getattr__(name: str):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nodeledger.machine.io import (
+        DEFAULT_PRESET,
+        dump_profile,
+        list_presets,
+        load_profile,
+        parse_profile,
+        save_profile,
+    )
+    from nodeledger.machine.profile import (
+        Accelerator,
+        Host,
+        Interconnect,
+        Link,
+        LinkKind,
+        LinkPair,
+        MachineProfile,
+        Vendor,
+    )
+    from nodeledger.machine.resolve import resolve_machine, resolve_or_reference
