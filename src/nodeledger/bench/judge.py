@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass
 
 from nodeledger import field_notes
 from nodeledger.machine.parsers.nccl_tests import BUS_FACTOR
+from nodeledger.speed import figures as F
 
 VERDICTS = ("ok", "low", "bad", "unknown", "unavailable")
 
@@ -190,22 +191,14 @@ def disk_parallel_expect(kind: str | None) -> Expect:
 # PCIe
 # ---------------------------------------------------------------------------------------
 
-PCIE_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-ACHIEVABLE = 0.8  # of the raw rate after encoding: TLP/DLLP overhead at 256 B max payload
+# the link physics is the speed model's (speed/figures.py, from speed/hardware.toml): one copy
+PCIE_GEN = F.PCIE_GEN
+pcie_encoding = F.pcie_encoding
+pcie_raw_gbps = F.pcie_raw_gbps
 
 
-def pcie_encoding(gts: float) -> float:
-    """Line-code efficiency: 8b/10b (Gen1-2), 128b/130b (Gen3-5, and unknown rates), FLIT
-    242/256 (Gen6)."""
-    gen = PCIE_GEN.get(float(gts), 3)
-    if gen <= 2:
-        return 8 / 10
-    return 242 / 256 if gen >= 6 else 128 / 130
-
-
-def pcie_raw_gbps(gts: float, width: int) -> float:
-    """Raw data rate per direction in GB/s (1e9) after line encoding."""
-    return gts * width * pcie_encoding(gts) / 8
+def achievable(gts: float) -> float:
+    return F.pcie_achievable(gts)[0]
 
 
 def pcie_label(gts: float | None, width: int | None) -> str:
@@ -225,7 +218,8 @@ def host_card_expect(gts: float | None, width: int | None, pinned: bool = True) 
     if not gts or not width:
         return None
     raw = pcie_raw_gbps(gts, width)
-    ach = ACHIEVABLE * raw
+    frac, frac_src = F.pcie_achievable(gts)
+    ach = frac * raw
     ok_f, bad_f = (0.8, 0.45) if pinned else (0.35, 0.15)
     what = "pinned" if pinned else "pageable (staged through a driver buffer)"
     ok, bad = ok_f * ach, bad_f * ach
@@ -241,7 +235,7 @@ def host_card_expect(gts: float | None, width: int | None, pinned: bool = True) 
     return Expect(
         ok, bad, "GB/s", True, f"~{ach:.1f} GB/s" if pinned else "",
         f"PCIe {pcie_label(gts, width)}: {raw:.1f} GB/s raw per direction, ~{ach:.1f} achievable "
-        f"(0.8 x raw, packet overhead); {what}: ok >= {ok_f:g} x, bad < {bad_f:g} x achievable"
+        f"({frac_src}); {what}: ok >= {ok_f:g} x, bad < {bad_f:g} x achievable"
         + cap,
     )  # fmt: skip
 
@@ -250,22 +244,10 @@ def host_card_expect(gts: float | None, width: int | None, pinned: bool = True) 
 # card <-> card links and collectives
 # ---------------------------------------------------------------------------------------
 
-NVLINK_LANE_GBPS = 25.0  # NVLink 2/3/4 per link per direction
-NVLINK5_LANE_GBPS = 50.0
-_NVLINK5 = ("B100", "B200", "B300", "GB200", "GB300")
-
 
 def nvlink_lane_gbps(product: str | None) -> tuple[float, str]:
-    p = (product or "").upper()
-    if any(k in p for k in _NVLINK5):
-        return (
-            NVLINK5_LANE_GBPS,
-            "NVLink 5: 18 links 1.8 TB/s both directions -> 50 GB/s per link per direction",
-        )
-    return NVLINK_LANE_GBPS, (
-        "NVLink 2/3/4: 25 GB/s per link per direction (V100 6 links 300 GB/s, A100 12 links "
-        "600 GB/s, H100 18 links 900 GB/s, both directions summed)"
-    )
+    """GB/s per NVLink link per direction of the card (speed/figures.py: the hardware data)."""
+    return F.nvlink_per_link(product)
 
 
 def link_gbps(kind: str, lanes: int | None, bandwidth: float | None, product: str | None,

@@ -363,7 +363,7 @@ def _achievable(ci: dict) -> float | None:
     link = ci.get("pcie_after") or ci["pcie"]
     if not link["max_gts"] or not link["max_width"]:
         return None
-    return J.ACHIEVABLE * J.pcie_raw_gbps(link["max_gts"], link["max_width"])
+    return J.achievable(link["max_gts"]) * J.pcie_raw_gbps(link["max_gts"], link["max_width"])
 
 
 def _pair_link(profile, info: dict, a: int, b: int) -> tuple[str, float | None, str]:
