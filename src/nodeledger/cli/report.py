@@ -375,6 +375,18 @@ def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
         tp.add_row(wid, *[_tput_cell(m, wid) for m in res["machines"]],
                    _faster_cell(f))  # fmt: skip
     con.print(tp)
+    slo_ids = [w for w in ids if any(w in (m.get("requests_per_s_at_slo") or {})
+                                     for m in res["machines"])]  # fmt: skip
+    if slo_ids:
+        ts = Table(title="Capacity within each workload's service levels (requests/s on the "
+                   "business cards, Poisson arrivals, the engine simulated)")  # fmt: skip
+        ts.add_column("workload")
+        for m in machines:
+            ts.add_column(m)
+        for wid in slo_ids:
+            ts.add_row(wid, *[("-" if (v := (m.get("requests_per_s_at_slo") or {}).get(wid)) is None
+                               else f"{v:,.2f} req/s") for m in res["machines"]])  # fmt: skip
+        con.print(ts)
     con.print(f"  basis: {res['throughput_basis']}", markup=False)
     for m in res["machines"]:
         con.print(f"{m['machine']}: {m['scale_out']}", markup=False)

@@ -70,6 +70,9 @@ def compare(
         serving = {s["id"]: s["total_sequences"] for s in rep["serving"]["workloads"]}
         serving_notes = {s["id"]: s["note"] for s in rep["serving"]["workloads"] if s["note"]}
         tokens = {s["id"]: s["output_tokens_per_s"] for s in rep["serving"]["workloads"]}
+        # requests/s within the workload's service levels (slo_ttft_p99_s / slo_tpot_p99_s)
+        at_slo = {s["id"]: s.get("requests_per_s_at_slo") for s in rep["serving"]["workloads"]
+                  if s.get("requests_per_s_at_slo") is not None}  # fmt: skip
         binds = {s["id"]: s["speed_binding"] for s in rep["serving"]["workloads"]}
         summary.append({
             "machine": ref,
@@ -86,6 +89,7 @@ def compare(
                 k: (None if price is None or not v else price / v) for k, v in serving.items()
             },
             "output_tokens_per_s": tokens,
+            "requests_per_s_at_slo": at_slo,
             "speed_binding": binds,
             "output_tokens_per_s_per_price": {
                 k: (None if price is None or not v else v / price) for k, v in tokens.items()
