@@ -154,4 +154,4 @@ def test_compare_puts_the_capacity_within_service_levels_side_by_side(tmp_path):
     # same cards' compute, the H200's 4.8 TB/s against 3.35: more requests within the levels
     assert 0 < rates["dgx-h100"] < rates["hgx-h200"]
     text = run_cli("compare", "dgx-h100", "hgx-h200", "--workloads", str(cat)).stdout
-    assert "Capacity within each workload's service levels" in text
+    assert "Capacity within each" in text and "req/s" in text
