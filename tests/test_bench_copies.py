@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from fake_cuda import Clock, Cuda
 from nodeledger.bench import cards as C
 from nodeledger.bench import judge as J
 
@@ -35,35 +36,9 @@ class _Tensor:
         return self
 
 
-class _Event:
-    clock = 0.0
-
-    def __init__(self, enable_timing=True):
-        self.t = None
-
-    def record(self):
-        self.t = _Event.clock
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, end):
-        return (end.t - self.t) * 1000.0
-
-
-class _Mod:
-    Event = _Event
-
+class _Mod(Cuda):
     def __init__(self, log):
         self.log = log
-
-    def device(self, i):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def synchronize(self, i=None):
-        pass
 
 
 class _Torch:
@@ -90,7 +65,7 @@ def _backend(pin_works=True) -> tuple[C.TorchCards, _Torch]:
 
     def timed(self, src, non_blocking=False):
         real(self, src, non_blocking)
-        _Event.clock += t.log[-1][2]
+        Clock.t += t.log[-1][2]
         return self
 
     _Tensor.copy_ = timed

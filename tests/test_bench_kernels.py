@@ -6,7 +6,6 @@ stand-in for a real bench run (labelled so), since no K100 measurement is public
 
 from __future__ import annotations
 
-import contextlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from fake_cuda import Clock, Cuda
 from nodeledger.bench import kernels as BK
 from nodeledger.bench import save_profile as SP
 from nodeledger.bench.cards import TorchCards
@@ -21,10 +21,6 @@ from nodeledger.machine import resolve_machine
 from nodeledger.speed.kernels import table_from_rows
 
 TFLOPS, GBPS, LAUNCH = 700e12, 4000e9, 20e-6
-
-
-class _Clock:
-    t = 0.0
 
 
 class _T:
@@ -46,22 +42,22 @@ class _T:
     def __matmul__(self, other):
         m, k = self.shape
         n = other.shape[1]
-        _Clock.t += LAUNCH + max(2 * m * n * k / TFLOPS, (m * k + k * n + m * n) * 2 / GBPS)
+        Clock.t += LAUNCH + max(2 * m * n * k / TFLOPS, (m * k + k * n + m * n) * 2 / GBPS)
         return _T(m, n)
 
     def copy_(self, src, non_blocking=False):
-        _Clock.t += LAUNCH + 2 * src.nbytes / GBPS
+        Clock.t += LAUNCH + 2 * src.nbytes / GBPS
         return self
 
     def add_(self, v):
-        _Clock.t += LAUNCH
+        Clock.t += LAUNCH
         return self
 
     def sum(self):
         return self
 
     def backward(self):
-        _Clock.t += 2.5 * self._fwd
+        Clock.t += 2.5 * self._fwd
 
     def to(self, dtype):
         return _T(*self.shape, itemsize=1)
@@ -75,40 +71,16 @@ def _sdpa(q, k, v, is_causal=False, enable_gqa=False):
     kv = k.shape[2]
     flops = 2 * b * h * s * kv * d * (0.5 if is_causal else 1.0) * 2
     t = LAUNCH + max(flops / (0.7 * TFLOPS), 2 * k.nbytes / GBPS)
-    _Clock.t += t
+    Clock.t += t
     out = _T(b, h, s, d)
     out._fwd = t
     return out
 
 
-class _Event:
-    def __init__(self, enable_timing=True):
-        self.at = None
-
-    def record(self):
-        self.at = _Clock.t
-
-    def synchronize(self):
-        pass
-
-    def elapsed_time(self, end):
-        return (end.at - self.at) * 1e3
-
-
-class _Cuda:
-    Event = _Event
-
-    def device(self, i):
-        return contextlib.nullcontext()
-
-    def synchronize(self, i=None):
-        pass
-
-
 class _Torch:
     __version__ = "fake"
     bfloat16, uint8, float32, float8_e4m3fn = "bf16", "u8", "f32", "f8"
-    cuda = _Cuda()
+    cuda = Cuda()
 
     class nn:
         class functional:
@@ -133,7 +105,7 @@ class _Torch:
     def _scaled_mm(a, b, scale_a=None, scale_b=None, out_dtype=None):
         m, k = a.shape
         n = b.shape[1]
-        _Clock.t += LAUNCH + 2 * m * n * k / (2 * TFLOPS)
+        Clock.t += LAUNCH + 2 * m * n * k / (2 * TFLOPS)
         return _T(m, n)
 
 

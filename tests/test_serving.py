@@ -99,17 +99,23 @@ def test_capacity_at_a_service_level_is_sustained_and_tighter_levels_give_less(t
     assert row["output_tokens_per_s"] >= 0.9 * loose["requests_per_s"] * 200
 
 
+def _slo_catalogue(tmp_path, extra: str = ""):
+    """One 8B chat workload on 7 replicas with service levels TTFT p99 1 s, TPOT p99 50 ms."""
+    cat = tmp_path / "w.toml"
+    cat.write_text(
+        '[[workloads]]\nid = "chat"\nmodel = "llama-3.1-8b"\njob = "serve"\nengine = "vllm"\n'
+        "input_len = 1000\noutput_len = 200\nreplicas = 7\nslo_ttft_p99_s = 1.0\n"
+        "slo_tpot_p99_s = 0.05\n" + extra
+    )
+    return cat
+
+
 def test_report_criterion_2_uses_the_capacity_within_the_workload_service_levels(tmp_path):
     import json
 
     from conftest import run_cli
 
-    cat = tmp_path / "w.toml"
-    cat.write_text(
-        '[[workloads]]\nid = "chat"\nmodel = "llama-3.1-8b"\njob = "serve"\nengine = "vllm"\n'
-        "input_len = 1000\noutput_len = 200\nreplicas = 7\npeak_requests_per_s = 1000.0\n"
-        "slo_ttft_p99_s = 1.0\nslo_tpot_p99_s = 0.05\n"
-    )
+    cat = _slo_catalogue(tmp_path, "peak_requests_per_s = 1000.0\n")
     d = json.loads(run_cli("report", "--machine", "dgx-h100", "--workloads", str(cat),
                            "--format", "json").stdout)  # fmt: skip
     w = d["serving"]["workloads"][0]
@@ -142,12 +148,7 @@ def test_compare_puts_the_capacity_within_service_levels_side_by_side(tmp_path):
 
     from conftest import run_cli
 
-    cat = tmp_path / "w.toml"
-    cat.write_text(
-        '[[workloads]]\nid = "chat"\nmodel = "llama-3.1-8b"\njob = "serve"\nengine = "vllm"\n'
-        "input_len = 1000\noutput_len = 200\nreplicas = 7\nslo_ttft_p99_s = 1.0\n"
-        "slo_tpot_p99_s = 0.05\n"
-    )
+    cat = _slo_catalogue(tmp_path)
     d = json.loads(run_cli("compare", "dgx-h100", "hgx-h200", "--workloads", str(cat),
                            "--format", "json").stdout)  # fmt: skip
     rates = {m["machine"]: m["requests_per_s_at_slo"]["chat"] for m in d["machines"]}

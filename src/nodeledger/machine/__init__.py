@@ -5,8 +5,9 @@ reading the kernel log) does not pay for the profile's pydantic models."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from nodeledger.lazy import attr_loader
 
 _WHERE = {
     "DEFAULT_PRESET": "io",
@@ -46,14 +47,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    mod = _WHERE.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = attr_loader(__name__, _WHERE)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nodeledger.machine.io import (

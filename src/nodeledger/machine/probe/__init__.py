@@ -8,21 +8,15 @@ does not import the probes and the profile models."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from nodeledger.lazy import attr_loader
 
 _WHERE = {"Runner": "runner", "probe_machine": "probe"}
 __all__ = ["Runner", "probe_machine"]
 
 
-def __getattr__(name: str):
-    mod = _WHERE.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = attr_loader(__name__, _WHERE)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nodeledger.machine.probe.probe import probe_machine
