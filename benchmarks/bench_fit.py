@@ -32,7 +32,10 @@ from nodeledger.machine import resolve_machine
 from nodeledger.model import load_model
 from nodeledger.verdict.fit import fit
 
-TARGETS = {"estimate_ms": 1.0, "sweep_s": 5.0, "cold_s": 0.3, "cold_ratio": 15.0, "report_s": 0.5}
+# speed_ms: one speed estimate now runs the serving simulator (three benchmarks of up to 4,000
+# requests for a serving job); issue 28's budget for it is 1,000 requests in <= 50 ms
+TARGETS = {"estimate_ms": 1.0, "speed_ms": 50.0, "sweep_s": 5.0, "cold_s": 0.3, "cold_ratio": 15.0,
+           "report_s": 0.5}  # fmt: skip
 QWEN3_8B = Path(__file__).resolve().parents[2] / "shared/fixtures/models/Qwen3-8B/config.json"
 
 
@@ -139,7 +142,7 @@ def main(argv=None) -> int:
     spd = one_speed_ms(spec)
     rows = [
         ("one estimate in the library (fit, no suggestions)", f"{est:.3f} ms", f"<= {TARGETS['estimate_ms']} ms", est <= TARGETS["estimate_ms"]),
-        ("one speed estimate in the library (serve / train / collective)", f"{spd:.3f} ms", f"<= {TARGETS['estimate_ms']} ms", spd <= TARGETS["estimate_ms"]),
+        ("one speed estimate in the library (serve simulated / train / collective)", f"{spd:.3f} ms", f"<= {TARGETS['speed_ms']} ms", spd <= TARGETS["speed_ms"]),
         (f"sweep of {n:,} configurations", f"{sw:.2f} s", f"<= {TARGETS['sweep_s']} s", sw <= TARGETS["sweep_s"] and n >= 10000),
     ]  # fmt: skip
     print("| measure | value | target | result |")
