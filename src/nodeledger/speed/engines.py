@@ -36,6 +36,11 @@ class EngineSpeed:
     piecewise_prefill: bool = False  # prefill / mixed steps replayed too (vLLM V1's piecewise)
     calls_per_layer: int = 4  # non-GEMM calls per layer when a step is not replayed
     multi_step: int = 1  # decode steps scheduled at once (vLLM 0.6 --num-scheduler-steps)
+    expert_loop: bool = False  # routed experts one call each (transformers' eager MoE)
+    paged_blocks: bool = True  # KV in blocks of the job's block_size (vLLM); False: per token
+    # max_num_seqs when the job leaves it unset: "job" (the engine's resolved default, vLLM),
+    # "half_pool" (SGLang's max_running_requests: min(KV tokens // 2, 4096)), "batch" (static)
+    seqs_rule: str = "job"
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -89,6 +94,7 @@ def _releases(name: str, default_version: str):
             host_per_seq_s=row["host_per_seq_s"], host_source=row["host_source"],
             graph_source=row["graph_source"],
             piecewise_prefill=row.get("piecewise_prefill", False),
+            paged_blocks=row.get("paged_blocks", True), seqs_rule=row.get("seqs_rule", "job"),
         )  # fmt: skip
 
     return resolve
@@ -99,7 +105,8 @@ def _hf(version: str | None) -> EngineSpeed:
     return EngineSpeed(name="hf", release=version or "any", policy=d["policy"], graphs=False,
                        max_graph_batch=None, piecewise=False, host_base_s=0.0,
                        host_per_seq_s=0.0, host_source=d["host"], graph_source=d["source"],
-                       calls_per_layer=d["calls_per_layer"])  # fmt: skip
+                       calls_per_layer=d["calls_per_layer"], expert_loop=True,
+                       paged_blocks=False, seqs_rule="batch")  # fmt: skip
 
 
 def _defaults() -> None:

@@ -82,7 +82,7 @@ class StepModel:
         op = self.plan.step(prefill_tokens=prefill_tokens, prefill_seqs=pre_seqs,
                             decode_seqs=decode_seqs, decode_ctx=decode_ctx, graphs=graphs,
                             calls_per_layer=eng.calls_per_layer,
-                            expert_loop=eng.name == "hf")  # fmt: skip
+                            expert_loop=eng.expert_loop)  # fmt: skip
         # piecewise graphs leave attention outside: one dispatched call per attention layer
         dispatch = 0.0
         if graphs and eng.piecewise:
@@ -135,16 +135,16 @@ def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
     """The simulator's scheduler from the engine plug-in and the job's resolved settings."""
     policy = {"vllm-v0": "sglang"}.get(engine.policy, engine.policy)  # V0: prefills run alone
     seqs = job.max_num_seqs
-    if seqs is None and engine.name == "sglang":
-        # max_running_requests unset: min(KV tokens // 2, req pool), the pool clamped to
-        # [2048, 4096] (srt/managers/tp_worker.py; model_runner.py, 0.3.6-0.5.23)
+    if seqs is None and engine.seqs_rule == "half_pool":
+        # SGLang's max_running_requests unset: min(KV tokens // 2, req pool), the pool clamped
+        # to [2048, 4096] (srt/managers/tp_worker.py; model_runner.py, 0.3.6-0.5.23)
         seqs = min((pool_tokens or 8192) // 2, 4096)
     return S.Scheduler(
         policy=policy,
         max_num_seqs=int(seqs or (static_batch if policy == "static" else 256)),
         max_num_batched_tokens=int(job.max_num_batched_tokens or 8192),
         kv_pool_tokens=pool_tokens,
-        block_size=int(job.block_size or 16) if engine.name == "vllm" else 1,
+        block_size=int(job.block_size or 16) if engine.paged_blocks else 1,
         static_batch=max(1, static_batch),
     )
 
@@ -307,7 +307,7 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
     model, unknown = step_model_for(spec, job, machine, float(input_len), machines)
     if model is None or (pool_tokens is not None and pool_tokens < (job.block_size or 16)):
         return None  # no kernel table reaches the card, or no sequence fits: the roofline says
-    static = job.engine == "hf"
+    static = model.engine.policy == "static"
     sched = scheduler_for(job, model.engine, pool_tokens, static_batch=concurrency or 1)
 
     def bench(prompts: int, rate: float, cap: int | None, dataset: str = "random") -> dict:
