@@ -287,6 +287,12 @@ def attention_backend(d: Dims, requested: str) -> str:
     return requested
 
 
+def training_attention(d: Dims, requested: str) -> str:
+    """The attention path a training step takes: an eager-only family (no SDPA path in its
+    transformers class) runs eager whatever was asked; otherwise the request."""
+    return requested if d.sdpa_supported else "eager"
+
+
 def inference_attention_transient_bytes(
     d: Dims, batch: int, q_len: int, k_len: int, backend: str
 ) -> int:

@@ -817,14 +817,17 @@ def saved_activation_bytes_per_card(
     (``_checkpoints_fp32_inputs``)."""
     parallel = job.parallel
     layers = round(dims.layers / parallel.pp)
+    # a family transformers runs only eagerly (model/families.py EAGER_ONLY) saves the eager
+    # attention's activations whatever --attention asks, in full training and with LoRA alike
+    attention = act.training_attention(dims, job.attention)
     if job.is_lora:
         held, recompute = act.saved_lora_activations_bytes(
-            dims, job.micro_batch, job.seq, job.attention, job.checkpointing,
+            dims, job.micro_batch, job.seq, attention, job.checkpointing,
             targets, job.rank, parallel.pp,
         )  # fmt: skip
     else:
         held, recompute = act.saved_activations_bytes(
-            dims, job.micro_batch, job.seq, job.attention, job.checkpointing, 1 / parallel.pp
+            dims, job.micro_batch, job.seq, attention, job.checkpointing, 1 / parallel.pp
         )
     if parallel.tp > 1:
         rep_held, rep_layer = act.tp_replicated_bytes(

@@ -201,8 +201,10 @@ def _dropout(c: ConfigReader) -> float:
     return 0.1 if c.str("model_type") == "gpt2" else 0.0
 
 
-# families whose transformers implementation has no SDPA path (transformers 5.24)
-EAGER_ONLY = {"gemma2", "bloom"}
+# families whose transformers implementation has no SDPA path (transformers 5.24): Gemma-2
+# (tanh soft-capping of the scores), BLOOM (ALiBi), gpt-oss (attention sinks:
+# GptOssPreTrainedModel sets _supports_sdpa = False; flash only through a hub kernel)
+EAGER_ONLY = {"gemma2", "bloom", "gpt_oss"}
 
 
 def _spec(
