@@ -110,10 +110,14 @@ class KernelTable:
             t = max(t - self.dispatch_s, floor)
         return t
 
+    @cached_property
+    def _near_memo(self) -> dict:
+        return {}
+
     def _nearest(self, dtype: str, n: int, k: int) -> tuple[tuple[int, int], float]:
         """The measured shape read for (n, k): itself, else the nearest by weight size, with
         the n x k scale (memoised per table)."""
-        memo = self.__dict__.setdefault("_near", {})
+        memo = self._near_memo
         hit = memo.get((dtype, n, k))
         if hit is None:
             table = self.gemm[dtype]
@@ -132,16 +136,24 @@ class KernelTable:
         the table has no prefill rows."""
         if not self.prefill or flops <= 0:
             return 0.0 if flops <= 0 else None
-        by_b: dict[int, list[tuple[float, float]]] = {}
-        for b, s, fwd, fwdbwd in self.prefill:
-            f = 2 * b * REF_HEADS * s * s * REF_HEAD_DIM * (3.5 if backward else 1.0)
-            by_b.setdefault(b, []).append((s, f / ((fwdbwd if backward else fwd) * 1e12)))
-        bs = sorted(by_b)
-        rates = {b: _interp_loglog(sorted(by_b[b]), max(seq, 1.0)) for b in bs}
+        curves = self._prefill_curves[1 if backward else 0]
+        rates = {b: _interp_loglog(points, max(seq, 1.0)) for b, points in curves}
         x = rows / REF_HEADS  # sequences of the table's 32 heads with the same parallelism
         rate = _interp_x(sorted(rates.items()), x)
         t = flops / (rate * 1e12)
         return max(0.0, t - self.dispatch_s) if graphs else t
+
+    @cached_property
+    def _prefill_curves(self) -> tuple:
+        """(forward, forward + backward): per batch size, the TFLOP/s over sequence length."""
+        out = []
+        for backward in (False, True):
+            by_b: dict[int, list[tuple[float, float]]] = {}
+            for b, s, fwd, fwdbwd in self.prefill:
+                f = 2 * b * REF_HEADS * s * s * REF_HEAD_DIM * (3.5 if backward else 1.0)
+                by_b.setdefault(b, []).append((s, f / ((fwdbwd if backward else fwd) * 1e12)))
+            out.append(tuple((b, sorted(by_b[b])) for b in sorted(by_b)))
+        return tuple(out)
 
     def attn_decode_s(self, kv_bytes: float, graphs: bool = True) -> float | None:
         """Seconds of one decode attention call reading ``kv_bytes`` of K and V; None when

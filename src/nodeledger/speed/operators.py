@@ -135,12 +135,27 @@ def card_kernels(product: str | None, bf16_tflops: float | None,
                        f"by {how}; memory x {1 / rm:.2f} by the datasheets' bandwidth)", rc, rm)  # fmt: skip
 
 
+def _table_dtype(ck: CardKernels, dtype: str) -> tuple[str, int]:
+    """(the table's GEMM kind for weights of ``dtype``, bytes per weight): fp8 GEMMs where the
+    table has them, else bf16."""
+    return ("fp8", 1) if dtype == "fp8" and "fp8" in ck.table.gemm else ("bf16", 2)
+
+
 def _gemm(ck: CardKernels, m: float, g: Gemm, dtype: str) -> float:
     """The kernel's time on the card (no host dispatch: that is counted per call apart)."""
-    table_dtype = "fp8" if dtype == "fp8" and "fp8" in ck.table.gemm else "bf16"
+    table_dtype, wb = _table_dtype(ck, dtype)
     t = ck.table.gemm_s(m, g.n, g.k, table_dtype, graphs=True)
-    wbytes = g.n * g.k * (1 if table_dtype == "fp8" else 2)
-    return ck.scale(t, 2 * m * g.n * g.k, wbytes + 2 * m * (g.n + g.k))
+    return ck.scale(t, 2 * m * g.n * g.k, g.n * g.k * wb + 2 * m * (g.n + g.k))
+
+
+def round_128th(x: float) -> int:
+    """``x`` rounded down to a step of 1/128 of itself (exact up to 256): a memo key for
+    contexts, within ~1 % of the figure it stands for."""
+    c = int(x)
+    if c <= 256:
+        return c
+    step = c >> 7
+    return c // step * step
 
 
 class OpPlan:
@@ -161,6 +176,7 @@ class OpPlan:
         self.elem = 2 * (2 * 2 * h + 2 * 3 * h + 2 * spec.num_attention_heads * REF_HEAD_DIM / tp
                          + 3 * inter)  # fmt: skip
         self.head = Gemm("lm_head", max(1, spec.vocab_size // tp), h, 1)
+        self.dense_calls = sum(g.layers for g in self.dense)
         self._mm: dict[float, tuple[float, int, float, float]] = {}
         self._kv: dict[int, float] = {}
 
@@ -171,19 +187,17 @@ class OpPlan:
             return hit
         ck, dtype = self.ck, self.dtype
         dense = sum(g.layers * _gemm(ck, m, g, dtype) for g in self.dense)
-        calls = sum(g.layers for g in self.dense)
+        calls = self.dense_calls
         experts = touched_layers = 0.0
         moe = self.spec.moe
-        for g in self.experts:
-            touched = T.experts_touched(moe.num_experts, moe.top_k, m) if m else 0.0
-            if not touched:
-                continue
+        touched = T.experts_touched(moe.num_experts, moe.top_k, m) if moe and m else 0.0
+        table_dtype, wb = _table_dtype(ck, dtype)
+        for g in self.experts if touched else ():
             # one grouped kernel over the touched experts (vLLM fused_moe, SGLang): it streams
             # their weights once and multiplies each expert's rows at the rate a dense GEMM of
             # that many rows reaches (the table's small-M efficiency, not the large-GEMM peak)
             rows = m * moe.top_k / touched
-            table_dtype = "fp8" if dtype == "fp8" and "fp8" in ck.table.gemm else "bf16"
-            wbytes = touched * g.n * g.k * (1 if table_dtype == "fp8" else 2)
+            wbytes = touched * g.n * g.k * wb
             base = max(rows, 64.0)
             rate = 2 * base * g.n * g.k / ck.table.gemm_s(base, g.n, g.k, table_dtype, graphs=True)
             flops = 2 * m * moe.top_k * g.n * g.k
@@ -198,8 +212,7 @@ class OpPlan:
     def kv_bytes(self, ctx: float) -> float:
         """KV bytes of one sequence of ``ctx`` tokens (all layers, whole replica), memoised on
         the context rounded to 1/128 of itself."""
-        c = int(ctx)
-        key = c if c <= 256 else c // (c >> 7) * (c >> 7)
+        key = round_128th(ctx)
         v = self._kv.get(key)
         if v is None:
             if len(self._kv) > 100_000:
@@ -211,10 +224,11 @@ class OpPlan:
              prefill_ctx: float = 0.0, decode_seqs: float = 0.0, decode_ctx: float = 0.0,
              graphs: bool = True, calls_per_layer: int = EAGER_CALLS_PER_LAYER,
              expert_loop: bool = True) -> dict:  # fmt: skip
-        """``expert_loop``: routed experts run one call each (transformers' eager MoE), not as
-        one grouped kernel (an engine's fused MoE, graphs or not).  ``graphs``: replayed from a graph (no host dispatch); else every call is dispatched,
+        """``graphs``: replayed from a graph (no host dispatch); else every call is dispatched,
         ``calls_per_layer`` of them beside the GEMMs and attention (transformers' unfused layer
-        by default, ENGINE_CALLS_PER_LAYER for a serving engine's fused one)."""
+        by default, ENGINE_CALLS_PER_LAYER for a serving engine's fused one).  ``expert_loop``:
+        routed experts run one call each (transformers' eager MoE), not as one grouped kernel
+        (an engine's fused MoE, graphs or not)."""
         spec, ck, tp = self.spec, self.ck, self.tp
         m = prefill_tokens + decode_seqs
         parts = {"gemm": 0.0, "experts": 0.0, "attention": 0.0, "elementwise": 0.0,

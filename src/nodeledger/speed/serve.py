@@ -184,7 +184,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
         from nodeledger.speed.serving import simulated_speed
 
         sim = simulated_speed(spec, job, machine, input_len, output_len, concurrency,
-                              max_concurrency, pool_tokens, bench, machines)  # fmt: skip
+                              max_concurrency, pool_tokens, bench, machines, fig)  # fmt: skip
     if sim is not None:
         sim.update(input_len=input_len, output_len=output_len, concurrency=conc,
                    cards_per_replica=len(cards), batch_capped=capped, model="simulated",

@@ -54,7 +54,7 @@ class StepModel:
     def seconds(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int) -> float:
         """The simulator's StepCost: a step's seconds, cached per (prefill tokens, decoding
         sequences, context bucket) for the replica (bounded: cleared past 200,000 entries)."""
-        key = (int(prefill_tokens), int(decode_seqs), _bucket(kv_tokens_read))
+        key = (int(prefill_tokens), int(decode_seqs), O.round_128th(kv_tokens_read))
         t = self.cache.get(key)
         if t is None:
             if len(self.cache) > 200_000:
@@ -87,20 +87,12 @@ class StepModel:
         dispatch = 0.0
         if graphs and eng.piecewise:
             dispatch = self.plan.n_attn * self.ck.table.dispatch_s
-        tp_s = self.allreduce_s(prefill_tokens + decode_seqs)
+        tp_s = self.allreduce_s(tokens)
         host = eng.host_s(decode_seqs + pre_seqs)
         total = (op["seconds"] + dispatch + tp_s) * max(1, self.pp) + host
         return {"seconds": total, "operators_s": op["seconds"], "gpu_s": op["gpu_s"],
                 "parts": op["parts"], "attention_dispatch_s": dispatch, "tp_s": tp_s,
                 "host_s": host, "host_bound": op["host_bound"], "graphs": graphs}  # fmt: skip
-
-
-def _bucket(kv: float) -> int:
-    """Context totals within ~1 % share a cached step (the time is smooth in them)."""
-    if kv <= 64:
-        return int(kv)
-    step = max(1, int(kv) >> 7)
-    return int(kv) // step * step
 
 
 ENGINE_OPTIONS = {
@@ -183,9 +175,10 @@ def run_benchmark(model: StepModel, sched: S.Scheduler, reqs: S.Requests) -> dic
 
 
 def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
-                   machines: int = 1) -> tuple[StepModel | None, list[str]]:  # fmt: skip
+                   machines: int = 1, fig: dict | None = None) -> tuple[StepModel | None, list[str]]:  # fmt: skip
     """The replica's StepModel, or None with what is unknown (no kernel table for the card and
-    no datasheet to move one to it)."""
+    no datasheet to move one to it).  ``fig``: the replica's figures
+    (speed/figures.py serve_inputs) where the caller has them already."""
     from nodeledger.speed import figures as F
     from nodeledger.speed.engines import engine_speed
 
@@ -193,9 +186,10 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
     cards = [a.index for a in machine.accelerators][: tp * pp]
     if not cards:
         return None, ["no card in the machine profile"]
-    fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=tp, machines=machines)
-    product = machine.accelerators[cards[0]].product
-    peak, hbm = F.card_peak(machine, cards), F.card_hbm(machine, cards)
+    if fig is None:
+        fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=tp, machines=machines)
+    product = machine.accelerators[0].product  # the replica's first card (its kind)
+    peak, hbm = fig["card_bf16_tflops"], fig["card_memory_gbps"]
     ck = O.card_kernels(product, peak.value, hbm.value, machine.kernels.get(product))
     if ck is None:
         return None, [f"card kernels: no kernel table for {product} and its datasheet figures "
@@ -294,7 +288,7 @@ def _binding(model: StepModel, seqs: int, ctx: float) -> str:
 def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, output_len: int,
                     concurrency: int | None, max_concurrency: int | None,
                     pool_tokens: int | None, opts: BenchOptions | None = None,
-                    machines: int = 1) -> dict | None:  # fmt: skip
+                    machines: int = 1, fig: dict | None = None) -> dict | None:  # fmt: skip
     """The speed section of a serving replica from the simulator and the operator model, or
     None when no kernel table reaches the card (the caller keeps its roofline, unknowns said).
     Figures as fit prints them: ttft_s (one prompt alone), tpot_s / output_tokens_per_s /
@@ -304,7 +298,7 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
 
     opts = opts or BenchOptions()
     job, _ = resolve_job(job, machine, spec)
-    model, unknown = step_model_for(spec, job, machine, float(input_len), machines)
+    model, unknown = step_model_for(spec, job, machine, float(input_len), machines, fig)
     if model is None or (pool_tokens is not None and pool_tokens < (job.block_size or 16)):
         return None  # no kernel table reaches the card, or no sequence fits: the roofline says
     static = model.engine.policy == "static"
