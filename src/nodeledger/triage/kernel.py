@@ -226,7 +226,13 @@ def parse_kernel_log(
     pending, window = clock.pending, clock.window
     last_stamp: LogTime | None = None
     last_head = None
-    for i, raw in enumerate(as_lines(text), 1):
+    raw, same, t = "", False, None
+
+    def when() -> LogTime | None:
+        """The current line's time: parsed now where its stamp was skipped as the same second."""
+        return clock.at(raw)[1] if same else t
+
+    for i, raw in enumerate(as_lines(text), 1):  # ``when`` reads raw, same and t of this line
         # outside a report, a line that cannot start one is skipped unparsed
         if cur is None and not (
             "oom" in raw
@@ -255,9 +261,6 @@ def parse_kernel_log(
             stamp, t = clock.at(raw)
             if stamp is not None:
                 last_stamp, last_head = stamp, head
-
-        def when(raw=raw, same=same, t=t) -> LogTime | None:
-            return clock.at(raw)[1] if same else t
 
         msg = kernel_message(raw)
         if not msg:
