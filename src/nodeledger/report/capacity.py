@@ -423,6 +423,13 @@ def _capacity_note(replicas: int, card_tier: str, fits_one: bool, conc, per: int
     return f"does not fit ({card_tier}): no replica"
 
 
+def _slo_levels(slo: dict) -> str:
+    """The service levels a capacity was found within, as the report words them."""
+    return " and ".join(x for x in (
+        f"TTFT p99 <= {slo['ttft_p99_s']:g} s" if slo.get("ttft_p99_s") else "",
+        f"TPOT p99 <= {slo['tpot_p99_s']:g} s" if slo.get("tpot_p99_s") else "") if x)  # fmt: skip
+
+
 def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -> dict:
     n = len(machine.accelerators)
     business = max(0, n - lifeboat)
@@ -452,6 +459,7 @@ def serving_capacity(rows: list[dict], machine: MachineProfile, lifeboat: int) -
             "requests_per_s_at_slo": slo_rps,
             "slo": None if not slo else {"ttft_p99_s": slo.get("ttft_p99_s"),
                                          "tpot_p99_s": slo.get("tpot_p99_s"),
+                                         "levels": _slo_levels(slo),
                                          "per_replica": slo["requests_per_s"],
                                          "bound": slo["bound"]},
             "output_tokens_per_s_per_replica": tps,
@@ -555,11 +563,7 @@ def throughput_criterion(rows: list[dict], serving: dict) -> dict:
                 continue
             within = ""
             if unit == "requests/s" and at_slo:
-                lv = s["slo"]
-                levels = " and ".join(x for x in (
-                    f"TTFT p99 <= {lv['ttft_p99_s']:g} s" if lv.get("ttft_p99_s") else "",
-                    f"TPOT p99 <= {lv['tpot_p99_s']:g} s" if lv.get("tpot_p99_s") else "") if x)  # fmt: skip
-                within = f" within {levels} (Poisson arrivals, the engine simulated)"
+                within = f" within {s['slo']['levels']} (Poisson arrivals, the engine simulated)"
             line = (f"{r['id']}: peak {need:,.4g} {unit}{lengths}; one machine serves {have:,.4g}"
                     f"{within} on {reps} replica(s) of the business cards"
                     + (f", bound by {s['speed_binding']}" if s.get("speed_binding") and unit != "sequences at once" else ""))  # fmt: skip
