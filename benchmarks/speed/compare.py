@@ -233,6 +233,19 @@ def _simulated(case: dict, spec, m, tp: int, pp: int, inp: int, out: int) -> flo
     raise KeyError(kind)
 
 
+def error_summary(errs: list[float]) -> dict:
+    """Cases, median and max |error| of one figure kind, and whether they meet the target."""
+    med, top = statistics.median(errs), max(errs)
+    return {"cases": len(errs), "median_abs_error": med, "max_abs_error": top,
+            "meets_target": med <= TARGET_MEDIAN and top <= TARGET_MAX}  # fmt: skip
+
+
+def cells(r: dict) -> tuple[str, str]:
+    """(predicted, error) as the tables print them."""
+    p = "n/a" if r["predicted"] is None else f"{r['predicted']:,.1f}"
+    return p, "" if r["error"] is None else f"{100 * r['error']:+.0f} %"
+
+
 def run(path: Path = CASES) -> dict:
     cases = tomllib.loads(path.read_text(encoding="utf-8"))["cases"]
     rows = []
@@ -252,11 +265,7 @@ def run(path: Path = CASES) -> dict:
     for r in rows:
         if r["error"] is not None and not r["calibration"]:
             kinds.setdefault(r["kind"], []).append(abs(r["error"]))
-    summary = {
-        k: {"cases": len(v), "median_abs_error": statistics.median(v), "max_abs_error": max(v),
-            "meets_target": statistics.median(v) <= TARGET_MEDIAN and max(v) <= TARGET_MAX}
-        for k, v in sorted(kinds.items())
-    }  # fmt: skip
+    summary = {k: error_summary(v) for k, v in sorted(kinds.items())}
     cal = [abs(r["error"]) for r in rows if r["error"] is not None and r["calibration"]]
     if cal:
         summary["calibration cases (not a test)"] = {
@@ -286,8 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'case':58} {'kind':28} {'measured':>11} {'predicted':>11} {'error':>8}")
     for r in res["rows"]:
-        p = "n/a" if r["predicted"] is None else f"{r['predicted']:,.1f}"
-        e = "" if r["error"] is None else f"{100 * r['error']:+.0f} %"
+        p, e = cells(r)
         print(f"{r['id'][:58]:58} {r['kind'][:28]:28} {r['measured']:>11,.1f} {p:>11} {e:>8}"
               + (f"  (calibration: {r['calibration']})" if r["calibration"] else "")
               + (f"  ({r['problem']})" if r["problem"] else ""))  # fmt: skip

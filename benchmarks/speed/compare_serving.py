@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ else:  # pragma: no cover
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from compare import machine_of, shared  # noqa: E402
+from compare import cells, error_summary, machine_of, shared  # noqa: E402
 
 from nodeledger.ledger.jobs import Parallel, ServeJob  # noqa: E402
 from nodeledger.model import load_model  # noqa: E402
@@ -38,7 +37,6 @@ from nodeledger.speed.serving import serving_benchmark  # noqa: E402
 from nodeledger.verdict.fit import ledger_for  # noqa: E402
 
 RUNS = HERE / "serving_runs.toml"
-TARGET_MEDIAN, TARGET_MAX = 0.15, 0.30
 FIXTURES = {  # model_family -> a real config.json in ../shared/fixtures/models (else the catalogue)
     "llama-3.1-8b": "Llama-3.1-8B",
     "llama-3.1-70b": "Llama-3.1-70B",
@@ -173,10 +171,7 @@ def run_all(path: Path = RUNS) -> dict:
         errs = [abs(x["error"]) for x in rows if x["kind"] == label and x["error"] is not None]
         n_all = len([x for x in rows if x["kind"] == label])
         if errs:
-            summary[label] = {"cases": len(errs), "of": n_all,
-                              "median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
-                              "meets_target": statistics.median(errs) <= TARGET_MEDIAN
-                              and max(errs) <= TARGET_MAX}  # fmt: skip
+            summary[label] = {**error_summary(errs), "of": n_all}
     return {"rows": rows, "summary": summary}
 
 
@@ -191,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'run':62} {'figure':15} {'measured':>10} {'predicted':>10} {'error':>7}")
     for r in res["rows"]:
-        p = "n/a" if r["predicted"] is None else f"{r['predicted']:,.1f}"
-        e = "" if r["error"] is None else f"{100 * r['error']:+.0f} %"
+        p, e = cells(r)
         tail = f"  ({r['problem'][:90]})" if r["problem"] else ""
         print(f"{r['id'][:62]:62} {r['kind']:15} {r['measured']:>10,.1f} {p:>10} {e:>7}{tail}")
     print()
