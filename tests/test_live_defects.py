@@ -170,3 +170,8 @@ def test_machine_show_fills_a_probed_card_from_the_datasheet_with_its_source(one
     # a card nothing knows stays unknown, with the reason
     k100 = json.loads(run_cli("machine", "show", "k100-ai-8x64g", "--json").stdout)
     assert k100["card_figures"]["0"]["bf16_dense_tflops"]["value"] is None
+
+
+def test_one_card_search_says_there_is_no_lifeboat(one_card):
+    proc = run_cli("fit", "qwen3-8b", "--job", "serve", "--machine", one_card, "--search")
+    assert ONE_CARD in " ".join(proc.stdout.split())

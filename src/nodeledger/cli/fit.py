@@ -355,6 +355,8 @@ def _render_fit(d: dict[str, Any]) -> None:
                 x["detail"],
             )
         con.print(st)
+        if sr.get("lifeboat_note"):
+            con.print(f"  note: {sr['lifeboat_note']}", markup=False)
         if sr["best"]:
             n_fit = sum(1 for x in sr["best"] if x["tier"] == "fits")
             con.print(
