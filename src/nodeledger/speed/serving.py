@@ -285,6 +285,12 @@ def _binding(model: StepModel, seqs: int, ctx: float) -> str:
     return max(terms, key=terms.get)
 
 
+def _rounds(conc: int) -> int:
+    """Requests for clients keeping ``conc`` in flight: 4 rounds of them, 32 to 4,000 (long
+    enough for the batch to settle; one round is a burst, where the ramp dominates)."""
+    return max(32, min(4000, 4 * conc))
+
+
 def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, output_len: int,
                     concurrency: int | None, max_concurrency: int | None,
                     pool_tokens: int | None, opts: BenchOptions | None = None,
@@ -304,14 +310,19 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
     static = model.engine.policy == "static"
     sched = scheduler_for(job, model.engine, pool_tokens, static_batch=concurrency or 1)
 
+    done: dict = {}  # one simulation per (prompts, rate, cap, dataset): deterministic
+
     def bench(prompts: int, rate: float, cap: int | None, dataset: str = "random") -> dict:
-        s = sched if not static else dataclasses.replace(sched, static_batch=cap or 1,
-                                                           max_num_seqs=cap or 1)  # fmt: skip
-        sharegpt = dataset == "sharegpt"
-        reqs = S.make_requests(prompts, rate, None if sharegpt else input_len,
-                               None if sharegpt else output_len, dataset=dataset,
-                               max_concurrency=cap, seed=opts.seed)  # fmt: skip
-        return run_benchmark(model, s, reqs)
+        key = (prompts, rate, cap, dataset)
+        if key not in done:
+            s = sched if not static else dataclasses.replace(sched, static_batch=cap or 1,
+                                                               max_num_seqs=cap or 1)  # fmt: skip
+            sharegpt = dataset == "sharegpt"
+            reqs = S.make_requests(prompts, rate, None if sharegpt else input_len,
+                                   None if sharegpt else output_len, dataset=dataset,
+                                   max_concurrency=cap, seed=opts.seed)  # fmt: skip
+            done[key] = run_benchmark(model, s, reqs)
+        return done[key]
 
     one = bench(1, float("inf"), 1)
     out: dict = {
@@ -326,13 +337,8 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
         "tensor-parallel all-reduces + the engine's host time per step (speed/engines.toml)",
     }  # fmt: skip
 
-    runs: dict = {}
-
     def at(conc: int) -> dict:
-        # clients keeping ``conc`` requests in flight, 4 rounds of them (32 to 4,000 requests):
-        # long enough for the batch to settle (one round is a burst: the ramp dominates)
-        prompts = max(32, min(4000, 4 * conc))
-        r = runs[conc] = bench(prompts, float("inf"), conc)
+        r = bench(_rounds(conc), float("inf"), conc)
         return {"concurrency": conc, "tpot_s": r["tpot_s"].get("median"),
                 "output_tokens_per_s": r["output_tokens_per_s"],
                 "requests_per_s": r["requests_per_s"], "batch_mean": r["batch"]["mean"],
@@ -352,13 +358,11 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
             requests_per_s=out["requests_per_s"], binding=out["binding"])  # fmt: skip
     else:
         out["at_most_that_fit"] = None
-    prompts = opts.num_prompts or max(32, min(4000, 4 * (conc or 1)))
+    prompts = opts.num_prompts or _rounds(conc or 1)
     cap = concurrency  # the client's cap: the job's concurrency (None: as many as sent)
     if opts.request_rate != float("inf") and not opts.capped_at_rate:
         cap = None
-    same = (opts.request_rate == float("inf") and opts.dataset == "random" and cap == conc
-            and conc in runs and opts.num_prompts in (None, prompts))  # fmt: skip
-    sim = dict(runs[conc]) if same else bench(prompts, opts.request_rate, cap, opts.dataset)
+    sim = dict(bench(prompts, opts.request_rate, cap, opts.dataset))
     rate = "inf" if opts.request_rate == float("inf") else opts.request_rate  # JSON has no inf
     sim.update(num_prompts=prompts, request_rate=rate, max_concurrency=cap,
                dataset=opts.dataset, scheduler={"policy": sched.policy,
@@ -367,12 +371,11 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
                "kv_pool_tokens": sched.kv_pool_tokens})  # fmt: skip
     out["simulation"] = sim
     if opts.slo_ttft_p99_s or opts.slo_tpot_p99_s:
-        out["capacity_at_slo"] = capacity_at_slo(bench, opts, input_len, output_len, prompts)
+        out["capacity_at_slo"] = capacity_at_slo(bench, opts, prompts)
     return out
 
 
-def capacity_at_slo(bench, opts: BenchOptions, input_len: int, output_len: int,
-                    prompts: int) -> dict:  # fmt: skip
+def capacity_at_slo(bench, opts: BenchOptions, prompts: int) -> dict:
     """The highest Poisson request rate (requests/s) one replica sustains with TTFT p99 and
     TPOT p99 within the service levels: bisection on the rate between one that meets them and
     one that does not (the simulator is deterministic for its seed, so the answer is too)."""
