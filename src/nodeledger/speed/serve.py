@@ -44,9 +44,6 @@ def _fig(f) -> dict:
     return {"value": f.value, "unit": f.unit, "source": f.source}
 
 
-inputs = F.serve_inputs  # the figures a serving estimate rests on (speed/figures.py)
-
-
 def _tp_seconds(spec: ModelSpec, tokens: float, tp: int, busbw, alpha) -> float | None:
     if tp <= 1:
         return 0.0
@@ -169,7 +166,8 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     capped by max_num_seqs), None if unknown."""
     job, _ = resolve_job(job, machine, spec)  # the engine's defaults for its release and card
     cards = [a.index for a in machine.accelerators][: job.parallel.tp * job.parallel.pp]
-    fig = inputs(machine, cards, fp8=job.dtype == "fp8", tp=job.parallel.tp, machines=machines)
+    fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=job.parallel.tp,
+                         machines=machines)  # fmt: skip
     conc = concurrency if concurrency is not None else max_concurrency
     capped = None
     if conc and max_concurrency and conc > max_concurrency:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from nodeledger.ledger.jobs import ServeJob
 from nodeledger.model.spec import ModelSpec
+from nodeledger.speed import figures as F
 from nodeledger.speed import operators as O
 from nodeledger.speed import simulate as S
 from nodeledger.speed import terms as T
@@ -179,7 +180,6 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
     """The replica's StepModel, or None with what is unknown (no kernel table for the card and
     no datasheet to move one to it).  ``fig``: the replica's figures
     (speed/figures.py serve_inputs) where the caller has them already."""
-    from nodeledger.speed import figures as F
     from nodeledger.speed.engines import engine_speed
 
     tp, pp = job.parallel.tp, job.parallel.pp
