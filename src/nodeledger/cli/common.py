@@ -60,6 +60,9 @@ def gib(n: int | None) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
 
+MAX_ROWS = 50  # list items / incident rows drawn on a terminal; --json has every one
+
+
 def num(value: Any, unit: str = "") -> str:
     """A figure with its unit; None -> unknown; floats to one decimal, trailing zeros dropped."""
     if value is None:

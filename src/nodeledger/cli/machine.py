@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from nodeledger.cli.common import (
+    MAX_ROWS,
     UNKNOWN,
     console,
     escape,
@@ -381,9 +382,6 @@ def parse_cmd(kind, file, as_json=False) -> None:
         print_json(data)
         return
     _render_parsed(kind, data)
-
-
-MAX_ROWS = 50  # list items (rows, cards, NICs) drawn on a terminal; --json has every one
 
 
 def _capped(data: Any, path: str, cut: list[tuple[str, int]]) -> Any:

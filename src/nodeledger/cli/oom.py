@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nodeledger.cli.common import console
+from nodeledger.cli.common import MAX_ROWS, console
 from nodeledger.cli.options import json_option
 from nodeledger.errors import NodeledgerError
 
@@ -170,9 +170,6 @@ def _when(inc) -> str:
     if t.dt is not None:
         return t.text
     return f"{t.uptime_s:.0f} s after boot" if t.uptime_s is not None else "-"
-
-
-MAX_ROWS = 50  # incident rows drawn on a terminal; --json has every one
 
 
 def _row_key(inc) -> tuple:
