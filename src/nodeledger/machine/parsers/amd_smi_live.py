@@ -12,10 +12,9 @@ from __future__ import annotations
 import csv
 import functools
 import io
-import math
 import re
 
-from nodeledger.machine.parsers.common import ParseError, shorten, size_to_bytes
+from nodeledger.machine.parsers.common import ParseError, finite, shorten, size_to_bytes
 
 
 def _refusing(what: str):
@@ -70,16 +69,17 @@ _PROC_FIELDS = {"GTT_MEM": "gtt_bytes", "CPU_MEM": "cpu_bytes", "VRAM_MEM": "vra
                 "MEM_USAGE": "mem_usage_bytes", "GFX": "gfx_ns", "ENC": "enc_ns"}  # fmt: skip
 
 
-MAX_FIGURE = 1e15  # no card figure (W, °C, MHz, %, ns, bytes / 2**20) reaches it: garbage
 MAX_BYTES = 2**60
 
 
 def _plausible(v: float, what: str) -> float:
-    """``v`` when it is a finite, non-negative figure below MAX_FIGURE; else ValueError (a
-    cell that is not a reading: the caller makes it unknown, or refuses the output)."""
-    if not math.isfinite(v) or not 0 <= v <= MAX_FIGURE:
+    """``v`` when it is a finite, non-negative figure below 1e15 (common.finite: no card figure
+    in W, °C, MHz, %, ns or MiB reaches it); else ValueError (a cell that is not a reading: the
+    caller makes it unknown, or refuses the output)."""
+    f = finite(v)
+    if f is None:
         raise ValueError(f"{what} {v!r} is not a possible figure")
-    return v
+    return f
 
 
 def _sized(value: float, unit: str, otherwise):
@@ -389,10 +389,8 @@ def _metric_value(v, field_unit: str):
         if m is None:
             return None
         v, unit = float(m.group(1)), m.group(2) or unit
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    if not 0 <= v <= MAX_FIGURE:
-        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or finite(v) is None:
+        return None  # not a finite figure in [0, 1e15] (common.finite)
     if field_unit == "B":
         return _sized(v, str(unit or "MB"), None)
     if unit is not None and _METRIC_UNITS.get(str(unit)) not in (field_unit, None):
