@@ -12,6 +12,8 @@ from functools import lru_cache
 from importlib import resources
 
 from nodeledger.errors import InputError
+from nodeledger.ledger.engines import data as memory_data
+from nodeledger.ledger.engines import parse_version
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,20 +74,15 @@ def _data() -> dict:
     return tomllib.loads(text)
 
 
-def _version(text: str) -> tuple[int, int, int]:
-    from nodeledger.ledger.engines import parse_version
-
-    return parse_version(text)
-
-
-def _releases(name: str, default_version: str):
-    """The resolver of an engine whose releases are rows of engines.toml ``[[name]]``."""
+def _releases(name: str):
+    """The resolver of an engine whose releases are rows of engines.toml ``[[name]]``; no
+    version: the memory side's default release (ledger/engines.toml), read when first asked."""
 
     def resolve(version: str | None) -> EngineSpeed:
         rows = _data()[name]
-        v = _version(version or default_version)
-        row = next((r for r in rows if v <= _version(r["last"])), rows[-1])
-        if v < _version(rows[0]["first"]):
+        v = parse_version(version or memory_data()[name]["default_version"])
+        row = next((r for r in rows if v <= parse_version(r["last"])), rows[-1])
+        if v < parse_version(rows[0]["first"]):
             row = rows[0]
         return EngineSpeed(
             name=name, release=f"{row['first']}-{row['last']}", policy=row["policy"],
@@ -110,11 +107,9 @@ def _hf(version: str | None) -> EngineSpeed:
 
 
 def _defaults() -> None:
-    from nodeledger.ledger.engines import data as memory_data
-
     register("hf", _hf)
-    register("vllm", _releases("vllm", memory_data()["vllm"]["default_version"]))
-    register("sglang", _releases("sglang", memory_data()["sglang"]["default_version"]))
+    register("vllm", _releases("vllm"))
+    register("sglang", _releases("sglang"))
 
 
 _defaults()
