@@ -43,6 +43,8 @@ FIXTURES = {  # model_family -> a real config.json in ../shared/fixtures/models 
     "llama-3.1-405b": "Llama-3.1-405B",
     "qwen3-32b": "Qwen3-32B",
     "deepseek-v3": "DeepSeek-V3",
+    "gpt-oss-20b": "gpt-oss-20b",
+    "gpt-oss-120b": "gpt-oss-120b",
 }
 # figure kinds compared: (metric key in the run, predicted key, scale to the printed unit)
 KINDS = (
@@ -66,8 +68,8 @@ def _dtype(run: dict) -> str | None:
     d = str(run.get("dtype") or "bf16").lower()
     if d.startswith("fp8"):
         return "fp8"
-    if d in ("bf16", "fp16", "auto"):
-        return None
+    if d in ("bf16", "fp16", "auto") or d.startswith("mxfp4"):
+        return None  # as the checkpoint's config declares it (gpt-oss: mxfp4 experts)
     raise NotImplementedError(f"weights {d!r}: no kernel table for them yet")
 
 

@@ -43,6 +43,9 @@ class EngineSpeed:
     # max_num_seqs when the job leaves it unset: "job" (the engine's resolved default, vLLM),
     # "half_pool" (SGLang's max_running_requests: min(KV tokens // 2, 4096)), "batch" (static)
     seqs_rule: str = "job"
+    # time to first token beyond the steps (API server, tokenisation, first-token streaming)
+    request_overhead_s: float = 0.0
+    request_overhead_source: str = ""
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -79,7 +82,7 @@ def _releases(name: str):
     version: the memory side's default release (ledger/engines.toml), read when first asked."""
 
     def resolve(version: str | None) -> EngineSpeed:
-        rows = _data()[name]
+        rows, over = _data()[name], _data().get("server_overhead", {})
         v = parse_version(version or memory_data()[name]["default_version"])
         row = next((r for r in rows if v <= parse_version(r["last"])), rows[-1])
         if v < parse_version(rows[0]["first"]):
@@ -92,6 +95,7 @@ def _releases(name: str):
             graph_source=row["graph_source"],
             piecewise_prefill=row.get("piecewise_prefill", False),
             paged_blocks=row.get("paged_blocks", True), seqs_rule=row.get("seqs_rule", "job"),
+            request_overhead_s=over.get("ttft_s", 0.0), request_overhead_source=over.get("source", ""),
         )  # fmt: skip
 
     return resolve

@@ -44,6 +44,30 @@ MAX_ROWS = 100_000
 # the shipped tables: (product substrings as the vendor names the card, file)
 SHIPPED = ((("H200",), "h200.jsonl"),)
 REF_HEADS, REF_HEAD_DIM = 32, 128  # the attention shapes the tables time
+# What a kernel takes on the card however little it does, inside a CUDA / HIP graph replay (no
+# host dispatch): the smallest kernels of a vLLM decode step on an H100, profiled inside its
+# graph, ran 2 us (scaled_fp8_quant, 128 calls), 3 us (rotary_embedding) and 4 us (rms_norm)
+# (neuralmagic/nm-vllm PR 332, layerwise profiler); the middle one is taken.  An eager call's
+# time in the tables holds its dispatch, so the tables cannot show this floor themselves.
+KERNEL_FLOOR_S = 3e-6
+KERNEL_FLOOR_SOURCE = ("in-graph kernel floor 3 us: vLLM decode on H100 profiled inside its CUDA "
+                       "graph, scaled_fp8_quant 2 us, rotary 3 us, rms_norm 4 us per call "
+                       "(neuralmagic/nm-vllm PR 332)")  # fmt: skip
+# Paged decode attention per call at a small batch: FlashInfer 12.3 us, FlashAttention 14.8 us
+# (one sequence of 1,024 keys, Qwen-32B heads at TP 2, Hopper; vllm-project/flash-attention PR
+# 63, 'main' before the change); the tables' SDPA decode rows are unpaged and hold a dispatch.
+DECODE_ATTN_FLOOR_S = 12e-6
+# A block-scaled fp8 GEMM (DeepSeek-V3's 128 x 128 weight blocks) as the engines' triton kernel
+# runs it (vLLM / SGLang w8a8_block_fp8_matmul: BLOCK_SIZE_N = 128, BLOCK_SIZE_M = 64, no split
+# over K): ceil(M / 64) x ceil(N / 128) programs, each streaming its N-tile's weights.  With
+# fewer programs than the card has SMs the weight read is bound by what one program pulls:
+# N=2112 K=7168 at M=1 (17 programs) ran at 1.298 TFLOP/s = 23.3 us on an H100 (vLLM PR 23280,
+# tuned config), 15.1 MB / 17 / 23.3 us = 38 GB/s per program.
+BLOCK_FP8_TILE_N, BLOCK_FP8_TILE_M = 128, 64
+BLOCK_FP8_PROGRAM_GBPS = 38.0
+BLOCK_FP8_SOURCE = ("block-fp8 GEMM: ceil(M/64) x ceil(N/128) programs (vLLM/SGLang "
+                    "w8a8_block_fp8_matmul), 38 GB/s of weights per program (N=2112 K=7168 M=1: "
+                    "23.3 us on H100, vLLM PR 23280)")  # fmt: skip
 
 
 def _num(row: dict, key: str, lo: float = 0.0) -> float:
@@ -172,6 +196,11 @@ class KernelTable:
     @cached_property
     def _best_copy(self) -> float:
         return max(b / s for b, s in self.copy)
+
+    @property
+    def best_copy_gbps(self) -> float:
+        """The table's device-copy plateau (GB/s, read + write bytes)."""
+        return self._best_copy / 1e9
 
     def copy_s(self, nbytes: float, graphs: bool = True) -> float | None:
         """Seconds of moving ``nbytes`` through the card's memory once (read + write), as its

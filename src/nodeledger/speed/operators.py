@@ -23,14 +23,26 @@ moved through the two datasheet rooflines, or is unknown.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
+from nodeledger.ledger.weights import converted, tensor_bytes
 from nodeledger.model.spec import ModelSpec
 from nodeledger.speed import hardware as H
 from nodeledger.speed import terms as T
 from nodeledger.speed import work as W
-from nodeledger.speed.kernels import REF_HEAD_DIM, KernelTable, table_for, table_from_rows
+from nodeledger.speed.kernels import (
+    BLOCK_FP8_PROGRAM_GBPS,
+    BLOCK_FP8_TILE_M,
+    BLOCK_FP8_TILE_N,
+    DECODE_ATTN_FLOOR_S,
+    KERNEL_FLOOR_S,
+    REF_HEAD_DIM,
+    KernelTable,
+    table_for,
+    table_from_rows,
+)
 
 ROW_PARALLEL = re.compile(r"(o_proj|down_proj|out_proj|dense_4h_to_h|\.dense\.|wo|w2|c_proj)")
 FUSE = (("qkv", re.compile(r"\.(q_proj|k_proj|v_proj)\.")),
@@ -44,10 +56,30 @@ EAGER_CALLS_PER_LAYER = 14 + 12 + 2 + 2 + 2  # + one per GEMM and attention call
 # the same layout): fused add + RMSNorm, rotary, fused add + RMSNorm, SiluAndMul, beside the GEMMs
 # and the attention call
 ENGINE_CALLS_PER_LAYER = 4
+# kernels a fused engine layer runs besides its GEMMs and attention, each at least the in-graph
+# floor (kernels.KERNEL_FLOOR_S): the 4 above and the KV-cache write (reshape_and_cache); an MLA
+# layer adds the q_a / kv_a RMSNorms; a routed-expert layer its routing (softmax + top-k), the
+# block alignment of the tokens per expert, the activation and the weighted sum of the top-k
+# outputs (vLLM fused_moe.py: topk_softmax, moe_align_block_size, silu_and_mul, moe_sum); a
+# W8A8 GEMM the quantisation of its activations (scaled_fp8_quant / per_token_group_quant)
+LAYER_KERNELS = ENGINE_CALLS_PER_LAYER + 1
+MLA_KERNELS = 2
+MOE_KERNELS = 4
 EAGER_SOURCE = (
     "transformers modeling_llama.py (4.57) decoder layer, calls counted: RMSNorm 7 x 2, "
     "rotary 12, cache update 2, SDPA 1, residual 2, act + mul 2, + one per matmul"
 )
+
+
+# how a weight scheme's matmul runs (the kernel kind the operator model times it as):
+#   bf16       16-bit weights and activations (the table's bf16 GEMMs)
+#   fp8        W8A8 with per-tensor / per-channel scales (torch._scaled_mm: the table's fp8 GEMMs)
+#   fp8_block  W8A8 with 128x128 block scales (DeepSeek-V3 layout): its own kernel rows where
+#              a table has them, else the fp8 rows
+#   weight_only  int8 / int4 / nf4 / mxfp4 weights dequantised in the kernel and multiplied in
+#              bf16 (Marlin, Machete, triton matmul_ogs on cards without FP4 tensor cores): the
+#              bf16 GEMM with its weight read shrunk to the packed bytes
+WEIGHT_ONLY = ("int8", "int4", "nf4", "mxfp4")
 
 
 @dataclass(frozen=True)
@@ -57,11 +89,36 @@ class Gemm:
     k: int  # input features on one card
     layers: int  # how many layers run it
     expert: bool = False  # a routed expert (per layer: one of num_experts)
+    kind: str = "bf16"  # bf16 | fp8 | fp8_block | weight_only (see above)
+    wbytes: float = 2.0  # bytes per weight element as stored (scales included)
 
 
-def gemms(spec: ModelSpec, tp: int = 1) -> list[Gemm]:
-    """The step's matmuls on one card of a TP group, fused as engines load them."""
+def block_fp8(spec: ModelSpec) -> bool:
+    """Whether the checkpoint's fp8 weights carry block scales (quantization_config
+    weight_block_size, DeepSeek-V3): the engines then run block-scaled kernels.  fp8 asked of a
+    16-bit checkpoint (vLLM --quantization fp8) is quantised per tensor / channel instead."""
+    q = spec.quantization or {}
+    return str(q.get("quant_method", "")).lower() == "fp8" and bool(q.get("weight_block_size"))
+
+
+def _kind(t, scheme, blocks: bool = False) -> tuple[str, float]:
+    """(kernel kind, bytes per element) of one weight tensor group under ``scheme``;
+    ``blocks``: fp8 with the checkpoint's block scales (block_fp8)."""
+    if scheme is None:
+        return "bf16", 2.0
+    wb = tensor_bytes(t, scheme) / max(1, t.numel)
+    if scheme.name in ("bf16", "fp16", "fp32") or not converted(t, scheme):
+        return "bf16", wb
+    if scheme.name == "fp8":
+        return ("fp8_block" if blocks else "fp8"), wb
+    return ("weight_only" if scheme.name in WEIGHT_ONLY else "bf16"), wb
+
+
+def gemms(spec: ModelSpec, tp: int = 1, scheme=None) -> list[Gemm]:
+    """The step's matmuls on one card of a TP group, fused as engines load them; ``scheme``
+    (ledger/weights.py Scheme): how each weight is stored, so how its kernel runs."""
     groups: dict[tuple, list] = {}
+    blocks = block_fp8(spec)
     for t in spec.tensors:
         if t.kind != "linear" or t.part in ("vision",) or len(t.shape) != 2:
             continue
@@ -71,15 +128,17 @@ def gemms(spec: ModelSpec, tp: int = 1) -> list[Gemm]:
         if expert and spec.moe is not None:
             layers = spec.moe.moe_layers
         fused = next((name for name, rx in FUSE if rx.search("." + t.name)), None)
-        key = (t.module, fused or t.name, k, layers, expert)
-        groups.setdefault(key, []).append((n, t.name))
+        kind, wb = _kind(t, scheme, blocks)
+        key = (t.module, fused or t.name, k, layers, expert, kind)
+        groups.setdefault(key, []).append((n, t.name, wb))
     out = []
-    for (_module, name, k, layers, expert), parts in groups.items():
+    for (_module, name, k, layers, expert, kind), parts in groups.items():
         n = sum(p[0] for p in parts)
+        wb = sum(p[0] * p[2] for p in parts) / max(1, n)
         row = bool(ROW_PARALLEL.search(parts[0][1]))
         if tp > 1 and name != "router":
             n, k = (n, max(1, k // tp)) if row else (max(1, n // tp), k)
-        out.append(Gemm(name, n, k, layers, expert))
+        out.append(Gemm(name, n, k, layers, expert, kind, wb))
     return out
 
 
@@ -124,28 +183,65 @@ def card_kernels(product: str | None, bf16_tflops: float | None,
     rm = (ref_card.get("memory_bandwidth_gbps") or 0) / memory_gbps
     if not rc or not rm:
         return None
-    how = "datasheet"
+    how, mhow = "datasheet", "the datasheets' bandwidth"
     mine = H.card(product) or {}
     mamf = H._num(mine.get("mamf_bf16_tflops"))
     if mamf and ref.peak_tflops:
         # the card's measured best matmul rate (MAMF) against the table's own best: a card whose
         # kernels reach less of their datasheet peak (MI300X: 51 %) is not credited the H200's 81 %
         rc, how = ref.peak_tflops / mamf, f"MAMF {mamf:g} TFLOPS ({mine.get('mamf_source')})"
+    achieved = H._num(mine.get("hbm_achieved_gbps"))
+    if achieved and ref.copy:
+        # the same for memory: the card's measured copy plateau against the table's own (MI300X
+        # reaches 4.1 of its 5.3 TB/s, 78 %; the H200 4.28 of 4.8, 89 %)
+        rm = ref.best_copy_gbps / achieved
+        mhow = f"copy plateau {achieved:g} GB/s ({mine.get('hbm_achieved_source')})"
     return CardKernels(ref, f"{ref.card} kernel table moved to this card (compute x {1 / rc:.2f} "
-                       f"by {how}; memory x {1 / rm:.2f} by the datasheets' bandwidth)", rc, rm)  # fmt: skip
+                       f"by {how}; memory x {1 / rm:.2f} by {mhow})", rc, rm)  # fmt: skip
 
 
-def _table_dtype(ck: CardKernels, dtype: str) -> tuple[str, int]:
-    """(the table's GEMM kind for weights of ``dtype``, bytes per weight): fp8 GEMMs where the
-    table has them, else bf16."""
-    return ("fp8", 1) if dtype == "fp8" and "fp8" in ck.table.gemm else ("bf16", 2)
+def _table_rows(ck: CardKernels, kind: str) -> str:
+    """The table's GEMM rows a kernel kind is read from: fp8 kinds from the fp8 rows where the
+    table has them, everything else (and fp8 without fp8 rows: weight-only) from bf16."""
+    if kind in ("fp8", "fp8_block") and "fp8" in ck.table.gemm:
+        return "fp8"
+    return "bf16"
 
 
-def _gemm(ck: CardKernels, m: float, g: Gemm, dtype: str) -> float:
-    """The kernel's time on the card (no host dispatch: that is counted per call apart)."""
-    table_dtype, wb = _table_dtype(ck, dtype)
-    t = ck.table.gemm_s(m, g.n, g.k, table_dtype, graphs=True)
-    return ck.scale(t, 2 * m * g.n * g.k, g.n * g.k * wb + 2 * m * (g.n + g.k))
+def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
+                  wbytes: float = 2.0) -> float:  # fmt: skip
+    """One matmul's kernel time on the card (no host dispatch: counted per call apart).
+    A weight-only kind (or fp8 weights on a table without fp8 rows) is the bf16 GEMM with the
+    weight bytes it no longer reads taken off at the table's streaming rate, never below the
+    bf16 time scaled by the byte ratio (a memory-bound GEMV reads the packed weights at the same
+    efficiency)."""
+    rows = _table_rows(ck, kind)
+    t = ck.table.gemm_s(m, n, k, rows, graphs=True)
+    wb = wbytes
+    if rows == "bf16" and wb < 2.0:
+        saved = (2.0 - wb) * n * k / ((ck.table.stream_gbps or 1e3) * 1e9)
+        t = max(t - saved, t * wb / 2.0)
+    t = ck.scale(t, 2 * m * n * k, n * k * wb + 2 * m * (n + k))
+    if kind == "fp8_block":
+        t = max(t, block_fp8_read_s(ck, m, n, n * k * wb))
+    return t
+
+
+def block_fp8_read_s(ck: CardKernels, rows: float, n: int, weight_bytes: float,
+                     groups: float = 1.0) -> float:  # fmt: skip
+    """The weight read of a block-fp8 triton GEMM (kernels.BLOCK_FP8_SOURCE) over ``groups``
+    weight matrices (the experts of a fused MoE) of ``weight_bytes`` in all, ``rows`` rows each:
+    every one of the ceil(rows / 64) row tiles streams its N-tile's weights again, at most the
+    table's streaming rate (moved to this card) and 38 GB/s per program.  (H100, N=2112 K=7168:
+    23.3 us at M=1 and 35 us at M=256 measured; this gives 23 us at both.)"""
+    m_tiles = math.ceil(max(rows, 1.0) / BLOCK_FP8_TILE_M)
+    programs = groups * m_tiles * math.ceil(n / BLOCK_FP8_TILE_N)
+    stream = (ck.table.stream_gbps or 1e3) / ck.ratio_memory
+    return m_tiles * weight_bytes / (min(stream, programs * BLOCK_FP8_PROGRAM_GBPS) * 1e9)
+
+
+def _gemm(ck: CardKernels, m: float, g: Gemm) -> float:
+    return gemm_kernel_s(ck, m, g.n, g.k, g.kind, g.wbytes)
 
 
 def round_128th(x: float) -> int:
@@ -164,7 +260,10 @@ class OpPlan:
 
     def __init__(self, spec: ModelSpec, ck: CardKernels, tp: int, dtype: str, kv_dtype: str):
         self.spec, self.ck, self.tp, self.dtype, self.kv_dtype = spec, ck, tp, dtype, kv_dtype
-        all_g = gemms(spec, tp)
+        # the weight scheme: the one asked (--dtype), else the config's own (quantization_config
+        # or torch_dtype): DeepSeek-V3's block fp8, gpt-oss's mxfp4 experts
+        self.scheme = W.scheme(spec, dtype)
+        all_g = gemms(spec, tp, self.scheme)
         self.dense = [g for g in all_g if not g.expert and not g.name.startswith("lm_head")]
         self.experts = [g for g in all_g if g.expert]
         self.n_attn = max(1, len([a for a in spec.attention if a.kind != "linear"]))
@@ -177,6 +276,10 @@ class OpPlan:
                          + 3 * inter)  # fmt: skip
         self.head = Gemm("lm_head", max(1, spec.vocab_size // tp), h, 1)
         self.dense_calls = sum(g.layers for g in self.dense)
+        mla = sum(1 for a in spec.attention if a.kind == "mla")
+        moe_layers = spec.moe.moe_layers if spec.moe and self.experts else 0
+        self.small_kernels = (spec.num_layers * LAYER_KERNELS + mla * MLA_KERNELS
+                              + moe_layers * MOE_KERNELS)  # fmt: skip
         self._mm: dict[float, tuple[float, int, float, float]] = {}
         self._kv: dict[int, float] = {}
 
@@ -185,29 +288,45 @@ class OpPlan:
         hit = self._mm.get(m)
         if hit is not None:
             return hit
-        ck, dtype = self.ck, self.dtype
-        dense = sum(g.layers * _gemm(ck, m, g, dtype) for g in self.dense)
+        ck = self.ck
+        floor = KERNEL_FLOOR_S
+        dense = sum(g.layers * max(floor, _gemm(ck, m, g)) for g in self.dense)
+        # W8A8: each fp8 GEMM's activations are quantised first (one kernel: read bf16, write
+        # fp8 and the scales)
+        dense += sum(g.layers * max(floor, self._copy(m * g.k * 1.5))
+                     for g in self.dense if g.kind in ("fp8", "fp8_block"))  # fmt: skip
         calls = self.dense_calls
         experts = touched_layers = 0.0
         moe = self.spec.moe
         touched = T.experts_touched(moe.num_experts, moe.top_k, m) if moe and m else 0.0
-        table_dtype, wb = _table_dtype(ck, dtype)
         for g in self.experts if touched else ():
             # one grouped kernel over the touched experts (vLLM fused_moe, SGLang): it streams
             # their weights once and multiplies each expert's rows at the rate a dense GEMM of
             # that many rows reaches (the table's small-M efficiency, not the large-GEMM peak)
             rows = m * moe.top_k / touched
-            wbytes = touched * g.n * g.k * wb
+            wbytes = touched * g.n * g.k * g.wbytes
             base = max(rows, 64.0)
-            rate = 2 * base * g.n * g.k / ck.table.gemm_s(base, g.n, g.k, table_dtype, graphs=True)
+            # (the rate of the rows' math; a block-fp8 grid is bounded below over all experts)
+            kind = "fp8" if g.kind == "fp8_block" else g.kind
+            rate = 2 * base * g.n * g.k / gemm_kernel_s(ck, base, g.n, g.k, kind, g.wbytes)
             flops = 2 * m * moe.top_k * g.n * g.k
             t = max(wbytes / ((ck.table.stream_gbps or 1e3) * 1e9), flops / rate)
-            experts += g.layers * ck.scale(t, flops, wbytes)
+            t = ck.scale(t, flops, wbytes)
+            if g.kind == "fp8_block":  # the fused MoE kernel's grid: per expert, its tiles
+                t = max(t, block_fp8_read_s(ck, rows, g.n, wbytes, touched))
+            experts += g.layers * max(floor, t)
+            if g.kind in ("fp8", "fp8_block"):
+                experts += g.layers * max(floor, self._copy(m * moe.top_k * g.k * 1.5))
             touched_layers += g.layers * touched
         if len(self._mm) > 100_000:
             self._mm.clear()
         self._mm[m] = out = (dense, calls, experts, touched_layers)
         return out
+
+    def _copy(self, nbytes: float) -> float:
+        """Seconds of a memory-bound kernel moving ``nbytes`` (read + write) on this card."""
+        ck = self.ck
+        return ck.scale(ck.table.copy_s(nbytes / 2) or 0.0, 0.0, nbytes)
 
     def kv_bytes(self, ctx: float) -> float:
         """KV bytes of one sequence of ``ctx`` tokens (all layers, whole replica), memoised on
@@ -253,7 +372,7 @@ class OpPlan:
                                                  decode_seqs * spec.num_attention_heads / tp)  # fmt: skip
                 if rate_t is not None:
                     t = max(t, ck.scale(rate_t, flops, 0.0))
-            parts["attention"] += n_attn * t
+            parts["attention"] += n_attn * max(t, DECODE_ATTN_FLOOR_S)
             calls += n_attn
         if prefill_tokens and prefill_seqs:
             per_seq = prefill_tokens / prefill_seqs
@@ -265,14 +384,19 @@ class OpPlan:
             t = ck.table.attn_prefill_s(
                 flops / tp, depth, prefill_seqs * heads * REF_HEAD_DIM / 128
             )
-            parts["attention"] += 0.0 if t is None else ck.scale(t, flops / tp, 0.0)
+            parts["attention"] += (
+                0.0
+                if t is None
+                else n_attn * max(KERNEL_FLOOR_S, ck.scale(t, flops / tp, 0.0) / n_attn)
+            )
             calls += n_attn
+        # memory-bound kernels: their bytes at the copy rate, each kernel at least the floor
         moved = m * self.elem * spec.num_layers
-        parts["elementwise"] = ck.scale(ck.table.copy_s(moved / 2) or 0.0, 0.0, moved)
+        parts["elementwise"] = max(self._copy(moved), self.small_kernels * KERNEL_FLOOR_S)
         # LM head: the rows that sample (decoding sequences, and a prompt's last token)
         head_rows = decode_seqs + prefill_seqs
         if head_rows:
-            parts["lm_head"] = _gemm(ck, head_rows, self.head, "bf16")
+            parts["lm_head"] = _gemm(ck, head_rows, self.head)
             calls += 1
         if not graphs:
             calls += spec.num_layers * calls_per_layer
@@ -288,7 +412,7 @@ class OpPlan:
 _PLANS: dict[tuple, tuple] = {}
 
 
-def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str = "bf16",
+def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str | None = "bf16",
              kv_dtype: str = "bf16") -> OpPlan:  # fmt: skip
     """The memoised OpPlan of a replica (keyed by the objects themselves, held alive)."""
     key = (id(spec), id(ck), tp, dtype, kv_dtype)
@@ -305,7 +429,7 @@ def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str = "bf16",
 def step_seconds(spec: ModelSpec, ck: CardKernels, *, prefill_tokens: float = 0.0,
                  prefill_seqs: float = 0.0, prefill_ctx: float = 0.0, decode_seqs: float = 0.0,
                  decode_ctx: float = 0.0, tp: int = 1, kv_dtype: str = "bf16",
-                 dtype: str = "bf16", graphs: bool = True,
+                 dtype: str | None = "bf16", graphs: bool = True,
                  calls_per_layer: int = EAGER_CALLS_PER_LAYER,
                  expert_loop: bool = True) -> dict:  # fmt: skip
     """One step on one card of the TP group, without the TP all-reduces: seconds per operator

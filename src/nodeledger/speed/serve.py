@@ -166,7 +166,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
     capped by max_num_seqs), None if unknown."""
     job, _ = resolve_job(job, machine, spec)  # the engine's defaults for its release and card
     cards = [a.index for a in machine.accelerators][: job.parallel.tp * job.parallel.pp]
-    fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=job.parallel.tp,
+    fig = F.serve_inputs(machine, cards, fp8=W.scheme(spec, job.dtype).name == "fp8", tp=job.parallel.tp,
                          machines=machines)  # fmt: skip
     conc = concurrency if concurrency is not None else max_concurrency
     capped = None

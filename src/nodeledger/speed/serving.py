@@ -35,7 +35,7 @@ class StepModel:
     tp: int
     pp: int
     kv_dtype: str
-    dtype: str
+    dtype: str | None  # the weight scheme asked; None: the config's own
     busbw_gbps: float | None  # TP all-reduce bus bandwidth (None at tp 1)
     link_latency_s: float
     mean_input: float  # mean prompt length: how many prompts a step's prefill tokens hold
@@ -158,6 +158,16 @@ def run_benchmark(model: StepModel, sched: S.Scheduler, reqs: S.Requests) -> dic
         ttft = {k: v + (n - 1) / 2 * step for k, v in res.ttft_s.items()}
         notes.append(f"multi-step scheduling ({n} steps): tokens stream {n} at a time; ITL per "
                      f"chunk, TTFT + half a group ({(n - 1) / 2 * step * 1e3:.1f} ms)")  # fmt: skip
+    over = model.engine.request_overhead_s
+    if over:
+        # the API server's share of every request (engines.toml server_overhead): it delays the
+        # first token and the end, not the steps
+        ttft = {k: v + over for k, v in ttft.items()}
+        e2e = {k: v + over for k, v in res.e2e_s.items()}
+        notes.append(f"TTFT and end-to-end + {over * 1e3:.1f} ms of API server per request "
+                     f"({model.engine.request_overhead_source})")  # fmt: skip
+    else:
+        e2e = res.e2e_s
     return {
         "duration_s": res.duration_s,
         "completed": res.completed,
@@ -167,7 +177,7 @@ def run_benchmark(model: StepModel, sched: S.Scheduler, reqs: S.Requests) -> dic
         "ttft_s": ttft,
         "tpot_s": res.tpot_s,
         "itl_s": itl,
-        "e2e_s": res.e2e_s,
+        "e2e_s": e2e,
         "batch": res.batch,
         "preemptions": res.preemptions,
         "steps": res.steps,
@@ -187,7 +197,9 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
     if not cards:
         return None, ["no card in the machine profile"]
     if fig is None:
-        fig = F.serve_inputs(machine, cards, fp8=job.dtype == "fp8", tp=tp, machines=machines)
+        fig = F.serve_inputs(
+            machine, cards, fp8=W.scheme(spec, job.dtype).name == "fp8", tp=tp, machines=machines
+        )
     product = machine.accelerators[0].product  # the replica's first card (its kind)
     peak, hbm = fig["card_bf16_tflops"], fig["card_memory_gbps"]
     ck = O.card_kernels(product, peak.value, hbm.value, machine.kernels.get(product))
@@ -202,7 +214,7 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
     alpha = fig["tp_latency_s"]
     model = StepModel(
         spec=spec, ck=ck, engine=engine_speed(job.engine, job.engine_version), tp=tp, pp=pp,
-        kv_dtype=job.kv_dtype, dtype=job.dtype or "bf16",
+        kv_dtype=job.kv_dtype, dtype=job.dtype,
         busbw_gbps=None if busbw is None else busbw.value,
         link_latency_s=0.0 if alpha is None or alpha.value is None else alpha.value,
         mean_input=mean_input,
