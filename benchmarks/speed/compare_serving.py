@@ -104,6 +104,18 @@ def lengths(run: dict) -> tuple[int | None, int | None, float]:
     return inp, out, min(r, 0.999)
 
 
+def server_context(run: dict, spec) -> int | None:
+    """The server's max_model_len: ``--max-model-len`` / ``--max_model_len`` / SGLang's
+    ``--context-length`` where the launch line gives it, else the model's own
+    (max_position_embeddings, what vLLM and SGLang default to)."""
+    m = re.search(
+        r"--(?:max[-_]model[-_]len|context-length)[ =](\d+)", str(run.get("server_args", ""))
+    )
+    if m:
+        return int(m.group(1))
+    return spec.max_position_embeddings
+
+
 def engine_options(run: dict) -> dict:
     """The launch flags of the run's server that change how a step runs."""
     args = str(run.get("server_args", ""))
@@ -129,8 +141,10 @@ def predict(run: dict) -> dict:
     tp = int(run.get("tp", 1))
     m = machine_of({"gpu": run["gpu"], "cards": tp})
     inp, out, ratio = lengths(run)
+    # the server's context decides vLLM V0's chunked prefill (on above 32,768 tokens)
+    context = server_context(run, spec) or int((inp or 1024) + (out or 1024))
     job = ServeJob(engine=run["engine"], engine_version=version, dtype=_dtype(run),
-                   context=int((inp or 1024) + (out or 1024)), concurrency=1,
+                   context=context, concurrency=1,
                    parallel=Parallel(tp=tp), input_len=None, output_len=None)  # fmt: skip
     lg = ledger_for(spec, job, m)
     rate = run.get("request_rate", "inf")

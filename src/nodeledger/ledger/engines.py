@@ -193,19 +193,24 @@ def v1_batch_defaults(version: str, product: str, total_bytes: int | None) -> tu
     return pick["max_num_batched_tokens"], pick["max_num_seqs"], entry["source"]
 
 
-def v0_max_num_batched_tokens(version: str, max_model_len: int) -> tuple[int, str]:
+def v0_max_num_batched_tokens(version: str, max_model_len: int,
+                              rocm: bool = False) -> tuple[int, str]:  # fmt: skip
     """V0 scheduler budget: chunked prefill is on by default above 32,768 tokens of context
-    (``use_long_context``), with a budget of 512 (to 0.6.4) or 2048 tokens (0.6.5+); without
-    it one step holds a whole prompt: max(max_model_len, 2048) (``SchedulerConfig``)."""
-    if max_model_len > 32768:
+    (``use_long_context``) on CUDA cards, with a budget of 512 (to 0.6.4) or 2048 tokens
+    (0.6.5+); without it one step holds a whole prompt: max(max_model_len, 2048)
+    (``SchedulerConfig``).  ROCm keeps it off (``create_engine_config``: ``and not
+    current_platform.is_rocm()``, vllm 0.7 engine/arg_utils.py)."""
+    if max_model_len > 32768 and not rocm:
         n = 512 if parse_version(version) <= (0, 6, 4) else 2048
         return n, "V0 chunked prefill (max_model_len > 32768): SchedulerConfig default"
     return max(max_model_len, 2048), "V0 without chunked prefill: max(max_model_len, 2048)"
 
 
-def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None = None):
+def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None = None,
+                      rocm: bool = False):  # fmt: skip
     """(job, settings): the job with every engine option it left out set to the engine's own
-    default for this release and card, and where each value came from."""
+    default for this release and card (``rocm``: an AMD card, where vLLM V0 keeps chunked
+    prefill off), and where each value came from."""
     if job.engine == "sglang":
         return resolve_sglang(job, total_bytes)
     if job.engine != "vllm":
@@ -223,7 +228,7 @@ def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None 
             src["max_num_seqs"] = "V0 default (SchedulerConfig)"
         if job.max_num_batched_tokens is None:
             upd["max_num_batched_tokens"], src["max_num_batched_tokens"] = (
-                v0_max_num_batched_tokens(version, job.context)
+                v0_max_num_batched_tokens(version, job.context, rocm)
             )
     else:
         mnbt, seqs, where = v1_batch_defaults(version, product, total_bytes)

@@ -126,7 +126,13 @@ def with_options(engine: EngineSpeed, options: dict) -> EngineSpeed:
 def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
                   static_batch: int = 1) -> S.Scheduler:  # fmt: skip
     """The simulator's scheduler from the engine plug-in and the job's resolved settings."""
-    policy = {"vllm-v0": "sglang"}.get(engine.policy, engine.policy)  # V0: prefills run alone
+    policy = engine.policy
+    if policy == "vllm-v0":
+        # V0 runs a prompt alone in its step unless chunked prefill is on (by default above
+        # 32,768 tokens of context on CUDA: ledger/engines.py v0_max_num_batched_tokens), then
+        # chunks mix with the decodes under the token budget as V1 does
+        budget, ctx = job.max_num_batched_tokens, job.context
+        policy = "vllm" if budget and ctx and budget < ctx else "sglang"
     seqs = job.max_num_seqs
     if seqs is None and engine.seqs_rule == "half_pool":
         # SGLang's max_running_requests unset: min(KV tokens // 2, req pool), the pool clamped
