@@ -143,8 +143,9 @@ def predict(run: dict) -> dict:
     inp, out, ratio = lengths(run)
     # the server's context decides vLLM V0's chunked prefill (on above 32,768 tokens)
     context = server_context(run, spec) or int((inp or 1024) + (out or 1024))
+    dp_attention = "--enable-dp-attention" in str(run.get("server_args", ""))
     job = ServeJob(engine=run["engine"], engine_version=version, dtype=_dtype(run),
-                   context=context, concurrency=1,
+                   context=context, concurrency=1, dp_attention=dp_attention,
                    parallel=Parallel(tp=tp), input_len=None, output_len=None)  # fmt: skip
     lg = ledger_for(spec, job, m)
     rate = run.get("request_rate", "inf")

@@ -22,7 +22,14 @@ from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.dims import Dims, dims_of
 from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
-from nodeledger.ledger.weights import Scheme, config_scheme, converted, scheme_for, weight_bytes
+from nodeledger.ledger.weights import (
+    Scheme,
+    config_scheme,
+    converted,
+    scheme_for,
+    tensor_bytes,
+    weight_bytes,
+)
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB, MiB
@@ -372,6 +379,15 @@ def serve_ledger(
         weights_note = weights_note if pp > 1 else ""
     kv_dtype_bytes = kv.KV_DTYPE_BYTES[job.kv_dtype]
     kv_split = kv.kv_split_across_tp(spec, tp) * pp
+    if job.dp_attention:
+        # SGLang --enable-dp-attention: every TP rank holds the attention weights whole (its own
+        # requests' attention runs on it alone) and the KV of its own requests, all heads
+        attn = sum(tensor_bytes(t, scheme) for t in spec.tensors if t.part == "attention")
+        weights_bytes += ceil(attn * (1 - 1 / tp) / pp)
+        weights_note = (weights_note + "; " if weights_note else "") + (
+            f"attention weights whole on each rank (DP attention): + {attn * (1 - 1 / tp) / pp / GiB:.2f} GiB"
+        )
+        kv_split = pp
     capacity = card_capacity(machine, cards_per_replica * job.replicas)
     communicators = rt.serving_communicators(cards_per_replica)
     notes: list[str] = [engine_settings["assumed"]] if engine_settings.get("assumed") else []
@@ -748,12 +764,19 @@ def _sglang_card(
         "cuda_graph_bytes": graphs, "cuda_graph_max_bs": max_bs,
     }, "kv_pool_unclamped_bytes": pool, "kv_bytes_per_token_per_card": round(cell)}  # fmt: skip
     per_seq = cell * job.context
+    # DP attention: each of the tp ranks holds the KV of its own requests, so the replica holds
+    # tp pools (SGLang dp_size = tp_size; the scheduler spreads requests over the ranks)
+    ranks = tp if job.dp_attention else 1
     if pool is not None:
-        extras.update(kv_pool_bytes=max(pool, 0), kv_pool_tokens=tokens,
-                      max_concurrency_printed=(tokens or 0) / job.context,
-                      max_concurrency=int((tokens or 0) // job.context),
-                      max_context_at_concurrency=(tokens or 0) // (job.concurrency or 1))  # fmt: skip
-        if pool <= 0 or (job.concurrency and job.concurrency * per_seq > pool):
+        seqs = int((tokens or 0) // job.context) * ranks
+        extras.update(kv_pool_bytes=max(pool, 0), kv_pool_tokens=(tokens or 0) * ranks,
+                      max_concurrency_printed=(tokens or 0) * ranks / job.context,
+                      max_concurrency=seqs,
+                      max_context_at_concurrency=(tokens or 0) // -(-(job.concurrency or 1) // ranks))  # fmt: skip
+        if ranks > 1:
+            notes.append(f"DP attention: {ranks} ranks each hold the KV of their own requests "
+                         f"({tokens or 0:,} tokens per rank, {(tokens or 0) * ranks:,} per replica)")  # fmt: skip
+        if pool <= 0 or (job.concurrency and -(-job.concurrency // ranks) * per_seq > pool):
             extras["kv_shortfall"] = (
                 f"SGLang's KV pool holds {max(pool, 0) / GiB:.2f} GiB per card ({tokens or 0:,} tokens); "
                 f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {(job.concurrency or 1) * per_seq / GiB:.2f} GiB"

@@ -130,9 +130,15 @@ class ServeJob:
     mem_fraction_static: float | None = None  # SGLang: weights + KV share of the free memory
     input_len: int | None = None  # prompt tokens per request (speed); None: context - output_len
     output_len: int | None = None  # generated tokens per request (speed); None: see lengths()
+    # SGLang --enable-dp-attention: attention data-parallel across the TP ranks (each holds the
+    # attention weights whole and the KV of its own requests; the MLP / experts stay TP)
+    dp_attention: bool = False
 
     def __post_init__(self) -> None:
         _choice("engine", self.engine, ENGINES)
+        if self.dp_attention and (self.engine != "sglang" or self.parallel.tp < 2):
+            raise JobError("--dp-attention is SGLang's --enable-dp-attention: it needs "
+                           "--engine sglang and --tp of 2 or more")  # fmt: skip
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _choice("attention", self.attention, ATTENTION)
         for name in ("context", "concurrency", "replicas", "block_size", "max_num_batched_tokens",
@@ -342,6 +348,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step / SGLang chunked_prefill_size (default: the engine's for the card).", engine="vllm,sglang"),
     JobOption("max_num_seqs", int, "serve", "vLLM sequences per step (default: the release's for the card, 256 or 1024).", engine="vllm"),
     JobOption("enforce_eager", bool, "serve", "vLLM/SGLang: no CUDA graphs (--enforce-eager / --disable-cuda-graph).", engine="vllm,sglang"),
+    JobOption("dp_attention", bool, "serve", "SGLang --enable-dp-attention: attention data-parallel over the TP ranks (attention weights whole on each, KV of its own requests).", engine="sglang"),
     JobOption("micro_batch", int, "train", "Sequences per micro-batch per rank."),
     JobOption("seq", int, "train", "Training sequence length."),
     JobOption("grad_accum", int, "train", "Gradient accumulation steps."),
@@ -447,6 +454,7 @@ def build_job(kind: str, o: dict):
             max_num_batched_tokens=pick.get("max_num_batched_tokens"),
             max_num_seqs=pick.get("max_num_seqs"),
             cuda_graphs=not pick.get("enforce_eager", False),
+            dp_attention=bool(pick.get("dp_attention", False)),
         )  # fmt: skip
     if kind == "load":
         return LoadJob(dtype=pick.get("dtype"), format=pick.get("load_format", "safetensors"),

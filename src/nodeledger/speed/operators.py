@@ -58,13 +58,16 @@ EAGER_CALLS_PER_LAYER = 14 + 12 + 2 + 2 + 2  # + one per GEMM and attention call
 ENGINE_CALLS_PER_LAYER = 4
 # kernels a fused engine layer runs besides its GEMMs and attention, each at least the in-graph
 # floor (kernels.KERNEL_FLOOR_S): the 4 above and the KV-cache write (reshape_and_cache); an MLA
-# layer adds the q_a / kv_a RMSNorms; a routed-expert layer its routing (softmax + top-k), the
-# block alignment of the tokens per expert, the activation and the weighted sum of the top-k
-# outputs (vLLM fused_moe.py: topk_softmax, moe_align_block_size, silu_and_mul, moe_sum); a
-# W8A8 GEMM the quantisation of its activations (scaled_fp8_quant / per_token_group_quant)
+# layer adds the q_a / kv_a RMSNorms; a routed-expert layer the 12 small kernels a profiled
+# vLLM MoE block runs before its first grouped GEMM (shared-expert norm, router GEMM and its
+# split-K reduce, sigmoid, top-k, group top-k, casts, activation quantisation, block alignment,
+# expert count and sort, index: 39.8 us with their spacing on an H200 at 4 requests,
+# vllm-project/vllm issue 28084) — the activation and the weighted sum of the top-k outputs
+# take the place of the two that a softmax router does not run; a W8A8 GEMM the quantisation of
+# its activations (scaled_fp8_quant / per_token_group_quant), counted with the GEMM
 LAYER_KERNELS = ENGINE_CALLS_PER_LAYER + 1
 MLA_KERNELS = 2
-MOE_KERNELS = 4
+MOE_KERNELS = 12
 EAGER_SOURCE = (
     "transformers modeling_llama.py (4.57) decoder layer, calls counted: RMSNorm 7 x 2, "
     "rotary 12, cache update 2, SDPA 1, residual 2, act + mul 2, + one per matmul"
@@ -91,6 +94,7 @@ class Gemm:
     expert: bool = False  # a routed expert (per layer: one of num_experts)
     kind: str = "bf16"  # bf16 | fp8 | fp8_block | weight_only (see above)
     wbytes: float = 2.0  # bytes per weight element as stored (scales included)
+    attn: bool = False  # an attention projection (q/k/v/o, MLA's down/up projections)
 
 
 def block_fp8(spec: ModelSpec) -> bool:
@@ -129,16 +133,16 @@ def gemms(spec: ModelSpec, tp: int = 1, scheme=None) -> list[Gemm]:
             layers = spec.moe.moe_layers
         fused = next((name for name, rx in FUSE if rx.search("." + t.name)), None)
         kind, wb = _kind(t, scheme, blocks)
-        key = (t.module, fused or t.name, k, layers, expert, kind)
+        key = (t.module, fused or t.name, k, layers, expert, kind, t.part == "attention")
         groups.setdefault(key, []).append((n, t.name, wb))
     out = []
-    for (_module, name, k, layers, expert, kind), parts in groups.items():
+    for (_module, name, k, layers, expert, kind, attn), parts in groups.items():
         n = sum(p[0] for p in parts)
         wb = sum(p[0] * p[2] for p in parts) / max(1, n)
         row = bool(ROW_PARALLEL.search(parts[0][1]))
         if tp > 1 and name != "router":
             n, k = (n, max(1, k // tp)) if row else (max(1, n // tp), k)
-        out.append(Gemm(name, n, k, layers, expert, kind, wb))
+        out.append(Gemm(name, n, k, layers, expert, kind, wb, attn))
     return out
 
 
@@ -258,16 +262,25 @@ class OpPlan:
     """The step model of one replica (model, card kernels, TP, dtypes), with the per-M matmul
     times and per-context KV bytes memoised: the simulator asks for thousands of steps."""
 
-    def __init__(self, spec: ModelSpec, ck: CardKernels, tp: int, dtype: str, kv_dtype: str):
+    def __init__(self, spec: ModelSpec, ck: CardKernels, tp: int, dtype: str, kv_dtype: str,
+                 dp_attn: int = 1):  # fmt: skip
         self.spec, self.ck, self.tp, self.dtype, self.kv_dtype = spec, ck, tp, dtype, kv_dtype
+        # DP attention (SGLang --enable-dp-attention): attention runs data-parallel over the
+        # ``dp_attn`` TP ranks, each on its own requests with the attention weights whole
+        self.dp_attn = dp_attn
         # the weight scheme: the one asked (--dtype), else the config's own (quantization_config
         # or torch_dtype): DeepSeek-V3's block fp8, gpt-oss's mxfp4 experts
         self.scheme = W.scheme(spec, dtype)
         all_g = gemms(spec, tp, self.scheme)
+        if dp_attn > 1:  # the attention projections unsplit, the rest tensor-parallel
+            whole = [g for g in gemms(spec, 1, self.scheme) if g.attn]
+            all_g = [g for g in all_g if not g.attn] + whole
         self.dense = [g for g in all_g if not g.expert and not g.name.startswith("lm_head")]
         self.experts = [g for g in all_g if g.expert]
         self.n_attn = max(1, len([a for a in spec.attention if a.kind != "linear"]))
         self.kv_split = max(1, min(tp, max((a.kv_heads for a in spec.attention), default=1)))
+        if dp_attn > 1:
+            self.kv_split = 1  # a rank holds all heads of its own requests
         h = spec.hidden_size
         inter = sum(g.n for g in self.dense if g.name == "gate_up") / 2
         # memory-bound operators: 2 norms, 2 residual adds (read 2, write 1), rotary on q and k,
@@ -290,7 +303,9 @@ class OpPlan:
             return hit
         ck = self.ck
         floor = KERNEL_FLOOR_S
-        dense = sum(g.layers * max(floor, _gemm(ck, m, g)) for g in self.dense)
+        m_attn = math.ceil(m / self.dp_attn) if m else 0.0  # the busiest rank's rows
+        dense = sum(g.layers * max(floor, _gemm(ck, m_attn if g.attn and self.dp_attn > 1 else m, g))
+                    for g in self.dense)  # fmt: skip
         # W8A8: each fp8 GEMM's activations are quantised first (one kernel: read bf16, write
         # fp8 and the scales)
         dense += sum(g.layers * max(floor, self._copy(m * g.k * 1.5))
@@ -358,18 +373,22 @@ class OpPlan:
             calls += round(touched_layers)
         # attention: decode reads K and V of each sequence; a prefill chunk its causal FLOPs
         n_attn = self.n_attn
+        dp = self.dp_attn
         if decode_seqs:
-            per_layer = decode_seqs * self.kv_bytes(decode_ctx) / n_attn / self.kv_split
+            # DP attention: the busiest rank reads and attends its own share of the sequences
+            local = math.ceil(decode_seqs / dp) if dp > 1 else decode_seqs
+            per_layer = local * self.kv_bytes(decode_ctx) / n_attn / self.kv_split
             t = ck.table.attn_decode_s(per_layer)
             t = ck.scale(t, 0.0, per_layer)
             # an attention whose FLOPs per cached byte are high (MLA absorbed: 2 x heads x
             # 2 x latent per key, on a 576-element latent) is bound by compute, not by the KV
             # read: at least its FLOPs at the rate the table's causal attention reaches at that
             # depth (FlashMLA: 580 TFLOPS compute-bound vs 3,000 GB/s memory-bound on H800)
-            flops = decode_seqs * W.attention_flops_decode(spec, decode_ctx) / n_attn / tp
+            heads_tp = 1 if dp > 1 else tp
+            flops = local * W.attention_flops_decode(spec, decode_ctx) / n_attn / heads_tp
             if flops:
                 rate_t = ck.table.attn_prefill_s(flops, max(decode_ctx, 1.0),
-                                                 decode_seqs * spec.num_attention_heads / tp)  # fmt: skip
+                                                 local * spec.num_attention_heads / heads_tp)  # fmt: skip
                 if rate_t is not None:
                     t = max(t, ck.scale(rate_t, flops, 0.0))
             parts["attention"] += n_attn * max(t, DECODE_ATTN_FLOOR_S)
@@ -378,16 +397,20 @@ class OpPlan:
             per_seq = prefill_tokens / prefill_seqs
             flops = (W.attention_flops_prompt(spec, round(prefill_ctx + per_seq))
                      - W.attention_flops_prompt(spec, round(prefill_ctx))) * prefill_seqs  # fmt: skip
-            heads = max(1, spec.num_attention_heads // tp)
             depth = prefill_ctx + per_seq
+            if dp > 1:  # each prompt on one rank, all heads: the busiest rank's share
+                seqs = math.ceil(prefill_seqs / dp)
+                flops, heads = flops * seqs / prefill_seqs, spec.num_attention_heads
+            else:
+                flops, heads, seqs = (
+                    flops / tp,
+                    max(1, spec.num_attention_heads // tp),
+                    prefill_seqs,
+                )
             # the table's FLOPs convention (2 b h S^2 d, head_dim 128): like with like
-            t = ck.table.attn_prefill_s(
-                flops / tp, depth, prefill_seqs * heads * REF_HEAD_DIM / 128
-            )
+            t = ck.table.attn_prefill_s(flops, depth, seqs * heads * REF_HEAD_DIM / 128)
             parts["attention"] += (
-                0.0
-                if t is None
-                else n_attn * max(KERNEL_FLOOR_S, ck.scale(t, flops / tp, 0.0) / n_attn)
+                0.0 if t is None else n_attn * max(KERNEL_FLOOR_S, ck.scale(t, flops, 0.0) / n_attn)
             )
             calls += n_attn
         # memory-bound kernels: their bytes at the copy rate, each kernel at least the floor
@@ -413,15 +436,15 @@ _PLANS: dict[tuple, tuple] = {}
 
 
 def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str | None = "bf16",
-             kv_dtype: str = "bf16") -> OpPlan:  # fmt: skip
+             kv_dtype: str = "bf16", dp_attn: int = 1) -> OpPlan:  # fmt: skip
     """The memoised OpPlan of a replica (keyed by the objects themselves, held alive)."""
-    key = (id(spec), id(ck), tp, dtype, kv_dtype)
+    key = (id(spec), id(ck), tp, dtype, kv_dtype, dp_attn)
     hit = _PLANS.get(key)
     if hit is not None and hit[0] is spec and hit[1] is ck:
         return hit[2]
     if len(_PLANS) > 64:
         _PLANS.clear()
-    plan = OpPlan(spec, ck, tp, dtype, kv_dtype)
+    plan = OpPlan(spec, ck, tp, dtype, kv_dtype, dp_attn)
     _PLANS[key] = (spec, ck, plan)
     return plan
 

@@ -39,18 +39,21 @@ class StepModel:
     busbw_gbps: float | None  # TP all-reduce bus bandwidth (None at tp 1)
     link_latency_s: float
     mean_input: float  # mean prompt length: how many prompts a step's prefill tokens hold
+    dp_attn: int = 1  # SGLang DP attention: attention data-parallel over this many TP ranks
     cache: dict = field(default_factory=dict, repr=False)  # (prefill, decode, kv bucket) -> s
 
     @property
     def plan(self) -> O.OpPlan:
-        return O.plan_for(self.spec, self.ck, self.tp, self.dtype, self.kv_dtype)
+        return O.plan_for(self.spec, self.ck, self.tp, self.dtype, self.kv_dtype, self.dp_attn)
 
     def allreduce_s(self, tokens: float) -> float:
         if self.tp <= 1 or not self.busbw_gbps or tokens <= 0:
             return 0.0
         one = T.collective_seconds("all_reduce", W.tp_allreduce_bytes(self.spec, tokens), self.tp,
                                    self.busbw_gbps, self.link_latency_s, "ring")  # fmt: skip
-        return 2 * self.spec.num_layers * one
+        # DP attention: no all-reduce after the attention (o_proj is whole on each rank); the
+        # hidden states are gathered before the MLP and scattered after it, the bytes of one
+        return (1 if self.dp_attn > 1 else 2) * self.spec.num_layers * one
 
     def seconds(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int) -> float:
         """The simulator's StepCost: a step's seconds, cached per (prefill tokens, decoding
@@ -223,7 +226,7 @@ def step_model_for(spec: ModelSpec, job: ServeJob, machine, mean_input: float,
         kv_dtype=job.kv_dtype, dtype=job.dtype,
         busbw_gbps=None if busbw is None else busbw.value,
         link_latency_s=0.0 if alpha is None or alpha.value is None else alpha.value,
-        mean_input=mean_input,
+        mean_input=mean_input, dp_attn=tp if job.dp_attention else 1,
     )  # fmt: skip
     return model, unknown
 
