@@ -469,6 +469,8 @@ def _render_speed(con, sp: dict | None) -> None:
                           f"per replica ({slo['bound']})", markup=False)  # fmt: skip
             con.print(f"  binding: {sp.get('binding') or 'unknown'}; engine {sp['engine']}; kernels: {sp['kernels']}",
                       markup=False)  # fmt: skip
+            for term in sp.get("step_terms") or ():
+                con.print(f"    step term: {term}", markup=False)
         st = sp.get("step") or {}
         if st.get("seconds") is not None:
             con.print(f"  binding: {sp['binding']} (a step: memory {_secs(st['memory_s'])}, "

@@ -34,10 +34,12 @@ from nodeledger.speed import terms as T
 from nodeledger.speed import work as W
 from nodeledger.speed.kernels import (
     BLOCK_FP8_PROGRAM_GBPS,
+    BLOCK_FP8_SOURCE,
     BLOCK_FP8_TILE_M,
     BLOCK_FP8_TILE_N,
     DECODE_ATTN_FLOOR_S,
     KERNEL_FLOOR_S,
+    KERNEL_FLOOR_SOURCE,
     REF_HEAD_DIM,
     KernelTable,
     table_for,
@@ -336,6 +338,23 @@ class OpPlan:
         if len(self._mm) > 100_000:
             self._mm.clear()
         self._mm[m] = out = (dense, calls, experts, touched_layers)
+        return out
+
+    def assumptions(self) -> list[str]:
+        """The step terms beyond the kernel table this replica's steps hold, each with its
+        source (shown beside the figures they shape)."""
+        out = [KERNEL_FLOOR_SOURCE + "; paged decode attention at least 12 us per layer "
+               "(FlashInfer 12.3 us, FlashAttention 14.8 us at one sequence, "
+               "vllm-project/flash-attention PR 63)"]  # fmt: skip
+        kinds = {g.kind for g in self.dense + self.experts}
+        if "fp8_block" in kinds:
+            out.append(BLOCK_FP8_SOURCE)
+        if "weight_only" in kinds:
+            out.append(f"{self.scheme.label()} weights dequantised in the kernel: the bf16 GEMM "
+                       "reading the packed bytes")  # fmt: skip
+        if self.dp_attn > 1:
+            out.append(f"DP attention over {self.dp_attn} ranks: the attention projections whole "
+                       "on each, the busiest rank's share of the sequences")  # fmt: skip
         return out
 
     def _copy(self, nbytes: float) -> float:

@@ -352,6 +352,9 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
         "engine": f"{model.engine.name} {model.engine.release}",
         "engine_source": {"host": model.engine.host_source, "graphs": model.engine.graph_source},
         "kernels": model.ck.source,
+        "step_terms": model.plan.assumptions() + ([
+            f"TTFT + {model.engine.request_overhead_s * 1e3:.1f} ms of API server per request "
+            f"({model.engine.request_overhead_source})"] if model.engine.request_overhead_s else []),
         "unknown": unknown,
         "source": "nodeledger.speed.serving: the engine's scheduler simulated (speed/simulate.py) "
         "over operator-level step times from the card's kernel table (speed/operators.py) + "
