@@ -40,7 +40,11 @@ GiB = 2**30
 def load_config(case: dict, fixtures: Path) -> dict:
     cfg = json.loads((fixtures / case["model"] / "config.json").read_text())
     over = case.get("config_overrides") or {}
-    cfg.update(over)
+    for key, val in over.items():  # "text_config.x": nested, as the harness applies it
+        node, parts = cfg, key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = val
     n = cfg.get("num_hidden_layers")
     for key in ("layer_types", "mlp_layer_types"):  # the harness trims these the same way
         if isinstance(cfg.get(key), list) and n and len(cfg[key]) != n and key not in over:

@@ -292,6 +292,123 @@ CASES = [
 ]
 
 
+# Families not measured before (issue 30): attention sinks (gpt-oss), Gated DeltaNet (Qwen3-Next),
+# ERNIE-4.5 MoE, Mistral-3 (Magistral) and Gemma-3 (sliding windows) behind multimodal wrappers,
+# ALiBi (BLOOM) training and LoRA, GLM-4.5 MoE, Falcon (multi-query, parallel attention), Phi-4's
+# fused projections under LoRA.  Layer counts cut to fit the fake run; patterns kept.
+# (Magistral / MedGemma are left out: transformers' Mistral3 / Gemma3 wrappers do not build
+# for AutoModelForCausalLM or read a tensor back inside FakeTensorMode.)
+FAMILY_CASES = [
+    # gpt-oss and BLOOM have no SDPA path in transformers (_supports_sdpa = False): eager is what
+    # transformers runs for them, and what nodeledger picks by default
+    serve(
+        "gpt-oss-20b-L4-serve-b1-s8192-t4-prefill",
+        "gpt-oss-20b",
+        1,
+        8192,
+        4,
+        attention="eager",
+        overrides=MOE_L4,
+    ),
+    train(
+        "gpt-oss-20b-L4-train-bf16-foreach-b1-s1024",
+        "gpt-oss-20b",
+        1,
+        1024,
+        attention="eager",
+        overrides=MOE_L4,
+    ),
+    lora(
+        "gpt-oss-20b-L4-lora-r16-qkvo-b2-s1024",
+        "gpt-oss-20b",
+        2,
+        1024,
+        attention="eager",
+        overrides=MOE_L4,
+    ),
+    serve(
+        "qwen3-next-L4-serve-b1-s16384-t4-prefill",
+        "Qwen3-Next-80B-A3B-Instruct",
+        1,
+        16384,
+        4,
+        overrides=MOE_L4,
+    ),
+    serve(
+        "qwen3-next-L4-serve-b8-s4096-t16",
+        "Qwen3-Next-80B-A3B-Instruct",
+        8,
+        4096,
+        16,
+        overrides=MOE_L4,
+    ),
+    train(
+        "qwen3-next-L4-train-bf16-foreach-b1-s2048",
+        "Qwen3-Next-80B-A3B-Instruct",
+        1,
+        2048,
+        overrides=MOE_L4,
+    ),
+    serve(
+        "ernie4.5-21b-L4-serve-b4-s2048-t16",
+        "ERNIE-4.5-21B-A3B-Thinking",
+        4,
+        2048,
+        16,
+        overrides=MOE_L4,
+    ),
+    train(
+        "ernie4.5-21b-L4-train-bf16-foreach-b2-s1024",
+        "ERNIE-4.5-21B-A3B-Thinking",
+        2,
+        1024,
+        overrides=MOE_L4,
+    ),
+    lora(
+        "ernie4.5-21b-L4-lora-r16-qkvo-b2-s1024",
+        "ERNIE-4.5-21B-A3B-Thinking",
+        2,
+        1024,
+        overrides=MOE_L4,
+    ),
+    train("bloomz-560m-train-bf16-foreach-b4-s1024", "bloomz-560m", 4, 1024, attention="eager"),
+    lora(
+        "bloomz-560m-lora-r16-qkv-b4-s1024",
+        "bloomz-560m",
+        4,
+        1024,
+        attention="eager",
+        targets=["query_key_value"],
+    ),
+    serve("glm4.5-L4-serve-b2-s2048-t16", "GLM-4.5", 2, 2048, 16, overrides=MOE_L4),
+    train("glm4.5-L4-train-bf16-foreach-b1-s1024", "GLM-4.5", 1, 1024, overrides=MOE_L4),
+    serve(
+        "falcon-180b-L2-serve-b2-s2048-t16",
+        "Falcon-180B-chat",
+        2,
+        2048,
+        16,
+        overrides={"num_hidden_layers": 2},
+    ),
+    train(
+        "falcon-180b-L2-train-bf16-foreach-b1-s1024",
+        "Falcon-180B-chat",
+        1,
+        1024,
+        overrides={"num_hidden_layers": 2},
+    ),
+    lora(
+        "phi4-L8-lora-r16-alllinear-b2-s1024",
+        "Phi-4",
+        2,
+        1024,
+        targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+        overrides={"num_hidden_layers": 8},
+    ),
+]
+CASES += FAMILY_CASES
+
+
 def main() -> None:
     ids = [c["id"] for c in CASES]
     assert len(ids) == len(set(ids)), "duplicate ids"
