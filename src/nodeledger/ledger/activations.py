@@ -316,12 +316,16 @@ def inference_layer_transient_bytes(d: Dims, tokens: int) -> int:
     written as Python arithmetic (gelu_new, BLOOM's gelu) keeps fc1 out, 0.5*x, two chain
     temporaries and the result (5 x 2I) + 4h.  MoE (grouped experts, transformers >= 5): per
     routed (token, expert) pair the sorted input, gate_up (4I), act, product, expert output and
-    its weighted copy: k x (6h + 8I), plus fp32 router logits and probabilities (8E).
+    its weighted copy: k x (6h + 8I), plus fp32 router logits and probabilities (8E).  A router
+    whose top-k weights stay fp32 (DeepSeek-V2/V3, GLM-4.5) promotes the weighted copy and its
+    un-permuted copy to fp32 (integrations/moe.py: proj_out * sample_weights, then
+    [inv_perm]): 2 x 2h more per pair.
     Measured against benchmarks/accuracy within 1-2 % for these families.
     """
     moe = 0
     if d.moe_layers:
-        moe = tokens * (d.top_k * (6 * d.hidden + 8 * d.moe_intermediate) + 8 * d.experts)
+        pair = 6 * d.hidden + 8 * d.moe_intermediate + (4 * d.hidden if d.router_fp32 else 0)
+        moe = tokens * (d.top_k * pair + 8 * d.experts)
         if not d.intermediate:
             return moe
     inter = d.intermediate or d.moe_intermediate

@@ -448,17 +448,18 @@ def _hf_card(
     sequences = job.concurrency or 1
     prompt = job.context - job.new_tokens
     backend = act.attention_backend(dims, job.attention)
+    cached = kv.hf_cache_view(spec)  # the heads transformers' cache really holds
     prompt_kv_bytes = kv.kv_cache_bytes_per_card(
-        spec, prompt, kv_dtype_bytes, sequences, kv_split, cap_window=False
+        cached, prompt, kv_dtype_bytes, sequences, kv_split, cap_window=False
     )
     kv_cache_bytes = kv.kv_cache_bytes_per_card(
-        spec, job.context, kv_dtype_bytes, sequences, kv_split
+        cached, job.context, kv_dtype_bytes, sequences, kv_split
     )
     prefill_bytes = ceil(
         act.inference_prefill_transient_bytes(dims, sequences, prompt, backend) / tp
     )
     logits_bytes = act.inference_logits_bytes(dims, sequences)
-    growth_bytes = kv.cache_growth_bytes_per_card(spec, job.context, kv_dtype_bytes, sequences, tp)
+    growth_bytes = kv.cache_growth_bytes_per_card(cached, job.context, kv_dtype_bytes, sequences, tp)
     decode_bytes = ceil(act.inference_layer_transient_bytes(dims, sequences) / tp)
     items = [
         Item(

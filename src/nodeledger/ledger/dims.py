@@ -38,6 +38,7 @@ class Dims:
     activation: str = ""
     attention_dropout: float = 0.0
     sdpa_supported: bool = True  # False: transformers runs this family's attention eagerly
+    router_fp32: bool = False  # MoE: top-k weights fp32 (MoEInfo.router_fp32)
 
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
@@ -103,6 +104,7 @@ def dims_of(spec: ModelSpec) -> Dims:
         moe_intermediate=moe_inter,
         experts=moe.num_experts if moe else 0,
         top_k=moe.top_k if moe else 0,
+        router_fp32=bool(moe and moe.router_fp32),
         shared_intermediate=shared[0] if shared else 0,
         layernorm_bias=norm_bias,
         qk_norm=qk_norm,

@@ -16,6 +16,7 @@ Derivations (elements per token per layer; multiply by the cache dtype width):
 
 from __future__ import annotations
 
+import dataclasses
 from math import ceil
 
 from nodeledger.model.spec import AttentionLayer, ModelSpec
@@ -76,6 +77,16 @@ def kv_bytes_per_sequence(
         else:
             total += per * context_tokens
     return total + linear_state_bytes_per_sequence(spec, dtype_bytes)
+
+
+def hf_cache_view(spec: ModelSpec) -> ModelSpec:
+    """The spec as transformers' DynamicCache sees it: layers whose implementation caches more
+    heads than the model's KV heads (AttentionLayer.hf_cache_heads) counted with those."""
+    if not any(a.hf_cache_heads for a in spec.attention):
+        return spec
+    layers = [dataclasses.replace(a, kv_heads=a.hf_cache_heads) if a.hf_cache_heads else a
+              for a in spec.attention]  # fmt: skip
+    return dataclasses.replace(spec, attention=layers)
 
 
 def kv_split_across_tp(spec: ModelSpec, tp: int) -> int:

@@ -451,7 +451,9 @@ def _deepseek_moe_mlp(c: ConfigReader, b: TensorList, hidden: int, flags: list[b
         _gated_mlp(
             b, "layers.*.mlp.shared_experts", "shared_experts", hidden, moe_inter * n_shared, n_moe
         )
-    return MoEInfo(experts, top_k, n_moe, 3 * hidden * moe_inter)
+    # DeepseekV2/V3TopkRouter, Glm4MoeTopkRouter: F.linear(hidden.float(), weight.float()), the
+    # top-k weights gathered from the fp32 scores (transformers 5)
+    return MoEInfo(experts, top_k, n_moe, 3 * hidden * moe_inter, router_fp32=True)
 
 
 def _mla_attention(c: ConfigReader, b: TensorList, hidden: int, count: int) -> AttentionLayer:
@@ -755,7 +757,9 @@ def _falcon(c: ConfigReader, family: str) -> ModelSpec:
     b.linear("h.*.self_attention.dense", "attention", hidden, hidden, n_layers, bias, "attn")
     b.linear("h.*.mlp.dense_h_to_4h", "dense_mlp", ffn, hidden, n_layers, bias, "mlp")
     b.linear("h.*.mlp.dense_4h_to_h", "dense_mlp", hidden, ffn, n_layers, bias, "mlp")
-    attention = [AttentionLayer("full", kv, head_dim, head_dim)] * n_layers
+    # the new decoder architecture broadcasts K and V to all query heads before caching them
+    hf_heads = heads if new_arch and kv != heads else 0
+    attention = [AttentionLayer("full", kv, head_dim, head_dim, hf_cache_heads=hf_heads)] * n_layers
     return _spec(c, family, b, attention, tied)
 
 

@@ -81,6 +81,10 @@ class AttentionLayer:
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim elements per token
     state_elements: int = 0  # linear: recurrent state elements per sequence
     conv_state_elements: int = 0  # linear: short-convolution state elements per sequence
+    # heads transformers' cache holds when not kv_heads: Falcon's new decoder architecture
+    # broadcasts K and V to every query head before caching (FalconAttention: broadcast_to,
+    # flatten); engines (vLLM) cache the kv_heads.  0: kv_heads
+    hf_cache_heads: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class MoEInfo:
     top_k: int
     moe_layers: int
     expert_params: int  # parameters of one routed expert in one layer (incl. its biases)
+    # the router's top-k weights stay fp32 (transformers' DeepSeek-V2/V3 / GLM-4.5 routers run in
+    # fp32): the experts' weighted outputs are promoted to fp32 when they are scaled by them
+    router_fp32: bool = False
 
 
 @dataclass
