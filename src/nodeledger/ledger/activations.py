@@ -74,9 +74,11 @@ def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None) ->
         return 8 * inter
     # ReLU backward uses its output, which is also fc2's saved input: one 2I tensor; GELU keeps
     # its input (fc1 out) and fc2 keeps the GELU output: 4I.  tanh-GELU written as Python
-    # arithmetic (gelu_new, BLOOM's gelu: 0.5*x*(1+tanh(...))) saves x, tanh's output, 0.5*x,
-    # 1+tanh and the product: 10I.
-    if d.activation in PY_TANH_GELU:
+    # arithmetic (gelu_new: 0.5*x*(1+tanh(...))) saves x, tanh's output, 0.5*x, 1+tanh and the
+    # product: 10I.  BLOOM wraps the same arithmetic in a custom autograd function
+    # (modeling_bloom.py GeLUFunction: ctx.save_for_backward(input)), so it saves what GELU
+    # does: 4I.
+    if d.activation in PY_TANH_GELU and d.activation != "bloom_gelu":
         return 10 * inter
     return (2 if d.activation == "relu" else 4) * inter
 
@@ -112,15 +114,32 @@ def saved_lora_layer_bytes(
     logsumexp (4q + 4kv + 4 x heads); o_proj's input is kept only if o_proj is adapted.  The
     gated MLP keeps gate out, act out and up out (6I) for the input gradient."""
     tokens = micro_batch * seq
+    inter = d.intermediate or d.moe_intermediate
+    # the input width of each adaptable linear, under the names the families use (Llama's
+    # split projections, Phi-3/4's fused qkv_proj / gate_up_proj, BLOOM / Falcon's
+    # query_key_value, dense, dense_h_to_4h, dense_4h_to_h)
     ins = {"q_proj": d.hidden, "k_proj": d.hidden, "v_proj": d.hidden, "o_proj": d.q_dim,
-           "gate_proj": d.hidden, "up_proj": d.hidden, "down_proj": d.intermediate or d.moe_intermediate}  # fmt: skip
-    per = 2 * (4 * d.hidden + 4) + 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+           "gate_proj": d.hidden, "up_proj": d.hidden, "down_proj": inter,
+           "qkv_proj": d.hidden, "gate_up_proj": d.hidden, "query_key_value": d.hidden,
+           "dense": d.q_dim, "dense_h_to_4h": d.hidden, "dense_4h_to_h": inter}  # fmt: skip
+    # frozen norms: RMSNorm keeps its fp32 input and rsqrt (4h + 4); LayerNorm its bf16 input
+    # and the fp32 mean and rstd (2h + 8)
+    norm = 2 * d.hidden + 8 if d.layernorm_bias else 4 * d.hidden + 4
+    per = 2 * norm + 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
     if d.moe_layers and not d.intermediate:
         # frozen experts: router softmax/top-k in fp32 (8E), per routed pair the act input and
         # output and up (6I) and the weighted expert output (2h)
         per += 8 * d.experts + d.top_k * (2 * d.hidden + 6 * d.moe_intermediate)
+    elif d.gated:
+        per += 6 * inter
     else:
-        per += 6 * (d.intermediate or d.moe_intermediate)
+        # a frozen classic MLP: the activation keeps its input (GELU, BLOOM's GeLUFunction) or
+        # output (ReLU), 2I; a Python tanh-GELU chain its intermediates, 8I
+        per += (
+            8 * inter
+            if d.activation in PY_TANH_GELU and d.activation != "bloom_gelu"
+            else 2 * inter
+        )
     if d.qk_norm:
         head_dim = max(1, d.q_dim // max(1, d.heads))
         per += 4 * d.q_dim + 4 * d.heads + 4 * d.kv_dim + 4 * (d.kv_dim // head_dim)
@@ -272,10 +291,12 @@ def lm_head_autocast_copy_bytes(d: Dims) -> int:
 # tensors, transformers 5.24):
 #   eager (eager_attention_forward): bf16 scores, masked scores, fp32 softmax, bf16 cast: 10
 #   sdpa "math" fallback (fp32 upcast of q/k/v, fp32 scores and softmax): 8
-#   BLOOM (alibi baddbmm + fp32 softmax + masked_fill): 12
+#   BLOOM (alibi baddbmm + masked_fill + fp32 copy + fp32 softmax: 12) + the previous layer's
+#   bf16 probabilities, which BloomAttention returns and the model holds until the next layer
+#   returns (2): 14
 #   Gemma-2 (eager + tanh soft-capping of the scores): 12
 #   gpt-oss (eager with attention sinks: cat, max-subtract, bf16 softmax): 6
-SCORE_BYTES = {"eager": 10, "math": 8, "bloom": 12, "gemma2": 12, "gpt_oss": 6}
+SCORE_BYTES = {"eager": 10, "math": 8, "bloom": 14, "gemma2": 12, "gpt_oss": 6}
 
 
 def attention_backend(d: Dims, requested: str) -> str:

@@ -459,7 +459,9 @@ def _hf_card(
         act.inference_prefill_transient_bytes(dims, sequences, prompt, backend) / tp
     )
     logits_bytes = act.inference_logits_bytes(dims, sequences)
-    growth_bytes = kv.cache_growth_bytes_per_card(cached, job.context, kv_dtype_bytes, sequences, tp)
+    growth_bytes = kv.cache_growth_bytes_per_card(
+        cached, job.context, kv_dtype_bytes, sequences, tp
+    )
     decode_bytes = ceil(act.inference_layer_transient_bytes(dims, sequences) / tp)
     items = [
         Item(
