@@ -364,6 +364,28 @@ def inference_logits_bytes(d: Dims, rows: int) -> int:
     return rows * d.vocab * 6
 
 
+# transformers' pure-torch chunked gated delta rule (torch_chunk_gated_delta_rule, used when
+# flash-linear-attention is not installed), chunk 64
+GDN_CHUNK = 64
+
+
+def gated_deltanet_prefill_bytes_per_token(d: Dims) -> int:
+    """Widest moment of a Gated DeltaNet layer's no-grad prefill on transformers' pure-torch path
+    (Qwen3NextGatedDeltaNet.forward + torch_chunk_gated_delta_rule, transformers 5.24), per
+    token, the live tensors read off the fake-tensor tracker at that moment (Qwen3-Next):
+    11 fp32 head x head-dim tensors (q, k repeated to the value heads, v, k·beta, v·beta, the
+    decayed k·beta, the UT solutions for v and k, the output buffer and the rebound copies),
+    3 fp32 head x chunk tensors (pairwise decay, UT system, intra-chunk attention), the bf16 z
+    gate and fused q/k/v/z projection, 3 hidden-sized bf16 tensors (residual, normed input,
+    their sum) and the per-head gates and decays (10 fp32 + 5 bf16 per head).  With the fused
+    kernels (fla) installed the working set is smaller; not modelled."""
+    if not d.linear_layers or not d.lin_heads:
+        return 0
+    h, dkv = d.lin_heads, (d.lin_dk + d.lin_dv) / 2
+    return int(11 * 4 * h * dkv + 3 * 4 * h * GDN_CHUNK + 2 * h * d.lin_dv + 2 * d.lin_proj
+               + 3 * 2 * d.hidden + 10 * 4 * h + 5 * 2 * h)  # fmt: skip
+
+
 def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str) -> int:
     """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
     of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its
@@ -373,4 +395,5 @@ def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend:
     attention = inference_attention_transient_bytes(d, batch, prompt, prompt, backend)
     if attention:
         attention += batch * prompt * (6 * d.hidden + 4 * d.q_dim)
-    return max(mlp, attention)
+    linear = batch * prompt * gated_deltanet_prefill_bytes_per_token(d)
+    return max(mlp, attention, linear)

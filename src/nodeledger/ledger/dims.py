@@ -39,6 +39,13 @@ class Dims:
     attention_dropout: float = 0.0
     sdpa_supported: bool = True  # False: transformers runs this family's attention eagerly
     router_fp32: bool = False  # MoE: top-k weights fp32 (MoEInfo.router_fp32)
+    # linear-attention (Gated DeltaNet) layers: how many, their value heads, key / value head
+    # dims and the width of their fused q/k/v/z projection
+    linear_layers: int = 0
+    lin_heads: int = 0
+    lin_dk: int = 0
+    lin_dv: int = 0
+    lin_proj: int = 0
 
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
@@ -113,4 +120,23 @@ def dims_of(spec: ModelSpec) -> Dims:
         activation="bloom_gelu" if spec.family == "bloom" else (spec.activation or ""),
         attention_dropout=spec.attention_dropout,
         sdpa_supported=spec.sdpa_supported,
+        **_linear_dims(spec),
     )
+
+
+def _linear_dims(spec: ModelSpec) -> dict:
+    """Gated DeltaNet layers: their count, value heads, head dims and fused projection width."""
+    lin = [a for a in spec.attention if a.kind == "linear"]
+    if not lin or not lin[0].kv_heads:
+        return {"linear_layers": len(lin)}
+    proj = next(
+        (
+            t.shape[0]
+            for t in spec.tensors
+            if t.name.endswith(("in_proj_qkvz", "in_proj_qkvz.weight"))
+        ),
+        0,
+    )
+    a = lin[0]
+    return {"linear_layers": len(lin), "lin_heads": a.kv_heads, "lin_dk": a.k_head_dim,
+            "lin_dv": a.v_head_dim, "lin_proj": proj}  # fmt: skip

@@ -417,6 +417,9 @@ def _qwen3_next(c: ConfigReader, family: str) -> ModelSpec:
             attention.append(
                 AttentionLayer(
                     "linear",
+                    kv_heads=nv,  # value heads (the key heads are repeated to them)
+                    k_head_dim=dk,
+                    v_head_dim=dv,
                     state_elements=nv * dk * dv,
                     conv_state_elements=conv_dim * (kernel - 1),
                 )

@@ -280,7 +280,8 @@ class OpPlan:
         self.dense = [g for g in all_g if not g.expert and not g.name.startswith("lm_head")]
         self.experts = [g for g in all_g if g.expert]
         self.n_attn = max(1, len([a for a in spec.attention if a.kind != "linear"]))
-        self.kv_split = max(1, min(tp, max((a.kv_heads for a in spec.attention), default=1)))
+        self.kv_split = max(1, min(tp, max((a.kv_heads for a in spec.attention
+                                            if a.kind != "linear"), default=1)))  # fmt: skip
         if dp_attn > 1:
             self.kv_split = 1  # a rank holds all heads of its own requests
         h = spec.hidden_size
