@@ -66,3 +66,46 @@ def test_lora_on_fused_projections_counts_their_adapters(target):
     base = act.saved_lora_layer_bytes(d, 1, 100, "sdpa", (), 16)
     with_target = act.saved_lora_layer_bytes(d, 1, 100, "sdpa", (target,), 16)
     assert with_target - base == 100 * (4 * d.hidden + 4 * 16)
+
+
+def test_gated_deltanet_prefill_keeps_its_fp32_chunk_tensors():
+    """Qwen3-Next's linear-attention layers on transformers' pure-torch chunked path: per token
+    11 fp32 (value heads x head dim) tensors, 3 fp32 (value heads x chunk 64), the bf16 z gate
+    and q/k/v/z projection, 3 bf16 hidden-sized tensors and the per-head gates — 251,456 B for
+    Qwen3-Next (32 value heads of 128, projection 12,288, hidden 2,048), which is what the
+    fake-tensor tracker held at the layer's widest moment."""
+    d = dims_of(load_model(str(shared_models_or_skip() / "Qwen3-Next-80B-A3B-Instruct"))[0])
+    assert (d.linear_layers, d.lin_heads, d.lin_dk, d.lin_dv, d.lin_proj) == (
+        36,
+        32,
+        128,
+        128,
+        12288,
+    )
+    per = act.gated_deltanet_prefill_bytes_per_token(d)
+    assert (
+        per
+        == 11 * 4 * 32 * 128
+        + 3 * 4 * 32 * 64
+        + 2 * 32 * 128
+        + 2 * 12288
+        + 3 * 2 * 2048
+        + 10 * 4 * 32
+        + 5 * 2 * 32
+    )
+    assert per == 251_456
+    # the widest prefill moment of a 16k prompt is this layer's, not the MoE block's
+    assert act.inference_prefill_transient_bytes(d, 1, 16384, "sdpa") == 16384 * per
+    llama = dims_of(load_model("llama-3.1-8b")[0])
+    assert act.gated_deltanet_prefill_bytes_per_token(llama) == 0
+
+
+def test_gpt_oss_training_saves_its_sink_softmax_and_clamped_swiglu():
+    """gpt-oss's eager attention with sinks saves only the bf16 softmax over S + 1 columns; its
+    experts' clamped SwiGLU keeps 5 x 2I per routed pair (clamped gate, sigmoid, up + 1, glu,
+    product) where a SwiGLU keeps 2 x 2I."""
+    d = dims_of(load_model(str(shared_models_or_skip() / "gpt-oss-20b"))[0])
+    assert act.eager_attention_bytes_per_layer(d, 2, 1024) == 2 * 2 * d.heads * 1024 * 1025
+    plain = dataclasses.replace(d, family="qwen3_moe")
+    extra = act.saved_moe_bytes_per_token(d) - act.saved_moe_bytes_per_token(plain)
+    assert extra == d.top_k * 6 * d.moe_intermediate

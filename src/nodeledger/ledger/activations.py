@@ -55,7 +55,11 @@ def eager_attention_bytes_per_layer(
 ) -> int:
     """Derivation 3: fp32 softmax + bf16 copy of the B x heads x S x S probabilities.
     SDPA's math fallback keeps fp32 scores and probabilities (8), and with attention dropout
-    also the bool mask and the dropped fp32 probabilities (13; measured, GPT-2 on CPU)."""
+    also the bool mask and the dropped fp32 probabilities (13; measured, GPT-2 on CPU).
+    gpt-oss's attention with sinks (cat of the sink column, max-subtract, a bf16 softmax) saves
+    only the softmax output, S + 1 columns of 2 B (the tracker's live set after the forward)."""
+    if d.family == "gpt_oss" and backend == "eager":
+        return 2 * micro_batch * d.heads * seq * (seq + 1)
     per = 6
     if backend == "math":
         per = 13 if d.attention_dropout > 0 else 8
@@ -83,9 +87,17 @@ def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None) ->
     return (2 if d.activation == "relu" else 4) * inter
 
 
+# gpt-oss's experts gate with a clamped SwiGLU (GptOssExperts._apply_gate: gate.clamp,
+# up.clamp, gate * sigmoid(gate * alpha), (up + 1) * glu): autograd keeps the clamped gate, the
+# sigmoid, up + 1, glu and their product, 5 x 2I per routed pair, where SiLU(gate) * up keeps 2
+CLAMPED_SWIGLU_EXTRA = 6  # x I bytes per routed pair beyond a SwiGLU's
+
+
 def saved_moe_bytes_per_token(d: Dims) -> int:
     """Derivation 6, plus the shared expert as a dense MLP of its own width."""
-    b = 8 * d.experts + d.top_k * (4 * d.hidden + 8 * d.moe_intermediate)
+    inter = 8 * d.moe_intermediate + (CLAMPED_SWIGLU_EXTRA * d.moe_intermediate
+                                      if d.family == "gpt_oss" else 0)  # fmt: skip
+    b = 8 * d.experts + d.top_k * (4 * d.hidden + inter)
     if d.shared_intermediate:
         b += 8 * d.shared_intermediate + 2 * d.hidden
     return b
@@ -128,8 +140,9 @@ def saved_lora_layer_bytes(
     per = 2 * norm + 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
     if d.moe_layers and not d.intermediate:
         # frozen experts: router softmax/top-k in fp32 (8E), per routed pair the act input and
-        # output and up (6I) and the weighted expert output (2h)
-        per += 8 * d.experts + d.top_k * (2 * d.hidden + 6 * d.moe_intermediate)
+        # output and up (6I; gpt-oss's clamped SwiGLU 6I more) and the weighted expert output (2h)
+        extra = CLAMPED_SWIGLU_EXTRA * d.moe_intermediate if d.family == "gpt_oss" else 0
+        per += 8 * d.experts + d.top_k * (2 * d.hidden + 6 * d.moe_intermediate + extra)
     elif d.gated:
         per += 6 * inter
     else:
