@@ -37,7 +37,12 @@ DEFAULT_FIXTURES = HERE.parents[2] / "shared" / "fixtures" / "models"
 GiB = 2**30
 
 
+PROJECT_FIXTURES = HERE.parents[1] / "tests" / "fixtures" / "models"
+
+
 def load_config(case: dict, fixtures: Path) -> dict:
+    if case.get("fixtures") == "project":  # a config kept in the project (tests/fixtures/models)
+        fixtures = PROJECT_FIXTURES
     cfg = json.loads((fixtures / case["model"] / "config.json").read_text())
     over = case.get("config_overrides") or {}
     for key, val in over.items():  # "text_config.x": nested, as the harness applies it

@@ -337,6 +337,9 @@ def sdpa_emulation(mode: str | None):
 # --------------------------------------------------------------------------------------------
 # config / model
 # --------------------------------------------------------------------------------------------
+PROJECT_FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "models"
+
+
 def load_config(model: str, overrides: dict | None = None, fixtures: str | Path | None = None):
     """Real HF config from ``fixtures/model/config.json`` with ``overrides`` applied *before* the
     config class is instantiated (so derived fields such as ``layer_types`` follow
@@ -836,6 +839,8 @@ def measure_case(
         torch.cuda.empty_cache()
         res["cuda_device_name"] = torch.cuda.get_device_name()
         res["driver_used_bytes_before"] = driver_used_bytes()
+    if case.get("fixtures") == "project":  # a config kept in the project (tests/fixtures/models)
+        fixtures = PROJECT_FIXTURES
     config = load_config(case["model"], case.get("config_overrides"), fixtures)
     with env.build():
         model = build_model(config, dtype, case.get("attention"))

@@ -406,6 +406,46 @@ FAMILY_CASES = [
         overrides={"num_hidden_layers": 8},
     ),
 ]
+# A state-space hybrid (issue 30): Nemotron-H's Mamba-2 / attention / MLP layers, its config
+# kept in tests/fixtures/models (PROVENANCE.md); 8 of its 52 layers, every kind kept
+NEMOTRON_H_L8 = {"num_hidden_layers": 8, "hybrid_override_pattern": "M-M*-M-M"}
+FAMILY_CASES += [
+    serve(
+        "nemotron-h-8b-L8-serve-b2-s4096-t16",
+        "Nemotron-H-8B-Base-8K",
+        2,
+        4096,
+        16,
+        overrides=NEMOTRON_H_L8,
+        fixtures="project",
+    ),
+    serve(
+        "nemotron-h-8b-L8-serve-b1-s16384-t4-prefill",
+        "Nemotron-H-8B-Base-8K",
+        1,
+        16384,
+        4,
+        overrides={**NEMOTRON_H_L8, "max_position_embeddings": 32768},
+        fixtures="project",
+    ),
+    serve(
+        "nemotron-h-8b-L8-serve-b32-s512-t64-decode",
+        "Nemotron-H-8B-Base-8K",
+        32,
+        512,
+        64,
+        overrides=NEMOTRON_H_L8,
+        fixtures="project",
+    ),
+    train(
+        "nemotron-h-8b-L8-train-bf16-foreach-b1-s2048",
+        "Nemotron-H-8B-Base-8K",
+        1,
+        2048,
+        overrides=NEMOTRON_H_L8,
+        fixtures="project",
+    ),
+]
 CASES += FAMILY_CASES
 
 

@@ -399,6 +399,24 @@ def gated_deltanet_prefill_bytes_per_token(d: Dims) -> int:
                + 3 * 2 * d.hidden + 10 * 4 * h + 5 * 2 * h)  # fmt: skip
 
 
+def mamba2_prefill_bytes_per_token(d: Dims) -> int:
+    """Widest moment of a Mamba-2 layer's no-grad prefill on transformers' pure-torch path
+    (NemotronHMamba2Mixer.torch_forward: the chunked SSD scan, mamba_ssm not installed),
+    transformers 5.24, per token, the live tensors read off the fake-tensor tracker at that
+    moment (Nemotron-H): fp32 B, C (repeated from the groups to the H heads) and B·decay, 3 x
+    H x state; the segment-sum decays L, G = C·B, M = G·L and a segment-sum temporary, 4 x H x
+    chunk; x, D·x, x·dt, the diagonal output and the chunk states, 5 x H x head_dim; the bf16
+    in_proj output (intermediate + conv_dim + H), conv output (conv_dim), gate and x (2 x
+    intermediate + H); 3 hidden-sized bf16 tensors; ~62 B per head of gates and decays."""
+    if not d.mamba_layers:
+        return 0
+    h, p, n, g, chunk = d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk
+    inter = h * p
+    conv = inter + 2 * g * n
+    return (4 * (3 * h * n + 4 * h * chunk + 5 * h * p) + 2 * (inter + conv + h) + 2 * conv
+            + 4 * inter + 2 * h + 3 * 2 * d.hidden + 62 * h)  # fmt: skip
+
+
 def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str) -> int:
     """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
     of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its
@@ -408,5 +426,6 @@ def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend:
     attention = inference_attention_transient_bytes(d, batch, prompt, prompt, backend)
     if attention:
         attention += batch * prompt * (6 * d.hidden + 4 * d.q_dim)
-    linear = batch * prompt * gated_deltanet_prefill_bytes_per_token(d)
+    linear = batch * prompt * max(gated_deltanet_prefill_bytes_per_token(d),
+                                  mamba2_prefill_bytes_per_token(d))  # fmt: skip
     return max(mlp, attention, linear)

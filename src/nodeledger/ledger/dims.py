@@ -46,6 +46,13 @@ class Dims:
     lin_dk: int = 0
     lin_dv: int = 0
     lin_proj: int = 0
+    # Mamba-2 layers: count, heads, head dim, state size, groups, chunk length
+    mamba_layers: int = 0
+    m_heads: int = 0
+    m_dim: int = 0
+    m_state: int = 0
+    m_groups: int = 0
+    m_chunk: int = 0
 
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
@@ -126,9 +133,15 @@ def dims_of(spec: ModelSpec) -> Dims:
 
 def _linear_dims(spec: ModelSpec) -> dict:
     """Gated DeltaNet layers: their count, value heads, head dims and fused projection width."""
-    lin = [a for a in spec.attention if a.kind == "linear"]
+    out: dict = {}
+    mamba = [a for a in spec.attention if a.kind == "linear" and a.ssm == "mamba2"]
+    if mamba:
+        m = mamba[0]
+        out.update(mamba_layers=len(mamba), m_heads=m.kv_heads, m_dim=m.v_head_dim,
+                   m_state=m.k_head_dim, m_groups=max(1, m.latent_dim), m_chunk=m.chunk or 128)  # fmt: skip
+    lin = [a for a in spec.attention if a.kind == "linear" and a.ssm == "gdn"]
     if not lin or not lin[0].kv_heads:
-        return {"linear_layers": len(lin)}
+        return {"linear_layers": len(lin), **out}
     proj = next(
         (
             t.shape[0]
@@ -139,4 +152,4 @@ def _linear_dims(spec: ModelSpec) -> dict:
     )
     a = lin[0]
     return {"linear_layers": len(lin), "lin_heads": a.kv_heads, "lin_dk": a.k_head_dim,
-            "lin_dv": a.v_head_dim, "lin_proj": proj}  # fmt: skip
+            "lin_dv": a.v_head_dim, "lin_proj": proj, **out}  # fmt: skip

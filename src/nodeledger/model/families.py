@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nodeledger.errors import UnknownFamilyError
+from nodeledger.errors import ConfigError, UnknownFamilyError
 from nodeledger.model.cfg import ConfigReader
 from nodeledger.model.spec import AttentionLayer, ModelSpec, MoEInfo, Part, TensorGroup
 
@@ -417,6 +417,7 @@ def _qwen3_next(c: ConfigReader, family: str) -> ModelSpec:
             attention.append(
                 AttentionLayer(
                     "linear",
+                    ssm="gdn",
                     kv_heads=nv,  # value heads (the key heads are repeated to them)
                     k_head_dim=dk,
                     v_head_dim=dv,
@@ -425,6 +426,87 @@ def _qwen3_next(c: ConfigReader, family: str) -> ModelSpec:
                 )
             )
     return _spec(c, family, b, attention, tied, moe)
+
+
+# ---------------------------------------------------------------------------------------
+# Nemotron-H: Mamba-2 / attention / MLP layers by ``hybrid_override_pattern`` (or
+# ``layers_block_type``): each layer is a norm and ONE mixer (transformers' NemotronHBlock)
+# ---------------------------------------------------------------------------------------
+
+NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h(c: ConfigReader, family: str) -> ModelSpec:
+    hidden = c.int("hidden_size")
+    n_layers = c.layers("num_hidden_layers")
+    vocab = c.int("vocab_size")
+    tied = c.bool("tie_word_embeddings", False)
+    kinds = c.str_list("layers_block_type", allowed={"mamba", "attention", "mlp", "moe"})
+    if kinds is None:
+        pattern = c.str("hybrid_override_pattern") or ""
+        if any(ch not in NEMOTRON_H_KINDS for ch in pattern):
+            raise c.error(
+                "hybrid_override_pattern", f"{pattern!r} has a layer letter other than M * - E"
+            )
+        kinds = [NEMOTRON_H_KINDS[ch] for ch in pattern]
+    if len(kinds) != n_layers:
+        raise c.error(
+            "hybrid_override_pattern", f"has {len(kinds)} layers for num_hidden_layers={n_layers}"
+        )
+    if "moe" in kinds:
+        raise ConfigError(f"{c.where}: Nemotron-H MoE layers ('E') are not modelled yet")
+    heads = c.int("num_attention_heads")
+    kv = c.int("num_key_value_heads", default=heads)
+    head_dim = c.int("attention_head_dim", "head_dim", default=hidden // heads)
+    n_attn, n_mamba, n_mlp = kinds.count("attention"), kinds.count("mamba"), kinds.count("mlp")
+    # NemotronHMamba2Mixer: in_proj (hidden -> intermediate + conv_dim + heads), a depthwise
+    # conv over conv_dim = intermediate + 2 x groups x state, dt_bias / A_log / D per head, a
+    # gated RMSNorm over intermediate and out_proj back to hidden
+    m_heads, m_dim = c.int("mamba_num_heads"), c.int("mamba_head_dim")
+    state, groups, kernel = (
+        c.int("ssm_state_size"),
+        c.int("n_groups", default=1),
+        c.int("conv_kernel", default=4),
+    )
+    inter = m_heads * m_dim
+    conv_dim = inter + 2 * groups * state
+    b = TensorList()
+    _embed_head(b, vocab, hidden, tied)
+    b.norm("norm_f", hidden, 1)
+    b.norm("layers.*.norm", hidden, n_layers)
+    _gqa_attention(
+        b, hidden, _Attn(heads, kv, head_dim, qkv_bias=c.bool("attention_bias", False)), n_attn
+    )
+    mx = "layers.*.mixer"
+    b.linear(f"{mx}.in_proj", "attention", inter + conv_dim + m_heads, hidden, n_mamba,
+             c.bool("use_bias", False), module="attn")  # fmt: skip
+    b.add(TensorGroup(f"{mx}.conv1d.weight", "attention", "conv", (conv_dim, 1, kernel), n_mamba))
+    if c.bool("use_conv_bias", True):
+        b.vec(f"{mx}.conv1d.bias", "attention", conv_dim, n_mamba)
+    for name in ("dt_bias", "A_log", "D"):
+        b.vec(f"{mx}.{name}", "attention", m_heads, n_mamba)
+    b.norm(f"{mx}.norm", inter, n_mamba)
+    b.linear(f"{mx}.out_proj", "attention", hidden, inter, n_mamba, c.bool("use_bias", False),
+             module="attn")  # fmt: skip
+    # MLP layers: up / down with relu2 (NemotronHMLP, no gate)
+    mlp_inter = c.int("intermediate_size")
+    bias = c.bool("mlp_bias", False)
+    b.linear(f"{mx}.up_proj", "dense_mlp", mlp_inter, hidden, n_mlp, bias, "mlp")
+    b.linear(f"{mx}.down_proj", "dense_mlp", hidden, mlp_inter, n_mlp, bias, "mlp")
+    attention = []
+    for k in kinds:
+        if k == "attention":
+            attention.append(AttentionLayer("full", kv, head_dim, head_dim))
+        elif k == "mamba":
+            attention.append(AttentionLayer(
+                "linear", kv_heads=m_heads, k_head_dim=state, v_head_dim=m_dim,
+                state_elements=m_heads * m_dim * state, conv_state_elements=conv_dim * kernel,
+                ssm="mamba2", chunk=c.int("chunk_size", default=128), latent_dim=groups))  # fmt: skip
+        else:  # an MLP-only layer: no token mixer, no cache
+            attention.append(AttentionLayer("linear", ssm="none"))
+    spec = _spec(c, family, b, attention, tied)
+    spec.activation = c.str("mlp_hidden_act") or spec.activation
+    return spec
 
 
 # ---------------------------------------------------------------------------------------
@@ -894,6 +976,7 @@ FAMILIES: dict[str, Builder] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "glm4_moe": _glm4_moe,
+    "nemotron_h": _nemotron_h,
     "gpt_oss": _gpt_oss,
     "ernie4_5_moe": _ernie4_5_moe,
     "gpt2": _gpt2,

@@ -85,6 +85,10 @@ class AttentionLayer:
     # broadcasts K and V to every query head before caching (FalconAttention: broadcast_to,
     # flatten); engines (vLLM) cache the kv_heads.  0: kv_heads
     hf_cache_heads: int = 0
+    # linear layers: the recurrence they run ("gdn" Gated DeltaNet, "mamba2", "none" for a layer
+    # with no token mixer at all, an MLP-only layer of a hybrid)
+    ssm: str = ""
+    chunk: int = 0  # linear: the chunk length of its chunked scan (Mamba-2 chunk_size)
 
 
 @dataclass(frozen=True)
