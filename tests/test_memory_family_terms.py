@@ -109,3 +109,79 @@ def test_gpt_oss_training_saves_its_sink_softmax_and_clamped_swiglu():
     plain = dataclasses.replace(d, family="qwen3_moe")
     extra = act.saved_moe_bytes_per_token(d) - act.saved_moe_bytes_per_token(plain)
     assert extra == d.top_k * 6 * d.moe_intermediate
+
+
+def _nemotron_h():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent / "fixtures" / "models" / "Nemotron-H-8B-Base-8K"
+    return load_model(str(folder))[0]
+
+
+def test_nemotron_h_builds_one_mixer_per_layer_from_its_pattern():
+    """hybrid_override_pattern: M = Mamba-2, * = attention, - = MLP; 24 / 4 / 24 of 52 layers;
+    8.10 B parameters (the published 8B base)."""
+    spec = _nemotron_h()
+    kinds = [(a.kind, a.ssm) for a in spec.attention]
+    assert kinds.count(("linear", "mamba2")) == 24 and kinds.count(("linear", "none")) == 24
+    assert sum(1 for a in spec.attention if a.kind == "full") == 4
+    assert 8.0e9 < spec.params_total() < 8.2e9
+    m = next(a for a in spec.attention if a.ssm == "mamba2")
+    # recurrent state H x head_dim x state per sequence, conv state over conv_dim x kernel
+    assert m.state_elements == 128 * 64 * 128
+    assert m.conv_state_elements == (128 * 64 + 2 * 8 * 128) * 4
+    # a sequence's cache: 4 attention layers' K and V + 24 fp32 recurrent and bf16 conv states
+    per_seq = kv.kv_bytes_per_sequence(spec, 1000)
+    assert per_seq == 4 * 2 * 8 * 128 * 2 * 1000 + 24 * (
+        m.state_elements * 4 + m.conv_state_elements * 2
+    )
+
+
+def test_mamba2_prefill_and_training_terms_follow_their_tensors():
+    d = dims_of(_nemotron_h())
+    assert (d.mamba_layers, d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk) == (
+        24,
+        128,
+        64,
+        128,
+        8,
+        128,
+    )
+    h, p, n, g, c = 128, 64, 128, 8, 128
+    inter, conv = h * p, h * p + 2 * g * n
+    per = act.mamba2_prefill_bytes_per_token(d)
+    assert (
+        per
+        == 4 * (3 * h * n + 4 * h * c + 5 * h * p)
+        + 2 * (inter + conv + h)
+        + 2 * conv
+        + 4 * inter
+        + 2 * h
+        + 6 * 4096
+        + 62 * h
+    )
+    assert act.inference_prefill_transient_bytes(d, 1, 4096, "sdpa") == 4096 * per
+    saved = act.saved_mamba2_bytes_per_token(d)
+    assert (
+        saved
+        == 4 * (4 * h * n + 4 * h * c + 11 * h * p)
+        + 7 * inter
+        + 2 * (inter + conv + h)
+        + 2 * (2 * inter + g * n)
+        + 2 * conv
+        + 44 * h
+    )
+    llama = dims_of(load_model("llama-3.1-8b")[0])
+    assert act.mamba2_prefill_bytes_per_token(llama) == act.saved_mamba2_bytes_per_token(llama) == 0
+
+
+def test_a_nemotron_h_serve_job_fits_with_its_states_per_sequence():
+    from nodeledger.ledger.jobs import ServeJob
+    from nodeledger.machine.io import load_preset
+    from nodeledger.verdict.fit import ledger_for
+
+    lg = ledger_for(
+        _nemotron_h(), ServeJob(engine="hf", context=4096, concurrency=8), load_preset("hgx-h200")
+    )
+    kv_item = next(i for i in lg.cards[0].items if i.name.startswith("KV cache"))
+    assert kv_item.bytes > 8 * 24 * 128 * 64 * 128 * 4  # the recurrent states alone

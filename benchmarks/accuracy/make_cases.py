@@ -446,6 +446,16 @@ FAMILY_CASES += [
         fixtures="project",
     ),
 ]
+FAMILY_CASES += [
+    train(
+        "nemotron-h-8b-L8-train-bf16-foreach-b2-s4096",
+        "Nemotron-H-8B-Base-8K",
+        2,
+        4096,
+        overrides=NEMOTRON_H_L8,
+        fixtures="project",
+    ),
+]
 CASES += FAMILY_CASES
 
 

@@ -255,15 +255,37 @@ def saved_activations_bytes(
         dense = round(d.layers * layers_fraction)
     per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False)
     per_moe = saved_layer_bytes(d, micro_batch, seq, attention, moe=True) if d.moe_layers else 0
+    # Mamba-2 mixers of a hybrid (one mixer per layer, beside the MLP and attention layers)
+    mamba = round(d.mamba_layers * layers_fraction)
+    per_mamba = saved_mamba2_bytes_per_token(d) * tokens
     if checkpointing == "full":
-        return checkpointed_inputs_bytes(d, dense + moe, tokens), max(per_dense, per_moe)
+        return (checkpointed_inputs_bytes(d, dense + moe + mamba, tokens),
+                max(per_dense, per_moe, per_mamba))  # fmt: skip
     if checkpointing == "selective":
         # attention core recomputed (Korthikanti et al. sec. 4.2): drop q/k/v/out and probabilities
         attn = saved_attention_bytes_per_token(d) * tokens
         if attention == "eager":
             attn += eager_attention_bytes_per_layer(d, micro_batch, seq)
-        return dense * (per_dense - attn) + moe * (per_moe - attn), attn
-    return dense * per_dense + moe * per_moe, 0
+        return dense * (per_dense - attn) + moe * (per_moe - attn) + mamba * per_mamba, attn
+    return dense * per_dense + moe * per_moe + mamba * per_mamba, 0
+
+
+def saved_mamba2_bytes_per_token(d: Dims) -> int:
+    """What one Mamba-2 mixer saves for backward on transformers' pure-torch path (autograd
+    through NemotronHMamba2Mixer.torch_forward's chunked SSD einsums), per token, read off the
+    fake-tensor tracker's live set at the end of the forward (Nemotron-H): fp32 4 x H x state
+    (B, C repeated to the heads, B·decay, C for the state readout) and 4 x H x chunk (the
+    segment-sum decays, G, M), 11 fp32 H x head_dim (x, D·x, x·dt, the outputs and chunk
+    states), 7 B per intermediate element in bf16 (gate, x, the gated norm's input and
+    output), the in_proj output (intermediate + conv_dim + H), x / B / C after the conv
+    (2 x intermediate + groups x state), the conv output (conv_dim), and 44 B per head."""
+    if not d.mamba_layers:
+        return 0
+    h, p, n, g, chunk = d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk
+    inter = h * p
+    conv = inter + 2 * g * n
+    return (4 * (4 * h * n + 4 * h * chunk + 11 * h * p) + 7 * inter + 2 * (inter + conv + h)
+            + 2 * (2 * inter + g * n) + 2 * conv + 44 * h)  # fmt: skip
 
 
 def loss_saved_bytes(d: Dims, tokens: int) -> int:

@@ -142,7 +142,11 @@ def paged_kv_bytes_per_sequence(per_token: float, context_tokens: int, block_siz
 
 
 def layer_counts(spec: ModelSpec) -> dict[str, int]:
+    """Layers by token mixer: full, sliding, mla, linear (Gated DeltaNet), mamba2, and mlp-only
+    (a hybrid's layers without a token mixer)."""
+    names = {"mamba2": "mamba2", "none": "mlp-only"}
     out: dict[str, int] = {}
     for layer in spec.attention:
-        out[layer.kind] = out.get(layer.kind, 0) + 1
+        kind = names.get(layer.ssm, layer.kind) if layer.kind == "linear" else layer.kind
+        out[kind] = out.get(kind, 0) + 1
     return out
