@@ -336,7 +336,7 @@ SCORE_BYTES = {"eager": 10, "math": 8, "bloom": 14, "gemma2": 12, "gpt_oss": 6}
 
 def attention_backend(d: Dims, requested: str) -> str:
     """Which attention path transformers takes: eager-only families ignore the request."""
-    if not d.sdpa_supported:  # model.families.EAGER_ONLY; each has its own SCORE_BYTES entry
+    if not d.sdpa_supported:  # model/attention_path.py; each such family has a SCORE_BYTES entry
         return d.family
     if d.family == "gpt_oss" and requested == "eager":
         return "gpt_oss"

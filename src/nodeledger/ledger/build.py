@@ -425,7 +425,17 @@ def serve_ledger(
             reclaimable=True,
         )
     )
+    if job.engine == "hf" and (note := eager_only_note(spec, job.attention)):
+        notes.append(note)
     return Ledger("serve", [card], _host(host_items, machine), notes, extras)
+
+
+def eager_only_note(spec: ModelSpec, requested: str) -> str | None:
+    """The line that says transformers runs this family eagerly whatever was asked, and why."""
+    if spec.sdpa_supported or requested == "eager":
+        return None
+    return (f"attention: eager, not --attention {requested}: transformers has no SDPA path for "
+            f"{spec.family} ({spec.sdpa_source}); the full score matrix is counted")  # fmt: skip
 
 
 def _hf_card(
@@ -844,7 +854,7 @@ def saved_activation_bytes_per_card(
     (``_checkpoints_fp32_inputs``)."""
     parallel = job.parallel
     layers = round(dims.layers / parallel.pp)
-    # a family transformers runs only eagerly (model/families.py EAGER_ONLY) saves the eager
+    # a family transformers runs only eagerly (model/attention_path.py) saves the eager
     # attention's activations whatever --attention asks, in full training and with LoRA alike
     attention = act.training_attention(dims, job.attention)
     if job.is_lora:
@@ -1097,6 +1107,8 @@ def train_ledger(
         checkpointed=job.checkpointing != "none",
     )
     lg = Ledger(_train_kind(job), [card], _host(_train_host_items(spec, job), machine))
+    if note := eager_only_note(spec, job.attention):
+        lg.notes.append(note)
     lg.extras["framework"] = {
         "framework": job.framework,
         "layout_of": layout.framework,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeledger.errors import ConfigError, UnknownFamilyError
+from nodeledger.model.attention_path import attention_path
 from nodeledger.model.cfg import ConfigReader
 from nodeledger.model.spec import AttentionLayer, ModelSpec, MoEInfo, Part, TensorGroup
 
@@ -201,10 +202,9 @@ def _dropout(c: ConfigReader) -> float:
     return 0.1 if c.str("model_type") == "gpt2" else 0.0
 
 
-# families whose transformers implementation has no SDPA path (transformers 5.24): Gemma-2
-# (tanh soft-capping of the scores), BLOOM (ALiBi), gpt-oss (attention sinks:
-# GptOssPreTrainedModel sets _supports_sdpa = False; flash only through a hub kernel)
-EAGER_ONLY = {"gemma2", "bloom", "gpt_oss"}
+# families whose transformers implementation has no SDPA path: read from the installed
+# transformers where it is (model/attention_path.py), else its table of transformers 5.24 (Gemma-2:
+# tanh soft-capping of the scores; BLOOM: ALiBi; gpt-oss: attention sinks)
 
 
 def _spec(
@@ -227,7 +227,8 @@ def _spec(
         activation=c.str("hidden_act")
         or c.str("hidden_activation")
         or c.str("activation_function"),
-        sdpa_supported=family not in EAGER_ONLY,
+        sdpa_supported=attention_path(family).sdpa,
+        sdpa_source=attention_path(family).source,
         attention_dropout=_dropout(c),
         max_position_embeddings=c.int(
             "max_position_embeddings", "n_positions", "seq_length", default=None

@@ -120,6 +120,7 @@ class ModelSpec:
     # transformers' attention implementations for this family: eager-only families (Gemma-2 in
     # transformers 5, BLOOM) materialise the attention probabilities whatever is asked.
     sdpa_supported: bool = True
+    sdpa_source: str = ""  # where sdpa_supported came from (model/attention_path.py)
     attention_dropout: float = 0.0  # dropout on attention probabilities in training
     max_position_embeddings: int | None = None  # the longest context the config declares
     quantization: dict | None = None  # the config's quantization_config, verbatim
