@@ -81,14 +81,24 @@ def find_in_catalogue(name: str) -> dict[str, Any] | None:
 # -- HF cache -------------------------------------------------------------------------------
 
 
+HUB_EXTRA = "pip install 'nodeledger[hub]'"
+
+
+def hub_installed() -> bool:
+    """Whether huggingface_hub (the ``hub`` extra) is installed, without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("huggingface_hub") is not None
+
+
 def find_in_hf_cache(repo_id: str) -> Path | None:
     """config.json of ``repo_id`` in the local HF cache (HF_HOME / HF_HUB_CACHE honoured)."""
     if repo_id.count("/") != 1:
         return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - a core dependency
+    if not hub_installed():
         return None
+    from huggingface_hub import try_to_load_from_cache
+
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
     except Exception:  # an invalid repo id shape is "not found", not a crash
@@ -135,7 +145,9 @@ def resolve_config(ref: str, online: bool = False) -> ConfigSource:
     looked = [
         "as a file or folder path: not found",
         f"bundled catalogue ({len(catalogue())} models; `nodeledger model list`): no such id",
-        f"local HF cache {hf_cache_dir()}: not cached",
+        f"local HF cache {hf_cache_dir()}: not cached"
+        if hub_installed()
+        else f"local HF cache: not read (huggingface_hub is not installed: {HUB_EXTRA})",
     ]
     raise ModelNotFoundError(
         f"model {ref!r} not found; looked {'; '.join(looked)}; add --online to fetch its config.json"
@@ -175,6 +187,10 @@ def _hub_unreachable(timeout: float = HUB_CHECK_SECONDS) -> str | None:
 
 
 def _download(repo_id: str) -> ConfigSource:
+    if not hub_installed():
+        raise ModelNotFoundError(
+            f"model {repo_id!r}: --online needs huggingface_hub, which is not installed: {HUB_EXTRA}"
+        )
     why = _hub_unreachable()
     if why is not None:
         raise ModelNotFoundError(
