@@ -162,15 +162,18 @@ def test_mamba2_prefill_and_training_terms_follow_their_tensors():
     )
     assert act.inference_prefill_transient_bytes(d, 1, 4096, "sdpa") == 4096 * per
     saved = act.saved_mamba2_bytes_per_token(d)
-    assert (
-        saved
-        == 4 * (4 * h * n + 4 * h * c + 11 * h * p)
-        + 7 * inter
-        + 2 * (inter + conv + h)
-        + 2 * (2 * inter + g * n)
-        + 2 * conv
-        + 44 * h
-    )
+    assert saved == (4 * (4 * h * n + 4 * h * c + 11 * h * p) + 13 * inter // 2 + 2 * (inter + conv + h)
+                     + 2 * (2 * inter + g * n) + 2 * conv + 36 * h)  # fmt: skip
+    # training a one-mixer-per-layer hybrid: each layer its norm and its own mixer's saved set;
+    # 52 layers of inputs under full checkpointing, not one per mixer kind
+    tokens = 2048
+    held, _ = act.saved_activations_bytes(d, 1, tokens, "sdpa", "none")
+    norm = 6 * 4096 + 4
+    attn = 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+    mlp = act.saved_dense_mlp_bytes_per_token(d)
+    assert mlp == 4 * 21504  # relu2: the relu output (kept for square) and the squared one
+    assert held == tokens * (24 * (norm + saved) + 24 * (norm + mlp) + 4 * (norm + attn))
+    assert act.saved_activations_bytes(d, 1, tokens, "sdpa", "full")[0] == 52 * 2 * 4096 * tokens
     llama = dims_of(load_model("llama-3.1-8b")[0])
     assert act.mamba2_prefill_bytes_per_token(llama) == act.saved_mamba2_bytes_per_token(llama) == 0
 

@@ -157,3 +157,15 @@ def test_weight_only_experts_read_their_packed_bytes(h200):
     assert O.gemm_kernel_s(ck, 8192, g.n, g.k, g.kind, g.wbytes) > 0.9 * O.gemm_kernel_s(
         ck, 8192, g.n, g.k, "bf16", 2.0
     )
+
+
+def test_routers_and_mla_down_projections_stay_whole_under_tp():
+    """vLLM / SGLang keep the MoE router and MLA's q_a / kv_a down-projections whole on every TP
+    rank (ReplicatedLinear; one fused_qkv_a_proj of 1536 + 576 outputs): not split by tp."""
+    spec, _ = load_model("deepseek-v3")
+    g8 = {g.name: g for g in O.gemms(spec, 8, O.W.scheme(spec, None))}
+    assert (g8["qkv_a"].n, g8["qkv_a"].k) == (1536 + 576, 7168)
+    router = next(g for g in O.gemms(spec, 8) if g.name.endswith("mlp.gate.weight"))
+    assert router.n == spec.moe.num_experts  # 256 experts' logits on every rank
+    q_b = next(g for g in O.gemms(spec, 8) if "q_b_proj" in g.name)
+    assert q_b.n == 128 * 192 // 8  # column-parallel as before

@@ -249,6 +249,9 @@ def saved_activations_bytes(
     ``layers_fraction``: share of the layers on this card (pipeline stages).
     """
     tokens = micro_batch * seq
+    if d.mlp_only_layers:
+        return _saved_one_mixer_hybrid(d, micro_batch, seq, attention, checkpointing,
+                                       layers_fraction)  # fmt: skip
     dense = round(d.dense_layers * layers_fraction)
     moe = round(d.moe_layers * layers_fraction)
     if d.dense_layers + d.moe_layers == 0:
@@ -270,22 +273,50 @@ def saved_activations_bytes(
     return dense * per_dense + moe * per_moe + mamba * per_mamba, 0
 
 
+def _saved_one_mixer_hybrid(d: Dims, micro_batch: int, seq: int, attention: str,
+                            checkpointing: str, layers_fraction: float) -> tuple[int, int]:  # fmt: skip
+    """A hybrid whose layers each hold one norm and ONE mixer (Nemotron-H: Mamba-2, attention
+    or MLP): per layer its RMSNorm (fp32 input 4h, rsqrt 4, bf16 output 2h), then the mixer's
+    own saved set — Mamba-2 (saved_mamba2_bytes_per_token), attention without rotary (q, k, v,
+    output, logsumexp: 4q + 4kv + 4 x heads), MLP (saved_dense_mlp_bytes_per_token).  Full
+    checkpointing keeps one input per layer."""
+    tokens = micro_batch * seq
+    layers = round(d.layers * layers_fraction)
+    n_attn = round(d.mixer_attn_layers * layers_fraction)
+    n_mlp = round(d.mlp_only_layers * layers_fraction)
+    n_mamba = round(d.mamba_layers * layers_fraction)
+    norm = 6 * d.hidden + 4
+    attn = 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+    per = {"attention": (norm + attn) * tokens,
+           "mlp": (norm + saved_dense_mlp_bytes_per_token(d)) * tokens,
+           "mamba": (norm + saved_mamba2_bytes_per_token(d)) * tokens}  # fmt: skip
+    if attention in ("eager", "math"):
+        per["attention"] += eager_attention_bytes_per_layer(d, micro_batch, seq, attention)
+    if checkpointing == "full":
+        return checkpointed_inputs_bytes(d, layers, tokens), max(per.values())
+    held = n_attn * per["attention"] + n_mlp * per["mlp"] + n_mamba * per["mamba"]
+    if checkpointing == "selective":  # the attention core recomputed
+        return held - n_attn * attn * tokens, attn * tokens
+    return held, 0
+
+
 def saved_mamba2_bytes_per_token(d: Dims) -> int:
     """What one Mamba-2 mixer saves for backward on transformers' pure-torch path (autograd
     through NemotronHMamba2Mixer.torch_forward's chunked SSD einsums), per token, read off the
     fake-tensor tracker's live set at the end of the forward (Nemotron-H): fp32 4 x H x state
     (B, C repeated to the heads, B·decay, C for the state readout) and 4 x H x chunk (the
     segment-sum decays, G, M), 11 fp32 H x head_dim (x, D·x, x·dt, the outputs and chunk
-    states), 7 B per intermediate element in bf16 (gate, x, the gated norm's input and
+    states), 6.5 B per intermediate element in bf16 (gate, x, the gated norm's input and
     output), the in_proj output (intermediate + conv_dim + H), x / B / C after the conv
-    (2 x intermediate + groups x state), the conv output (conv_dim), and 44 B per head."""
+    (2 x intermediate + groups x state), the conv output (conv_dim), and 36 B per head.  Its
+    layer's norm is counted apart (_saved_one_mixer_hybrid)."""
     if not d.mamba_layers:
         return 0
     h, p, n, g, chunk = d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk
     inter = h * p
     conv = inter + 2 * g * n
-    return (4 * (4 * h * n + 4 * h * chunk + 11 * h * p) + 7 * inter + 2 * (inter + conv + h)
-            + 2 * (2 * inter + g * n) + 2 * conv + 44 * h)  # fmt: skip
+    return (4 * (4 * h * n + 4 * h * chunk + 11 * h * p) + 13 * inter // 2
+            + 2 * (inter + conv + h) + 2 * (2 * inter + g * n) + 2 * conv + 36 * h)  # fmt: skip
 
 
 def loss_saved_bytes(d: Dims, tokens: int) -> int:

@@ -12,6 +12,7 @@ _DENSE_FIRST = (
     "c_fc.weight",
     "dense_h_to_4h.weight",
     "gate_up_proj.weight",
+    "up_proj.weight",  # a classic MLP named up / down (Nemotron-H's relu2 MLP layers)
 )
 
 
@@ -53,6 +54,9 @@ class Dims:
     m_state: int = 0
     m_groups: int = 0
     m_chunk: int = 0
+    # a hybrid with one mixer per layer (Nemotron-H): its attention and MLP-only layers
+    mixer_attn_layers: int = 0
+    mlp_only_layers: int = 0
 
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
@@ -134,6 +138,10 @@ def dims_of(spec: ModelSpec) -> Dims:
 def _linear_dims(spec: ModelSpec) -> dict:
     """Gated DeltaNet layers: their count, value heads, head dims and fused projection width."""
     out: dict = {}
+    mlp_only = sum(1 for a in spec.attention if a.kind == "linear" and a.ssm == "none")
+    if mlp_only:
+        out.update(mlp_only_layers=mlp_only,
+                   mixer_attn_layers=sum(1 for a in spec.attention if a.kind != "linear"))  # fmt: skip
     mamba = [a for a in spec.attention if a.kind == "linear" and a.ssm == "mamba2"]
     if mamba:
         m = mamba[0]

@@ -47,8 +47,12 @@ from nodeledger.speed.kernels import (
 )
 
 ROW_PARALLEL = re.compile(r"(o_proj|down_proj|out_proj|dense_4h_to_h|\.dense\.|wo|w2|c_proj)")
+# linears the engines keep whole on every TP rank (ReplicatedLinear): the MoE router, MLA's
+# down-projections (q_a_proj, kv_a_proj_with_mqa; fused as one fused_qkv_a_proj in vLLM / SGLang)
+REPLICATED = re.compile(r"(q_a_proj|kv_a_proj_with_mqa)")
 FUSE = (("qkv", re.compile(r"\.(q_proj|k_proj|v_proj)\.")),
-        ("gate_up", re.compile(r"\.(gate_proj|up_proj|w1|w3)\.")))  # fmt: skip
+        ("gate_up", re.compile(r"\.(gate_proj|up_proj|w1|w3)\.")),
+        ("qkv_a", re.compile(r"\.(q_a_proj|kv_a_proj_with_mqa)\.")))  # fmt: skip
 # transformers' eager decoder layer, counted from modeling_llama.py (4.57): RMSNorm 7 calls
 # (to fp32, pow, mean, add, rsqrt, mul, to + weight mul) x 2, q/k/v/o 4, rotary 12 (q and k:
 # mul cos, rotate_half slice/neg/cat, mul sin, add), cache update 2, SDPA 1, residual adds 2,
@@ -69,7 +73,7 @@ ENGINE_CALLS_PER_LAYER = 4
 # its activations (scaled_fp8_quant / per_token_group_quant), counted with the GEMM
 LAYER_KERNELS = ENGINE_CALLS_PER_LAYER + 1
 MLA_KERNELS = 2
-MOE_KERNELS = 12
+MOE_KERNELS = 10  # the profiled 12 less the router GEMM and its split-K reduce (a dense GEMM here)
 EAGER_SOURCE = (
     "transformers modeling_llama.py (4.57) decoder layer, calls counted: RMSNorm 7 x 2, "
     "rotary 12, cache update 2, SDPA 1, residual 2, act + mul 2, + one per matmul"
@@ -138,11 +142,12 @@ def gemms(spec: ModelSpec, tp: int = 1, scheme=None) -> list[Gemm]:
         key = (t.module, fused or t.name, k, layers, expert, kind, t.part == "attention")
         groups.setdefault(key, []).append((n, t.name, wb))
     out = []
-    for (_module, name, k, layers, expert, kind, attn), parts in groups.items():
+    for (module, name, k, layers, expert, kind, attn), parts in groups.items():
         n = sum(p[0] for p in parts)
         wb = sum(p[0] * p[2] for p in parts) / max(1, n)
         row = bool(ROW_PARALLEL.search(parts[0][1]))
-        if tp > 1 and name != "router":
+        whole = module == "router" or bool(REPLICATED.search(parts[0][1]))
+        if tp > 1 and not whole:
             n, k = (n, max(1, k // tp)) if row else (max(1, n // tp), k)
         out.append(Gemm(name, n, k, layers, expert, kind, wb, attn))
     return out
@@ -299,19 +304,23 @@ class OpPlan:
         self._mm: dict[float, tuple[float, int, float, float]] = {}
         self._kv: dict[int, float] = {}
 
-    def matmuls(self, m: float) -> tuple[float, int, float, float]:
-        """(dense GEMM seconds, their calls, expert seconds, touched experts x layers) at M."""
-        hit = self._mm.get(m)
+    def matmuls(self, m: float, m_attn: float | None = None) -> tuple[float, int, float, float]:
+        """(dense GEMM seconds, their calls, expert seconds, touched experts x layers) at M;
+        ``m_attn``: the rows of the busiest rank's attention projections under DP attention
+        (default ceil(M / dp))."""
+        key = m if m_attn is None else (m, m_attn)
+        hit = self._mm.get(key)
         if hit is not None:
             return hit
         ck = self.ck
         floor = KERNEL_FLOOR_S
-        m_attn = math.ceil(m / self.dp_attn) if m else 0.0  # the busiest rank's rows
+        if m_attn is None:
+            m_attn = math.ceil(m / self.dp_attn) if m else 0.0  # the busiest rank's rows
         dense = sum(g.layers * max(floor, _gemm(ck, m_attn if g.attn and self.dp_attn > 1 else m, g))
                     for g in self.dense)  # fmt: skip
         # W8A8: each fp8 GEMM's activations are quantised first (one kernel: read bf16, write
-        # fp8 and the scales)
-        dense += sum(g.layers * max(floor, self._copy(m * g.k * 1.5))
+        # fp8 and the scales: 3 B per element)
+        dense += sum(g.layers * max(floor, self._copy(m * g.k * 3))
                      for g in self.dense if g.kind in ("fp8", "fp8_block"))  # fmt: skip
         calls = self.dense_calls
         experts = touched_layers = 0.0
@@ -333,12 +342,14 @@ class OpPlan:
             if g.kind == "fp8_block":  # the fused MoE kernel's grid: per expert, its tiles
                 t = max(t, block_fp8_read_s(ck, rows, g.n, wbytes, touched))
             experts += g.layers * max(floor, t)
-            if g.kind in ("fp8", "fp8_block"):
-                experts += g.layers * max(floor, self._copy(m * moe.top_k * g.k * 1.5))
+            if g.kind in ("fp8", "fp8_block") and "down" in g.name:
+                # the gate/up input's quantisation is one of the MoE block's small kernels
+                # (MOE_KERNELS); the down projection's input is quantised apart
+                experts += g.layers * max(floor, self._copy(m * moe.top_k * g.k * 3))
             touched_layers += g.layers * touched
         if len(self._mm) > 100_000:
             self._mm.clear()
-        self._mm[m] = out = (dense, calls, experts, touched_layers)
+        self._mm[key] = out = (dense, calls, experts, touched_layers)
         return out
 
     def assumptions(self) -> list[str]:
@@ -359,9 +370,10 @@ class OpPlan:
         return out
 
     def _copy(self, nbytes: float) -> float:
-        """Seconds of a memory-bound kernel moving ``nbytes`` (read + write) on this card."""
+        """Seconds of a memory-bound kernel moving ``nbytes`` (read + write) on this card: the
+        table's copy rows are keyed by the bytes a copy reads and writes."""
         ck = self.ck
-        return ck.scale(ck.table.copy_s(nbytes / 2) or 0.0, 0.0, nbytes)
+        return ck.scale(ck.table.copy_s(nbytes) or 0.0, 0.0, nbytes)
 
     def kv_bytes(self, ctx: float) -> float:
         """KV bytes of one sequence of ``ctx`` tokens (all layers, whole replica), memoised on
@@ -387,7 +399,13 @@ class OpPlan:
         m = prefill_tokens + decode_seqs
         parts = {"gemm": 0.0, "experts": 0.0, "attention": 0.0, "elementwise": 0.0,
                  "lm_head": 0.0, "dispatch": 0.0}  # fmt: skip
-        dense, calls, experts, touched_layers = self.matmuls(m)
+        m_attn = None
+        if self.dp_attn > 1 and prefill_tokens and prefill_seqs:
+            # a prompt runs whole on one rank: the busiest rank's prompts and decodes
+            dp = self.dp_attn
+            m_attn = (math.ceil(prefill_seqs / dp) * prefill_tokens / prefill_seqs
+                      + math.ceil(decode_seqs / dp))  # fmt: skip
+        dense, calls, experts, touched_layers = self.matmuls(m, m_attn)
         parts["gemm"], parts["experts"] = dense, experts
         if not graphs and expert_loop:  # transformers' eager MoE: a call per touched expert
             calls += round(touched_layers)

@@ -157,7 +157,7 @@ def search_serve(
     found: list[Layout] = []
     tried = 0
     for tp in (1, 2, 4, 8):
-        if tp > cards:
+        if tp > cards or (job.dp_attention and tp < 2):  # DP attention spans 2+ TP ranks
             continue
         for kv in ("bf16", "fp8"):
             cand = dataclasses.replace(
