@@ -789,10 +789,11 @@ def _sglang_card(
         if ranks > 1:
             notes.append(f"DP attention: {ranks} ranks each hold the KV of their own requests "
                          f"({tokens or 0:,} tokens per rank, {(tokens or 0) * ranks:,} per replica)")  # fmt: skip
-        if pool <= 0 or (job.concurrency and -(-job.concurrency // ranks) * per_seq > pool):
+        on_rank = -(-(job.concurrency or 1) // ranks)  # the busiest rank's sequences
+        if pool <= 0 or (job.concurrency and on_rank * per_seq > pool):
             extras["kv_shortfall"] = (
                 f"SGLang's KV pool holds {max(pool, 0) / GiB:.2f} GiB per card ({tokens or 0:,} tokens); "
-                f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {(job.concurrency or 1) * per_seq / GiB:.2f} GiB"
+                f"{on_rank} sequence(s) x {job.context:,} tokens on a card need {on_rank * per_seq / GiB:.2f} GiB"
             )
         if reserve is not None and forward + graphs > reserve:
             notes.append(
