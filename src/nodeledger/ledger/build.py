@@ -345,7 +345,7 @@ def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None =
         mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
         return eng.resolve_sglang(job, capacity, mla)
     total, _ = _runtime_total(machine, capacity)
-    rocm = bool(machine.accelerators) and machine.accelerators[0].vendor == "amd"
+    rocm = bool(machine.accelerators) and machine.accelerators[0].vendor in ("amd", "hygon")
     return eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm)
 
 
