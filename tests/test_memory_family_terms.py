@@ -111,11 +111,14 @@ def test_gpt_oss_training_saves_its_sink_softmax_and_clamped_swiglu():
     assert extra == d.top_k * 6 * d.moe_intermediate
 
 
-def _nemotron_h():
+def _nemotron_h_folder():
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parent / "fixtures" / "models" / "Nemotron-H-8B-Base-8K"
-    return load_model(str(folder))[0]
+    return Path(__file__).resolve().parent / "fixtures" / "models" / "Nemotron-H-8B-Base-8K"
+
+
+def _nemotron_h():
+    return load_model(str(_nemotron_h_folder()))[0]
 
 
 def test_nemotron_h_builds_one_mixer_per_layer_from_its_pattern():
@@ -188,3 +191,48 @@ def test_a_nemotron_h_serve_job_fits_with_its_states_per_sequence():
     )
     kv_item = next(i for i in lg.cards[0].items if i.name.startswith("KV cache"))
     assert kv_item.bytes > 8 * 24 * 128 * 64 * 128 * 4  # the recurrent states alone
+
+
+def test_lora_on_a_mamba_hybrid_refuses_what_peft_refuses():
+    """PEFT raises on LoRA targets out_proj / conv1d of Mamba-based models: fit says so (exit 2),
+    and its list of adaptable names leaves them out."""
+    from conftest import run_cli
+
+    folder = str(_nemotron_h_folder())
+    bad = run_cli(
+        "fit",
+        folder,
+        "--job",
+        "lora",
+        "--lora-targets",
+        "in_proj,out_proj",
+        "--machine",
+        "hgx-h200",
+    )
+    assert (
+        bad.returncode == 2 and "PEFT refuses LoRA on out_proj of Mamba-based models" in bad.stderr
+    )
+    none = run_cli("fit", folder, "--job", "lora", "--machine", "hgx-h200")
+    assert none.returncode == 2 and "out_proj" not in none.stderr.split("e.g. from")[1]
+    ok = run_cli(
+        "fit",
+        folder,
+        "--job",
+        "lora",
+        "--lora-targets",
+        "in_proj,q_proj",
+        "--machine",
+        "hgx-h200",
+        "--no-fail",
+    )
+    assert ok.returncode == 0
+
+
+def test_lora_on_a_mamba_hybrid_keeps_the_scan_set_and_adds_each_adapter():
+    d = dims_of(_nemotron_h())
+    tokens = 1024
+    base, _ = act.saved_lora_activations_bytes(d, 1, tokens, "sdpa", "none", (), 16)
+    with_in, _ = act.saved_lora_activations_bytes(d, 1, tokens, "sdpa", "none", ("in_proj",), 16)
+    assert with_in - base == 24 * tokens * (4 * 4096 + 4 * 16)  # 24 Mamba layers' in_proj
+    full, _ = act.saved_activations_bytes(d, 1, tokens, "sdpa", "none")
+    assert base < full  # the frozen base keeps less than full training

@@ -456,6 +456,28 @@ FAMILY_CASES += [
         fixtures="project",
     ),
 ]
+FAMILY_CASES += [
+    lora(
+        "nemotron-h-8b-L8-lora-r16-inproj-qkvo-b2-s2048",
+        "Nemotron-H-8B-Base-8K",
+        2,
+        2048,
+        targets=["in_proj", "q_proj", "k_proj", "v_proj", "o_proj"],
+        overrides=NEMOTRON_H_L8,
+        fixtures="project",
+    ),
+    lora(
+        "nemotron-h-8b-L8-lora-r8-inproj-updown-b1-s4096",
+        "Nemotron-H-8B-Base-8K",
+        1,
+        4096,
+        rank=8,
+        alpha=16,
+        targets=["in_proj", "up_proj", "down_proj"],
+        overrides=NEMOTRON_H_L8,
+        fixtures="project",
+    ),
+]
 CASES += FAMILY_CASES
 
 

@@ -229,8 +229,11 @@ def saved_lora_activations_bytes(
     Each of the round(layers / pp) layers on the card saves ``saved_lora_layer_bytes``; with
     "full" checkpointing only the layer inputs are held (``checkpointed_inputs_bytes``) and
     one layer is recomputed at a time.  "selective" is counted as "none" here."""
-    per_layer = saved_lora_layer_bytes(d, micro_batch, seq, attention, targets, rank)
     layers = round(d.layers / pipeline_stages)
+    if d.mlp_only_layers:
+        return _saved_one_mixer_hybrid_lora(d, micro_batch, seq, attention, checkpointing,
+                                            targets, rank, pipeline_stages)  # fmt: skip
+    per_layer = saved_lora_layer_bytes(d, micro_batch, seq, attention, targets, rank)
     if checkpointing == "full":
         return checkpointed_inputs_bytes(d, layers, micro_batch * seq), per_layer
     return layers * per_layer, 0
@@ -297,6 +300,45 @@ def _saved_one_mixer_hybrid(d: Dims, micro_batch: int, seq: int, attention: str,
     held = n_attn * per["attention"] + n_mlp * per["mlp"] + n_mamba * per["mamba"]
     if checkpointing == "selective":  # the attention core recomputed
         return held - n_attn * attn * tokens, attn * tokens
+    return held, 0
+
+
+def _saved_one_mixer_hybrid_lora(d: Dims, micro_batch: int, seq: int, attention: str,
+                                 checkpointing: str, targets: tuple[str, ...], rank: int,
+                                 stages: int) -> tuple[int, int]:  # fmt: skip
+    """LoRA on a one-mixer hybrid (Nemotron-H), the frozen base's saved set read off the
+    tracker (Nemotron-H, in_proj + q/k/v/o adapted): per layer its RMSNorm's fp32 input and
+    rsqrt (4h + 4; the bf16 output only feeds frozen weights); a Mamba-2 mixer the scan's input-
+    gradient set (saved_mamba2_bytes_per_token less what only its weights' gradients need: 2 of
+    the 11 fp32 H x head_dim tensors and the 6.5 B per intermediate element, 4 B per head less);
+    an MLP layer its activation (ReLU²: the ReLU output, 2I; a gated MLP 6I); attention q, k, v,
+    output and logsumexp; each adapted linear its fp32 input cast and lora_A output (4 x in + 4r
+    per token)."""
+    tokens = micro_batch * seq
+    frac = 1 / stages
+    layers = round(d.layers * frac)
+    if checkpointing == "full":
+        full, recompute = _saved_one_mixer_hybrid(d, micro_batch, seq, attention, "full", frac)
+        return full, recompute
+    h, p = d.m_heads, d.m_dim
+    mamba = saved_mamba2_bytes_per_token(d) - 4 * 2 * h * p - 13 * h * p // 2 - 4 * h
+    mlp = 6 * d.intermediate if d.gated else 2 * d.intermediate
+    attn = 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+    per_token = (layers * (4 * d.hidden + 4) + round(d.mamba_layers * frac) * mamba
+                 + round(d.mlp_only_layers * frac) * mlp + round(d.mixer_attn_layers * frac) * attn)  # fmt: skip
+    ins = {"in_proj": (d.hidden, d.mamba_layers), "q_proj": (d.hidden, d.mixer_attn_layers),
+           "k_proj": (d.hidden, d.mixer_attn_layers), "v_proj": (d.hidden, d.mixer_attn_layers),
+           "o_proj": (d.q_dim, d.mixer_attn_layers), "up_proj": (d.hidden, d.mlp_only_layers),
+           "down_proj": (d.intermediate, d.mlp_only_layers)}  # fmt: skip
+    for t in targets:
+        if t in ins:
+            width, count = ins[t]
+            per_token += round(count * frac) * (4 * width + 4 * rank)
+    held = per_token * tokens
+    if attention in ("eager", "math"):
+        held += round(d.mixer_attn_layers * frac) * eager_attention_bytes_per_layer(
+            d, micro_batch, seq, attention
+        )
     return held, 0
 
 

@@ -57,16 +57,37 @@ def trainable_params(spec: ModelSpec, job: TrainJob) -> int:
     return sum(job.rank * (t.shape[-1] + t.shape[-2]) * t.count for t in lora_targets(spec, job))
 
 
+def check_mamba_targets(spec: ModelSpec, names: tuple[str, ...]) -> None:
+    """PEFT refuses LoRA on some modules of Mamba-based models (frameworks.toml
+    [peft.mamba_incompatible]): the same refusal, as one JobError."""
+    rule = fw.data()["peft"].get("mamba_incompatible", {})
+    if spec.model_type not in rule.get("model_types", ()):
+        return
+    bad = [n for n in names if n in rule.get("modules", ())]
+    if bad:
+        raise JobError(
+            f"--lora-targets {','.join(bad)}: PEFT refuses LoRA on {', '.join(bad)} of "
+            f"Mamba-based models ({spec.model_type}; {rule.get('source', 'peft')}); leave "
+            f"{'it' if len(bad) == 1 else 'them'} out"
+        )
+
+
 def lora_target_names(spec: ModelSpec, job: TrainJob) -> tuple[str, ...]:
     """``--lora-targets`` as given, else PEFT's default target modules for the model type
     (frameworks.toml [peft.lora_targets]); a type PEFT has no default for is a JobError, as
     PEFT itself raises."""
     if job.lora_targets is not None:
+        check_mamba_targets(spec, job.lora_targets)
         return job.lora_targets
     table = fw.data()["peft"]["lora_targets"]
     names = table.get(spec.model_type)
     if names is None:
-        have = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"})
+        refused = set(fw.data()["peft"].get("mamba_incompatible", {}).get("modules", ()))
+        if spec.model_type not in fw.data()["peft"].get("mamba_incompatible", {}).get(
+            "model_types", ()
+        ):
+            refused = set()
+        have = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"} - refused)
         raise JobError(
             f"PEFT has no default LoRA target modules for model_type {spec.model_type!r} (it "
             f"raises 'Please specify target_modules'): give --lora-targets, e.g. from "
