@@ -577,3 +577,12 @@ def test_page_cache_is_served(tmp_path):
                                         Analyzer(header, None), {})}  # fmt: skip
     (s,) = fams["nodeledger_host_page_cache_bytes"].samples
     assert s.value == (40960000 + 2048) * 1024
+
+
+def test_watch_help_lists_every_fake_scenario():
+    from conftest import run_cli
+    from nodeledger.watch.fake import SCENARIOS
+
+    flat = " ".join(run_cli("watch", "--help").stdout.split())
+    for name in SCENARIOS:
+        assert name in flat

@@ -104,6 +104,17 @@ def _positive(name: str, v: float | None) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# the demos `--backend fake:SCENARIO` plays (watch/fake.py SCENARIOS), and what each shows
+_SCENARIO_HELP = (
+    "fsdp-sharded (a 32B FSDP job whose shards match its plan), fsdp-unsharded (the same job "
+    "where sharding did not happen: card 0 holds it all, the other seven wait idle in a "
+    "collective), dead-owner (a card still held by a process the kernel OOM killer took), "
+    "remote-numa (one rank running on a far NUMA node, its card starved), extra-contexts (the "
+    "other ranks' stray contexts on card 0: set_device not called), two-loads (two jobs "
+    "loading at once while host RAM runs out)."
+)
+
+
 def _sampled_and_verified(func):
     """The options watch and exporter share: where the samples come from and what they are
     verified against."""
@@ -118,7 +129,9 @@ _SHARED = [
         "backend",
         default="auto",
         show_default=True,
-        help="auto | nvml | nvidia-smi | amdsmi | amd-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO (auto: the first that lists cards, in that order).",
+        help="auto | nvml | nvidia-smi | amdsmi | amd-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO (auto: the first that lists cards, in that order). "
+        "A fake scenario is a scripted 8-card box that runs at once to its finding: "
+        + _SCENARIO_HELP,
     ),
     click.option(
         "--plan",
