@@ -236,3 +236,28 @@ def test_lora_on_a_mamba_hybrid_keeps_the_scan_set_and_adds_each_adapter():
     assert with_in - base == 24 * tokens * (4 * 4096 + 4 * 16)  # 24 Mamba layers' in_proj
     full, _ = act.saved_activations_bytes(d, 1, tokens, "sdpa", "none")
     assert base < full  # the frozen base keeps less than full training
+
+
+def test_a_prompt_past_the_sliding_window_builds_the_sdpa_mask():
+    """SDPA cannot express a sliding window with is_causal: transformers builds the bool 4D mask
+    and SDPA its additive copy (3 B per query-key pair), with 14h per token alive at that call."""
+    from nodeledger.ledger.jobs import ServeJob
+    from nodeledger.machine.io import load_preset
+    from nodeledger.verdict.fit import ledger_for
+
+    spec = load_model(str(shared_models_or_skip() / "Mistral-7B-v0.1"))[0]
+    d = dims_of(spec)
+    assert act.sliding_window_sdpa_prefill_bytes(d, 1, 32760) == 32760**2 * 3 + 14 * 4096 * 32760
+    machine = load_preset("hgx-h200")
+    long = ledger_for(
+        spec, ServeJob(engine="hf", context=32764, new_tokens=4, concurrency=1), machine
+    )
+    item = next(i for i in long.cards[0].items if i.name.startswith("prefill activations"))
+    assert item.bytes == act.sliding_window_sdpa_prefill_bytes(d, 1, 32760)
+    short = ledger_for(
+        spec, ServeJob(engine="hf", context=4000, new_tokens=4, concurrency=1), machine
+    )
+    item = next(i for i in short.cards[0].items if i.name.startswith("prefill activations"))
+    assert item.bytes == act.inference_prefill_transient_bytes(
+        d, 1, 3996, "sdpa"
+    )  # within the window

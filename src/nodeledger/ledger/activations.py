@@ -512,6 +512,17 @@ def mamba2_prefill_bytes_per_token(d: Dims) -> int:
             + 4 * inter + 2 * h + 3 * 2 * d.hidden + 62 * h)  # fmt: skip
 
 
+def sliding_window_sdpa_prefill_bytes(d: Dims, batch: int, prompt: int) -> int:
+    """A prompt longer than a sliding window, through SDPA: SDPA's is_causal cannot express the
+    window, so transformers builds the 4D mask (masking_utils sdpa_mask: bool, 1 B per
+    query-key pair) and SDPA converts it to an additive mask of the query dtype (2 B) before
+    its kernel; at that call the layer holds 7 hidden-sized bf16 tensors per token (residual,
+    normed input, q before and after rotary, its contiguous copy, the output and its
+    transpose).  Read off the tracker for Mistral-7B at 1 x 32,760 tokens (window 4,096):
+    3 S^2 B + 14 h per token; measured at batch 1 (the mask taken per sequence)."""
+    return batch * prompt * prompt * 3 + 14 * d.hidden * batch * prompt
+
+
 def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str) -> int:
     """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
     of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its

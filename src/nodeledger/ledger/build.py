@@ -468,6 +468,10 @@ def _hf_card(
     prefill_bytes = ceil(
         act.inference_prefill_transient_bytes(dims, sequences, prompt, backend) / tp
     )
+    windows = [a.window for a in spec.attention if a.kind == "sliding" and a.window]
+    if backend == "sdpa" and windows and prompt > min(windows):
+        prefill_bytes = max(prefill_bytes, ceil(
+            act.sliding_window_sdpa_prefill_bytes(dims, sequences, prompt) / tp))  # fmt: skip
     logits_bytes = act.inference_logits_bytes(dims, sequences)
     growth_bytes = kv.cache_growth_bytes_per_card(
         cached, job.context, kv_dtype_bytes, sequences, tp
