@@ -519,7 +519,8 @@ def sliding_window_sdpa_prefill_bytes(d: Dims, batch: int, prompt: int) -> int:
     its kernel; at that call the layer holds 7 hidden-sized bf16 tensors per token (residual,
     normed input, q before and after rotary, its contiguous copy, the output and its
     transpose).  Read off the tracker for Mistral-7B at 1 x 32,760 tokens (window 4,096):
-    3 S^2 B + 14 h per token; measured at batch 1 (the mask taken per sequence)."""
+    3 S^2 B + 14 h per token.  The bool mask is built once per forward and lives through every
+    layer (at 2 x 16,384 the MLP moment holds it: B S^2 bytes beside the MLP's transient)."""
     return batch * prompt * prompt * 3 + 14 * d.hidden * batch * prompt
 
 

@@ -470,7 +470,10 @@ def _hf_card(
     )
     windows = [a.window for a in spec.attention if a.kind == "sliding" and a.window]
     if backend == "sdpa" and windows and prompt > min(windows):
-        prefill_bytes = max(prefill_bytes, ceil(
+        # the bool mask lives through the whole forward (the MLP moment too); its additive
+        # copy only inside SDPA (activations.sliding_window_sdpa_prefill_bytes)
+        mask = sequences * prompt * prompt
+        prefill_bytes = max(prefill_bytes + mask, ceil(
             act.sliding_window_sdpa_prefill_bytes(dims, sequences, prompt) / tp))  # fmt: skip
     logits_bytes = act.inference_logits_bytes(dims, sequences)
     growth_bytes = kv.cache_growth_bytes_per_card(
