@@ -276,6 +276,12 @@ def saved_activations_bytes(
     return dense * per_dense + moe * per_moe + mamba * per_mamba, 0
 
 
+def _saved_mixer_attention_bytes_per_token(d: Dims) -> int:
+    """A one-mixer hybrid's attention layer (Nemotron-H, no rotary): q, k, v, the output and
+    the logsumexp saved for backward, 4q + 4kv + 4 x heads bytes per token."""
+    return 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+
+
 def _saved_one_mixer_hybrid(d: Dims, micro_batch: int, seq: int, attention: str,
                             checkpointing: str, layers_fraction: float) -> tuple[int, int]:  # fmt: skip
     """A hybrid whose layers each hold one norm and ONE mixer (Nemotron-H: Mamba-2, attention
@@ -289,7 +295,7 @@ def _saved_one_mixer_hybrid(d: Dims, micro_batch: int, seq: int, attention: str,
     n_mlp = round(d.mlp_only_layers * layers_fraction)
     n_mamba = round(d.mamba_layers * layers_fraction)
     norm = 6 * d.hidden + 4
-    attn = 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+    attn = _saved_mixer_attention_bytes_per_token(d)
     per = {"attention": (norm + attn) * tokens,
            "mlp": (norm + saved_dense_mlp_bytes_per_token(d)) * tokens,
            "mamba": (norm + saved_mamba2_bytes_per_token(d)) * tokens}  # fmt: skip
@@ -320,10 +326,11 @@ def _saved_one_mixer_hybrid_lora(d: Dims, micro_batch: int, seq: int, attention:
     if checkpointing == "full":
         full, recompute = _saved_one_mixer_hybrid(d, micro_batch, seq, attention, "full", frac)
         return full, recompute
-    h, p = d.m_heads, d.m_dim
-    mamba = saved_mamba2_bytes_per_token(d) - 4 * 2 * h * p - 13 * h * p // 2 - 4 * h
+    mamba = (
+        saved_mamba2_bytes_per_token(d) - 4 * 2 * d.m_inter - 13 * d.m_inter // 2 - 4 * d.m_heads
+    )
     mlp = 6 * d.intermediate if d.gated else 2 * d.intermediate
-    attn = 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+    attn = _saved_mixer_attention_bytes_per_token(d)
     per_token = (layers * (4 * d.hidden + 4) + round(d.mamba_layers * frac) * mamba
                  + round(d.mlp_only_layers * frac) * mlp + round(d.mixer_attn_layers * frac) * attn)  # fmt: skip
     ins = {"in_proj": (d.hidden, d.mamba_layers), "q_proj": (d.hidden, d.mixer_attn_layers),
@@ -355,8 +362,7 @@ def saved_mamba2_bytes_per_token(d: Dims) -> int:
     if not d.mamba_layers:
         return 0
     h, p, n, g, chunk = d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk
-    inter = h * p
-    conv = inter + 2 * g * n
+    inter, conv = d.m_inter, d.m_conv
     return (4 * (4 * h * n + 4 * h * chunk + 11 * h * p) + 13 * inter // 2
             + 2 * (inter + conv + h) + 2 * (2 * inter + g * n) + 2 * conv + 36 * h)  # fmt: skip
 
@@ -505,9 +511,8 @@ def mamba2_prefill_bytes_per_token(d: Dims) -> int:
     intermediate + H); 3 hidden-sized bf16 tensors; ~62 B per head of gates and decays."""
     if not d.mamba_layers:
         return 0
-    h, p, n, g, chunk = d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk
-    inter = h * p
-    conv = inter + 2 * g * n
+    h, p, n, chunk = d.m_heads, d.m_dim, d.m_state, d.m_chunk
+    inter, conv = d.m_inter, d.m_conv
     return (4 * (3 * h * n + 4 * h * chunk + 5 * h * p) + 2 * (inter + conv + h) + 2 * conv
             + 4 * inter + 2 * h + 3 * 2 * d.hidden + 62 * h)  # fmt: skip
 

@@ -58,6 +58,16 @@ class Dims:
     mixer_attn_layers: int = 0
     mlp_only_layers: int = 0
 
+    @property
+    def m_inter(self) -> int:
+        """A Mamba-2 mixer's intermediate width: heads x head_dim."""
+        return self.m_heads * self.m_dim
+
+    @property
+    def m_conv(self) -> int:
+        """A Mamba-2 mixer's conv1d channels (x, B, C): intermediate + 2 x groups x state."""
+        return self.m_inter + 2 * self.m_groups * self.m_state
+
 
 def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
     for t in spec.tensors:

@@ -57,17 +57,24 @@ def trainable_params(spec: ModelSpec, job: TrainJob) -> int:
     return sum(job.rank * (t.shape[-1] + t.shape[-2]) * t.count for t in lora_targets(spec, job))
 
 
-def check_mamba_targets(spec: ModelSpec, names: tuple[str, ...]) -> None:
-    """PEFT refuses LoRA on some modules of Mamba-based models (frameworks.toml
-    [peft.mamba_incompatible]): the same refusal, as one JobError."""
+def peft_refused_modules(spec: ModelSpec) -> tuple[frozenset[str], str]:
+    """(module names PEFT refuses as LoRA targets on this model, its source): the Mamba-based
+    model types' incompatible modules (frameworks.toml [peft.mamba_incompatible]), else none."""
     rule = fw.data()["peft"].get("mamba_incompatible", {})
     if spec.model_type not in rule.get("model_types", ()):
-        return
-    bad = [n for n in names if n in rule.get("modules", ())]
+        return frozenset(), ""
+    return frozenset(rule.get("modules", ())), rule.get("source", "peft")
+
+
+def check_mamba_targets(spec: ModelSpec, names: tuple[str, ...]) -> None:
+    """PEFT refuses LoRA on some modules of Mamba-based models: the same refusal, as one
+    JobError."""
+    refused, source = peft_refused_modules(spec)
+    bad = [n for n in names if n in refused]
     if bad:
         raise JobError(
             f"--lora-targets {','.join(bad)}: PEFT refuses LoRA on {', '.join(bad)} of "
-            f"Mamba-based models ({spec.model_type}; {rule.get('source', 'peft')}); leave "
+            f"Mamba-based models ({spec.model_type}; {source}); leave "
             f"{'it' if len(bad) == 1 else 'them'} out"
         )
 
@@ -82,11 +89,7 @@ def lora_target_names(spec: ModelSpec, job: TrainJob) -> tuple[str, ...]:
     table = fw.data()["peft"]["lora_targets"]
     names = table.get(spec.model_type)
     if names is None:
-        refused = set(fw.data()["peft"].get("mamba_incompatible", {}).get("modules", ()))
-        if spec.model_type not in fw.data()["peft"].get("mamba_incompatible", {}).get(
-            "model_types", ()
-        ):
-            refused = set()
+        refused, _ = peft_refused_modules(spec)
         have = sorted({t.name.split(".")[-2] for t in spec.tensors if t.kind == "linear"} - refused)
         raise JobError(
             f"PEFT has no default LoRA target modules for model_type {spec.model_type!r} (it "

@@ -211,6 +211,7 @@ def _spec(
     c: ConfigReader, family: str, b: TensorList, attention, tied: bool, moe=None, **kw
 ) -> ModelSpec:
     quant = c.sub("quantization_config")
+    path = attention_path(family)  # whether transformers has an SDPA path for it, and why
     return ModelSpec(
         family=family,
         model_type=family,
@@ -227,8 +228,8 @@ def _spec(
         activation=c.str("hidden_act")
         or c.str("hidden_activation")
         or c.str("activation_function"),
-        sdpa_supported=attention_path(family).sdpa,
-        sdpa_source=attention_path(family).source,
+        sdpa_supported=path.sdpa,
+        sdpa_source=path.source,
         attention_dropout=_dropout(c),
         max_position_embeddings=c.int(
             "max_position_embeddings", "n_positions", "seq_length", default=None
