@@ -156,19 +156,26 @@ def test_more_sequences_more_throughput_until_compute():
 
 
 def test_train_step_compute_bound_when_sync_hides():
-    """8B FSDP over 8 NVSwitch H100s: the sync hides behind compute, so tokens/s per card =
-    peak x efficiency / hardware FLOPs per token."""
+    """8B FSDP over 8 NVSwitch H100s: the sync hides behind compute, so the step is the
+    micro-batch's operators (the kernel table, moved to the H100) x grad_accum + the optimizer
+    step; full recomputation adds about one forward (a third of forward + backward)."""
     spec = load_model("llama-3.1-8b")[0]
     m = resolve_machine("dgx-h100")
     job = build_job("train", {"dp": 8, "shard": "fsdp", "seq": 4096, "micro_batch": 2})
     d = train_speed(spec, job, m)
     assert d["dp_exposed_s"] == 0 and d["binding"] == "compute"
-    assert d["tokens_per_s_per_card"] == pytest.approx(989.5e12 * 0.4 / d["flops_per_token"])
-    # 6 N + attention: between 6 x 7.5e9 (no embedding table) and 6 x 8.1e9 + attention
+    ops = d["operators"]
+    assert "kernel table" in ops["kernel_table"] and "train_efficiency" not in d["inputs"]
+    assert d["compute_s"] == pytest.approx(ops["micro_batch_s"] + ops["optimizer_s"])
+    # 6 N + attention: between 6 x 7.4e9 (no embedding table) and 6 x 8.1e9 + attention
     assert 6 * 7.4e9 < d["flops_per_token"] < 6 * 8.1e9 + 6 * 32 * 4096 * 4096
+    # an 8B model at 8k tokens a micro-batch runs its GEMMs near the table's plateau: between
+    # 40 % and 85 % of the datasheet peak (H200 table: 787 of 989 TFLOPS at 8192^3)
+    assert 0.4 < d["mfu"] < 0.85
     full = train_speed(spec, build_job("train", {"dp": 8, "shard": "fsdp", "seq": 4096,
                                                  "micro_batch": 2, "checkpointing": "full"}), m)  # fmt: skip
-    assert full["tokens_per_s_per_card"] == pytest.approx(d["tokens_per_s_per_card"] * 3 / 4)
+    ratio = full["tokens_per_s_per_card"] / d["tokens_per_s_per_card"]
+    assert 0.7 < ratio < 0.82  # 3/4 if every operator ran at one rate; the LM head is not redone
 
 
 def test_pipeline_bubble_and_unknown_peak():

@@ -688,13 +688,52 @@ def _optimizer(case: dict, params):
     return torch.optim.AdamW(params, **kw)
 
 
+def _op_sac_save_list() -> set:
+    """torchtitan's op-level SAC save list (models/llama/parallelize_llama.py, Dec 2024):
+    aten.mm, the fused SDPA kernels and reduce_scatter; here with every fused SDPA aten op this
+    torch has (the CPU flash kernel stands for CUDA's flash in fake runs)."""
+    ops = torch.ops.aten
+    names = (
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    out = {ops.mm.default}
+    for n in names:
+        if hasattr(ops, n):
+            out.add(getattr(ops, n).default)
+    return out
+
+
+def _op_sac_context():
+    """A fresh op-SAC context per checkpointed layer: save the outputs of the save list except
+    every second aten.mm (the count restarts per layer, forward and recompute apart), as
+    torchtitan's _get_custom_policy does."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save = _op_sac_save_list()
+    meta: dict = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+        if func == torch.ops.aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == torch.ops.aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 def _train(env: _Env, model, config, case: dict, res: dict, lora: bool) -> None:
     B = int(case["micro_batch"])
     S = int(case["seq"])
     vocab = config.get_text_config().vocab_size
     precision = case.get("precision", "bf16")
     ckpt = case.get("checkpointing", "none")
-    if ckpt not in ("none", "full"):
+    if ckpt not in ("none", "full", "selective_op"):
         raise ValueError(f"checkpointing {ckpt!r}")
 
     if lora:
@@ -717,6 +756,10 @@ def _train(env: _Env, model, config, case: dict, res: dict, lora: bool) -> None:
             )
     elif ckpt == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif ckpt == "selective_op":
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False, "context_fn": _op_sac_context}
+        )
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     res["trainable_params"] = int(sum(p.numel() for p in params))

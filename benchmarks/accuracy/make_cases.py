@@ -484,6 +484,44 @@ FAMILY_CASES += [
     serve("mistral-7b-serve-b2-s16384-t4-prefill-swa", "Mistral-7B-v0.1", 2, 16384, 4),
 ]
 CASES += FAMILY_CASES
+# torchtitan's op-level selective activation checkpointing (issue 28: the speed model recomputes
+# what the ledger does not save): split q/k/v, biased q/k/v (addmm: not counted), fused qkv
+OP_SAC_CASES = [
+    train(
+        "llama3.2-1b-train-bf16-opsac-b4-s1024-cudasdpa",
+        "Llama-3.2-1B",
+        4,
+        1024,
+        ckpt="selective_op",
+        sdpa_emulation="cuda",
+    ),
+    train(
+        "qwen2.5-1.5b-train-bf16-opsac-b4-s1024-cudasdpa",
+        "Qwen2.5-1.5B-Instruct",
+        4,
+        1024,
+        ckpt="selective_op",
+        sdpa_emulation="cuda",
+    ),
+    train(
+        "phi3-mini-train-bf16-opsac-b2-s1024-cudasdpa",
+        "Phi-3-mini-4k-instruct",
+        2,
+        1024,
+        ckpt="selective_op",
+        sdpa_emulation="cuda",
+    ),
+    train(
+        "qwen3-8b-train-mixed-opsac-b2-s2048-cudasdpa",
+        "Qwen3-8B",
+        2,
+        2048,
+        ckpt="selective_op",
+        precision="mixed",
+        sdpa_emulation="cuda",
+    ),
+]
+CASES += OP_SAC_CASES
 
 
 def main() -> None:

@@ -64,6 +64,7 @@ GPU_PRODUCTS = {  # otherwise: the product name the vendor tool prints, looked u
     "a100 sxm4 40": "NVIDIA A100-SXM4-40GB",
     "mi300x": "AMD Instinct MI300X",
     "h100 pcie": "NVIDIA H100 PCIe",
+    "h100 96gb hbm2e": "NVIDIA H100 96GB HBM2e",  # Meta's Grand Teton (torchtitan's runs)
     "l40s": "NVIDIA L40S",
 }
 
@@ -145,8 +146,6 @@ def predict(case: dict) -> float | None:
     spec = model_of(case["model"])
     tp, pp = int(case.get("tp", 1)), int(case.get("pp", 1))
     if kind.startswith("train_"):
-        if case.get("dtype") == "fp8":
-            raise NotImplementedError("fp8 training: the training model is bf16 / mixed only")
         dp = int(case.get("dp", max(1, int(case.get("cards", 1)) // (tp * pp))))
         shard = case.get("shard", "none")
         shard = {"fsdp2": "fsdp"}.get(shard, shard)
@@ -162,6 +161,10 @@ def predict(case: dict) -> float | None:
             )
         job = TrainJob(micro_batch=mb, seq=seq, grad_accum=accum,
                        checkpointing=case.get("checkpointing", "none"), shard=shard,
+                       fp8=case.get("dtype") == "fp8", fused_kernels=bool(case.get("fused_kernels", False)),
+                       framework=case.get("framework", "auto"),
+                       virtual_pipeline=int(case.get("virtual_pipeline", 1)),
+                       ep=int(case.get("ep", 1)),
                        parallel=Parallel(tp=tp, pp=pp, dp=dp))  # fmt: skip
         d = train_speed(spec, job, m, int(case.get("machines", 1)))
         return d.get("tokens_per_s_per_card")

@@ -482,8 +482,18 @@ def _render_speed(con, sp: dict | None) -> None:
         if sp.get("step_s") is not None:
             con.print(f"  binding: {sp['binding']} (compute {_secs(sp['compute_s'])} incl. "
                       f"bubble {sp['bubble_fraction']:.0%}, tensor parallel {_secs(sp['tp_s'])}, "
+                      + (f"expert all-to-all {_secs(sp['ep_alltoall_s'])}, "
+                         if sp.get("ep_alltoall_s") else "") +
                       f"data-parallel sync {_secs(sp['dp_sync_s'])} of which exposed "
-                      f"{_secs(sp['dp_exposed_s'])}); MFU {sp['mfu']:.0%}")  # fmt: skip
+                      f"{_secs(sp['dp_exposed_s'])}); MFU {sp['mfu']:.0%} of the bf16 peak")  # fmt: skip
+        ops = sp.get("operators")
+        if ops:
+            parts = ", ".join(f"{k} {_secs(v)}" for k, v in ops["parts_s"].items())
+            con.print(f"  a micro-batch: {_secs(ops['micro_batch_s'])} ({parts}; host dispatch "
+                      f"{_secs(ops['host_dispatch_s'])}"
+                      f"{', the host binds' if ops['host_bound'] else ''}); optimizer step "
+                      f"{_secs(ops['optimizer_s'])}; {ops['elementwise']}", markup=False)  # fmt: skip
+            con.print(f"    kernels: {ops['kernel_table']}", markup=False)
     elif sp["kind"] == "load":
         con.print(f"  checkpoint {gib(sp['checkpoint_bytes'])} to the cards "
                   f"(host -> card {_rate(sp['host_to_card_gbps'], 'GB/s')} per card):")  # fmt: skip

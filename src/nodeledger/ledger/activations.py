@@ -165,6 +165,45 @@ def saved_lora_layer_bytes(
     return total
 
 
+def op_sac_saved(d: Dims) -> tuple[bool, ...]:
+    """Per linear of a dense layer (Dims.layer_matmuls, in call order): whether torchtitan's
+    op-level selective activation checkpointing keeps its output.  Its policy
+    (torchtitan models/llama/parallelize_llama.py, _save_list and _get_custom_policy): save the
+    outputs of aten.mm, SDPA and reduce_scatter, except every second aten.mm of the layer (the
+    mm count restarts for each checkpointed layer).  A linear with a bias runs aten.addmm: not
+    in the list, not counted, recomputed."""
+    out, count = [], 0
+    for _, _, bias in d.layer_matmuls:
+        if bias:
+            out.append(False)
+            continue
+        count += 1
+        out.append(count % 2 == 1)
+    return tuple(out)
+
+
+def op_sac_bytes_per_token(d: Dims, attention: str) -> int:
+    """What one dense layer keeps per token under op-level checkpointing: the checkpoint's
+    input (2h), the saved matmul outputs (op_sac_saved: 2 x out each; Llama: q_proj, v_proj,
+    gate_proj, down_proj) and the fused SDPA's output and logsumexp (2q + 4 x heads; the eager
+    or math attention is built from bmm and softmax, neither in the list: recomputed)."""
+    mm = sum(
+        2 * o for (o, _, _), keep in zip(d.layer_matmuls, op_sac_saved(d), strict=True) if keep
+    )
+    sdpa = 2 * d.q_dim + 4 * d.heads if attention == "sdpa" else 0
+    return 2 * d.hidden + mm + sdpa
+
+
+def op_sac_supported(d: Dims) -> str | None:
+    """None where op-level checkpointing is modelled for this model, else why not."""
+    if d.moe_layers or d.mla or d.linear_layers or d.mamba_layers or d.mlp_only_layers:
+        return ("modelled for dense decoder layers only (MoE, MLA, linear-attention and Mamba "
+                "layers run other ops)")  # fmt: skip
+    if not d.layer_matmuls:
+        return "the model's decoder-layer linears were not found"
+    return None
+
+
 def checkpointed_inputs_bytes(d: Dims, layers: int, tokens: int) -> int:
     """Full activation checkpointing keeps each layer's input: layers x 2h x tokens (bf16)."""
     return layers * 2 * d.hidden * tokens
@@ -199,6 +238,8 @@ def tp_replicated_bytes(
     layer = per * tokens
     if checkpointing == "full":
         return checkpointed_inputs_bytes(d, layers, tokens), layer
+    if checkpointing == "selective_op":  # the layer input is kept; the norms are recomputed
+        return checkpointed_inputs_bytes(d, layers, tokens), layer
     return layers * layer, 0
 
 
@@ -208,8 +249,9 @@ def sp_gathered_inputs_bytes(
     """Sequence parallelism as DTensor runs it (ColwiseParallel(input_layouts=Shard(1))): the
     input of q/k/v and of gate/up is all-gathered to the whole sequence and the matmul saves
     that gathered tensor, 2h per token each, on every TP rank: layers x 4h x tokens; none with
-    full checkpointing (the layer inputs are all that is kept)."""
-    if checkpointing == "full":
+    full or op-level checkpointing (the layer inputs are all that is kept of them: an all-gather
+    is not in torchtitan's save list)."""
+    if checkpointing in ("full", "selective_op"):
         return 0
     return layers * 4 * d.hidden * micro_batch * seq
 
@@ -267,6 +309,8 @@ def saved_activations_bytes(
     if checkpointing == "full":
         return (checkpointed_inputs_bytes(d, dense + moe + mamba, tokens),
                 max(per_dense, per_moe, per_mamba))  # fmt: skip
+    if checkpointing == "selective_op":  # dense layers only (op_sac_supported)
+        return dense * op_sac_bytes_per_token(d, attention) * tokens, per_dense
     if checkpointing == "selective":
         # attention core recomputed (Korthikanti et al. sec. 4.2): drop q/k/v/out and probabilities
         attn = saved_attention_bytes_per_token(d) * tokens

@@ -851,6 +851,21 @@ def _checkpoints_fp32_inputs(job: TrainJob) -> bool:
     return frameworks.layout(job).autocast and not job.is_lora and job.checkpointing == "full"
 
 
+def pipeline_inflight(pp: int, grad_accum: int, chunks: int = 1) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at once, in units of one
+    micro-batch through its own layers.  1F1B (PipeDream-Flush; Megatron-LM, DeepSpeed,
+    torchtitan's default): the first stage runs pp forwards before its first backward, so it
+    holds pp micro-batches (all of them when grad_accum < pp).  Interleaved 1F1B with ``chunks``
+    model chunks per rank: Megatron's warm-up of 2 (pp - 1) + (chunks - 1) pp chunk forwards,
+    + 1, each of 1/chunks of the stage's layers: pp + (pp - 1) / chunks (Korthikanti et al.
+    2022, "Reducing Activation Recomputation in Large Transformer Models", 4.2.3: L (1 + (p -
+    1) / (p m)) layers in all).  No pipeline: 1."""
+    if pp <= 1:
+        return 1.0
+    held = float(pp) if chunks <= 1 else pp + (pp - 1) / chunks
+    return min(held, float(grad_accum))
+
+
 def saved_activation_bytes_per_card(
     dims: Dims, job: TrainJob, targets: tuple[str, ...] | None = None
 ) -> tuple[int, int]:
@@ -891,6 +906,8 @@ def saved_activation_bytes_per_card(
             )
     if _checkpoints_fp32_inputs(job):
         held *= 2
+    # the first stage holds the activations of the micro-batches in flight (1F1B's warm-up)
+    held = ceil(held * pipeline_inflight(parallel.pp, job.grad_accum, job.virtual_pipeline))
     return held, recompute
 
 
@@ -901,6 +918,25 @@ def autocast_cache_bytes_per_card(spec: ModelSpec, dims: Dims, job: TrainJob) ->
     if _checkpoints_fp32_inputs(job):
         return ceil(act.lm_head_autocast_copy_bytes(dims) / job.parallel.tp)
     return model_state.autocast_cache_bytes(spec, job)
+
+
+def fp8_weight_copy_bytes(spec: ModelSpec, job: TrainJob) -> tuple[int, bool]:
+    """(bytes, persistent) of the fp8 copies of the linear weights an --fp8 job multiplies
+    with: an e4m3 copy and its transpose (Hopper's fp8 GEMM takes both operands K-major, so
+    the backward's weight operand is a transposed copy), 2 B per linear parameter.  Megatron /
+    Transformer Engine caches them for the whole step (TE Linear's fp8 weight workspace, kept
+    across micro-batches): every linear on the card (/ tp / pp); torchao float8 casts per call:
+    the largest layer's linears, alive through its forward and backward."""
+    if not job.fp8:
+        return 0, False
+    scheme = scheme_for("fp8", spec)
+    conv = [t for t in spec.tensors if converted(t, scheme)]
+    p = job.parallel
+    if job.framework == "megatron":
+        total = sum(t.numel * t.count for t in conv)
+        return ceil(2 * total / (p.tp * p.pp)), True
+    per_layer = sum(t.numel for t in conv)
+    return ceil(2 * per_layer / p.tp), False
 
 
 def embedding_grad_bytes_per_card(dims: Dims, job: TrainJob) -> int:
@@ -966,8 +1002,21 @@ def train_ledger(
     (activations.py) per card, the peak over the phases of ``train_phases``; host RAM holds the
     processes, offloaded state, dataloader workers and the checkpoint's page cache."""
     parallel = job.parallel
+    if job.ep > 1 and (spec.moe is None or spec.moe.num_experts % job.ep):
+        raise JobError(f"--ep {job.ep}: " + ("the model has no routed experts" if spec.moe is None
+                       else f"{spec.moe.num_experts} experts do not split over {job.ep} ranks"))  # fmt: skip
     check_parallel(spec, parallel.tp, parallel.pp, parallel.cards, machine)
     check_lora_targets(spec, job)
+    if job.checkpointing == "selective_op":
+        why = act.op_sac_supported(dims_of(spec))
+        if why is None and job.is_lora:
+            why = "modelled for full training only (a frozen base saves other tensors)"
+        if why is not None:
+            raise JobError(f"--checkpointing selective_op: {why}; use selective or full")
+    if job.virtual_pipeline > 1 and spec.num_layers % (parallel.pp * job.virtual_pipeline):
+        raise JobError(f"--virtual-pipeline {job.virtual_pipeline}: {spec.num_layers} layers do "
+                       f"not split into {parallel.pp} x {job.virtual_pipeline} equal model chunks "
+                       "(Megatron requires it)")  # fmt: skip
     dims = dims_of(spec)
     tokens = job.micro_batch * job.seq
     optimizer_offloaded = job.offload in ("optimizer", "params")
@@ -991,6 +1040,7 @@ def train_ledger(
         0 if optimizer_offloaded else model_state.optimizer_step_temp_bytes(spec, job)
     )
     gathered_bytes = model_state.gathered_layer_param_bytes(spec, job)
+    fp8_bytes, fp8_persistent = fp8_weight_copy_bytes(spec, job)
     held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job, targets)
     autocast_bytes = autocast_cache_bytes_per_card(spec, dims, job)
     # the loss on vocabulary shards (Megatron's vocab-parallel cross-entropy) or on logits
@@ -1069,6 +1119,20 @@ def train_ledger(
                 "model_state.gathered_layer_param_bytes: FSDP keeps the last layer's all-gather buffer, DeepSpeed ZeRO-3 gathers the current and the prefetched layer",
             )
         )
+    if fp8_bytes:
+        items.append(
+            Item(
+                "fp8 weight copies (e4m3 + transpose)",
+                fp8_bytes,
+                "build.fp8_weight_copy_bytes: 2 B per linear parameter; "
+                + (
+                    "Transformer Engine caches them for the step (every linear / tp / pp)"
+                    if fp8_persistent
+                    else "torchao float8 casts per call (one layer's linears "
+                    "/ tp, through its forward and backward)"
+                ),
+            )
+        )
     items.append(
         Item(
             "cuBLAS workspaces (forward + backward)",
@@ -1088,8 +1152,12 @@ def train_ledger(
             )
         )
     phases = train_phases(
-        resident_bytes=weights_bytes + optimizer_bytes + master_bytes + bucket_bytes,
-        gathered_bytes=gathered_bytes,
+        resident_bytes=weights_bytes
+        + optimizer_bytes
+        + master_bytes
+        + bucket_bytes
+        + (fp8_bytes if fp8_persistent else 0),
+        gathered_bytes=gathered_bytes + (0 if fp8_persistent else fp8_bytes),
         root_bytes=root_bytes,
         root_grad_bytes=root_grad_bytes,
         backward_layer_bytes=backward_layer_bytes,

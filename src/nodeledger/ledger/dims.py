@@ -57,6 +57,9 @@ class Dims:
     # a hybrid with one mixer per layer (Nemotron-H): its attention and MLP-only layers
     mixer_attn_layers: int = 0
     mlp_only_layers: int = 0
+    # a dense decoder layer's linears in call order: (output features, input features, has a
+    # bias): torchtitan's op-level checkpointing saves every other bias-free matmul's output
+    layer_matmuls: tuple[tuple[int, int, bool], ...] = ()
 
     @property
     def m_inter(self) -> int:
@@ -117,6 +120,16 @@ def dims_of(spec: ModelSpec) -> Dims:
             )
     shared = _first(spec, "shared_experts", ("gate_proj.weight",))
     norm_bias = any(t.part == "norms" and t.name.endswith(".bias") for t in spec.tensors)
+    names = {t.name for t in spec.tensors}
+    layer_matmuls = tuple(
+        (t.shape[0], t.shape[1], t.name[: -len("weight")] + "bias" in names)
+        for t in spec.tensors
+        if t.kind == "linear"
+        and t.part in ("attention", "dense_mlp")
+        and t.count == spec.num_layers
+        and t.name.startswith("layers.*.")
+        and len(t.shape) == 2
+    )
     qk_norm = any(t.name.endswith(("q_norm.weight", "k_norm.weight")) for t in spec.tensors)
     return Dims(
         hidden=spec.hidden_size,
@@ -137,6 +150,7 @@ def dims_of(spec: ModelSpec) -> Dims:
         layernorm_bias=norm_bias,
         qk_norm=qk_norm,
         mla=mla,
+        layer_matmuls=layer_matmuls,
         family=spec.family,
         activation="bloom_gelu" if spec.family == "bloom" else (spec.activation or ""),
         attention_dropout=spec.attention_dropout,

@@ -120,7 +120,12 @@ def vllm_family(version: str | None) -> VllmFamily:
         raise JobError(
             f"--engine-version {version}: vLLM releases before {fams[0]['first']} are not modelled"
         )
-    fam = next(f for f in fams if v <= parse_version(f["last"]) or f is fams[-1])
+    # the last family begun at or before v (a build between two families, 0.7.4.dev, is main
+    # after the earlier one's last release and behaves as it)
+    fam = fams[0]
+    for f in fams:
+        if parse_version(f["first"]) <= v:
+            fam = f
     want = engine_choice(text)
     if want and want != fam["engine"]:
         if want == "V1" and (0, 6, 4) <= v <= (0, 7, 3):

@@ -18,7 +18,9 @@ ENGINE_NAMES = {"hf": "transformers", "vllm": "vLLM", "sglang": "SGLang"}  # as 
 PRECISIONS = ("bf16", "mixed")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
-CHECKPOINTING = ("none", "selective", "full")
+# selective: Megatron's (the attention core recomputed); selective_op: torchtitan's op-level
+# selective activation checkpointing (every other matmul's output and SDPA's kept)
+CHECKPOINTING = ("none", "selective", "full", "selective_op")
 ATTENTION = ("sdpa", "eager", "math")  # math: SDPA's composite fallback (fp32 scores)
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op", "fsdp_hybrid")
 # training frameworks (ledger/frameworks.toml): which --shard values each takes, its default
@@ -195,6 +197,14 @@ class TrainJob:
     )
     framework: str = "auto"
     sequence_parallel: bool = False  # Megatron SP: TP ranks keep 1/tp of the layer inputs
+    # speed: the elementwise kernels fused (torch.compile, Transformer Engine / Liger layers);
+    # fp8: the linear layers' GEMMs in FP8 (Transformer Engine / torchao float8)
+    fused_kernels: bool = False
+    fp8: bool = False
+    # model chunks per pipeline rank (Megatron's interleaved 1F1B schedule; 1: plain 1F1B)
+    virtual_pipeline: int = 1
+    # expert-parallel ranks (MoE): the routed experts split over ep ranks of the tp x dp group
+    ep: int = 1
     # how framework / precision / optimizer_impl were chosen ("given", or the default that
     # chose them)
     framework_source: str = ""
@@ -248,8 +258,17 @@ class TrainJob:
         _choice("attention", self.attention, ATTENTION)
         _choice("shard", self.shard, SHARDING)
         _choice("offload", self.offload, OFFLOAD)
-        for name in ("micro_batch", "seq", "grad_accum", "rank"):
+        for name in ("micro_batch", "seq", "grad_accum", "rank", "virtual_pipeline", "ep"):
             _positive(name, getattr(self, name))
+        if self.ep > 1 and (self.parallel.tp * self.parallel.dp) % self.ep:
+            raise JobError(f"--ep {self.ep} must divide tp x dp = "
+                           f"{self.parallel.tp * self.parallel.dp} (the ranks that share the "
+                           "experts)")  # fmt: skip
+        if self.ep > 1 and self.rank is not None:
+            raise JobError("--ep is modelled for full training (--job train) only")
+        if self.virtual_pipeline > 1 and self.parallel.pp == 1:
+            raise JobError("--virtual-pipeline needs --pp > 1 (it interleaves model chunks over "
+                           "the pipeline ranks)")  # fmt: skip
         if self.qlora and self.rank is None:
             raise JobError("--job qlora needs --rank")
         if self.offload != "none" and self.shard == "none":
@@ -355,6 +374,10 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("framework", str, "train", "ddp | fsdp1 | fsdp2 | deepspeed | megatron | hf-trainer: whose state layout (default: the one --shard implies: zero* deepspeed, fsdp* fsdp2, none ddp)."),
     JobOption("precision", str, "train", "bf16 | mixed: pure bf16, or fp32 parameters/master with bf16 compute (default: the framework's; README)."),
     JobOption("sequence_parallel", bool, "train", "Megatron sequence parallelism with --tp: layer inputs split across TP ranks (without it each TP rank holds them whole)."),
+    JobOption("fused_kernels", bool, "train", "Elementwise kernels fused: torch.compile, Transformer Engine or Liger layers (speed; --framework megatron is fused already)."),
+    JobOption("fp8", bool, "train", "Linear layers in FP8 (Transformer Engine / torchao float8, current scaling): the GEMMs at the card's fp8 rate, their casts, and the fp8 weight copies."),
+    JobOption("virtual_pipeline", int, "train", "Model chunks per pipeline rank (Megatron's interleaved 1F1B, --virtual-pipeline-model-parallel-size; default 1: plain 1F1B)."),
+    JobOption("ep", int, "train", "Expert-parallel ranks (MoE): the routed experts split over ep of the tp x dp ranks, whole experts each (Megatron --expert-model-parallel-size, expert TP 1; torchtitan / NeMo AutoModel ep)."),
     JobOption("optimizer", str, "train", " | ".join(OPTIMIZERS)),
     JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS) + " (default: the framework's: fused for deepspeed and megatron, PyTorch's foreach otherwise)."),
     JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
@@ -480,6 +503,8 @@ def build_job(kind: str, o: dict):
         rank=pick.get("rank", 8) if kind in ("lora", "qlora") else None, qlora=kind == "qlora",
         framework=pick.get("framework", "auto"), precision=pick.get("precision"),
         sequence_parallel=bool(pick.get("sequence_parallel", False)),
+        fused_kernels=bool(pick.get("fused_kernels", False)), fp8=bool(pick.get("fp8", False)),
+        virtual_pipeline=pick.get("virtual_pipeline", 1), ep=pick.get("ep", 1),
         adapter_dtype=pick.get("adapter_dtype", "fp32"),
         **({"lora_targets": targets} if targets else {}),
     )  # fmt: skip

@@ -13,6 +13,11 @@ Each function returns bytes on one card.  Sources:
   - ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer states, 2 also gradients, 3 also
     parameters across the dp ranks; FSDP FULL_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2,
     HYBRID_SHARD = ZeRO-3 within a node (here: all dp ranks are in the box).
+  - Expert parallelism (--ep, MoE full training; Megatron-Core --expert-model-parallel-size with
+    expert tensor parallel 1, torchtitan / NeMo AutoModel ep): the ep ranks of the tp x dp
+    group hold num_experts / ep whole routed experts each; the rest of the model is split by tp
+    as before.  A sharded piece of the experts' state is shared by the expert-data-parallel
+    group (tp x dp / ep ranks), the dense part's by dp.
 """
 
 from __future__ import annotations
@@ -41,6 +46,27 @@ def shard_factor(job: TrainJob, what: str) -> int:
     frm = {"params": lay.param_from, "grads": lay.grad_from, "optimizer": lay.state_from,
            "master": lay.master_from, "grad_partition": lay.grad_partition_from}[what]  # fmt: skip
     return job.parallel.dp if fw.STAGE[job.shard] >= frm else 1
+
+
+def expert_params(spec: ModelSpec) -> int:
+    """The routed experts' parameters (all MoE layers)."""
+    return sum(t.numel for t in spec.tensors if t.part == "routed_experts")
+
+
+def ep_card_params(spec: ModelSpec, job: TrainJob, what: str, dense: float | None = None,
+                   experts: float | None = None) -> float:  # fmt: skip
+    """Elements of ``what`` one card holds under expert parallelism (job.ep > 1): the dense
+    part (default: every parameter but the routed experts) / tp / pp / (dp where the stage
+    shards it) + the experts (default: all routed experts) / ep / pp / (tp x dp / ep where the
+    stage shards it)."""
+    p = job.parallel
+    ex = expert_params(spec) if experts is None else experts
+    de = spec.params_total() - expert_params(spec) if dense is None else dense
+    sharded = shard_factor(job, what) > 1
+    edp = max(1, p.tp * p.dp // job.ep)
+    return de / (p.tp * p.pp) / shard_factor(job, what) + ex / (job.ep * p.pp) / (
+        edp if sharded else 1
+    )
 
 
 def _adapter_bytes(job: TrainJob) -> int:
@@ -114,6 +140,8 @@ def param_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
         base = weight_bytes(spec, Scheme("nf4") if job.qlora else Scheme("bf16")).total_bytes
         adapters = trainable_params(spec, job) * _adapter_bytes(job)
         return ceil(base / split / shard_factor(job, "params")) + ceil(adapters / split)
+    if job.ep > 1:
+        return ceil(ep_card_params(spec, job, "params") * fw.layout(job).param)
     full = spec.params_total() * fw.layout(job).param
     return ceil(full / split / shard_factor(job, "params"))
 
@@ -123,6 +151,8 @@ def master_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
     Megatron): trainable params x 4 / tp / pp, / dp from the stage that shards it; 0 where the
     parameters are themselves the master (PyTorch, FSDP)."""
     lay = fw.layout(job)
+    if job.ep > 1:
+        return ceil(ep_card_params(spec, job, "master") * lay.master)
     split = job.parallel.tp * job.parallel.pp * shard_factor(job, "master")
     return ceil(trainable_params(spec, job) * lay.master / split)
 
@@ -136,6 +166,8 @@ def grad_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
         return 0
     split = job.parallel.tp * job.parallel.pp
     dtype = _adapter_bytes(job) if job.is_lora else lay.grad
+    if job.ep > 1:
+        return ceil(ep_card_params(spec, job, "grads") * dtype)
     return ceil(trainable_params(spec, job) * dtype / split / shard_factor(job, "grads"))
 
 
@@ -143,6 +175,8 @@ def grad_partition_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
     """DeepSpeed's fp32 gradient partition the optimizer steps on: trainable params x 4 / tp /
     pp / dp (ZeRO >= 1); 0 for the other frameworks."""
     lay = fw.layout(job)
+    if job.ep > 1:
+        return ceil(ep_card_params(spec, job, "grad_partition") * lay.grad_partition)
     split = job.parallel.tp * job.parallel.pp * shard_factor(job, "grad_partition")
     return ceil(trainable_params(spec, job) * lay.grad_partition / split)
 
@@ -173,6 +207,9 @@ def optimizer_state_bytes_per_card(spec: ModelSpec, job: TrainJob) -> int:
     else:  # adafactor
         states = adafactor_state_bytes(spec, job)
     split = job.parallel.tp * job.parallel.pp
+    if job.ep > 1:  # the same states per parameter, on the card's share of the parameters
+        share = ep_card_params(spec, job, "optimizer") / max(1, params)
+        return ceil(states * share)
     return ceil(states / split / shard_factor(job, "optimizer"))
 
 
@@ -222,6 +259,8 @@ def optimizer_step_temp_bytes(spec: ModelSpec, job: TrainJob) -> int:
     if job.optimizer_impl == "forloop":
         biggest = max((t.numel // t.count for t in spec.tensors), default=0)
         return biggest * dtype
+    if job.ep > 1:
+        return ceil(ep_card_params(spec, job, "optimizer") * dtype)
     return ceil(trainable_params(spec, job) * dtype / split)
 
 
@@ -231,6 +270,9 @@ def autocast_cache_bytes(spec: ModelSpec, job: TrainJob) -> int:
     if not fw.layout(job).autocast or job.is_lora:
         return 0
     linear = sum(t.numel for t in spec.tensors if t.kind in ("linear", "lm_head"))
+    if job.ep > 1:
+        ex = expert_params(spec)
+        return ceil(2 * ep_card_params(spec, job, "params", dense=linear - ex, experts=ex))
     return ceil(linear * 2 / (job.parallel.tp * job.parallel.pp * shard_factor(job, "params")))
 
 
@@ -254,6 +296,10 @@ def _layer_gathered_bytes(spec: ModelSpec, job: TrainJob) -> int:
     lm_head)."""
     elem = 2 if job.is_lora else fw.layout(job).gathered_elem
     body = spec.params_total() - _root_params(spec)
+    if job.ep > 1:  # the layer's dense part / tp and its own experts (/ ep) gathered
+        ex = expert_params(spec)
+        per = (body - ex) / job.parallel.tp + ex / job.ep
+        return ceil(per * elem / max(1, spec.num_layers))
     return ceil(body * elem // max(1, spec.num_layers) / job.parallel.tp)
 
 

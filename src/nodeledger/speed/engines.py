@@ -84,9 +84,12 @@ def _releases(name: str):
     def resolve(version: str | None) -> EngineSpeed:
         rows, over = _data()[name], _data().get("server_overhead", {})
         v = parse_version(version or memory_data()[name]["default_version"])
-        row = next((r for r in rows if v <= parse_version(r["last"])), rows[-1])
-        if v < parse_version(rows[0]["first"]):
-            row = rows[0]
+        # the last release line begun at or before v: a build between two lines (0.7.4.dev,
+        # main after 0.7.3 and before 0.8.0 made V1 the default) behaves as the line before
+        row = rows[0]
+        for r in rows:
+            if parse_version(r["first"]) <= v:
+                row = r
         return EngineSpeed(
             name=name, release=f"{row['first']}-{row['last']}", policy=row["policy"],
             graphs=row["graphs"], max_graph_batch=row.get("max_graph_batch"),

@@ -141,9 +141,10 @@ def algbw_gbps(size_bytes: float, seconds: float) -> float:
     return size_bytes / seconds / GBPS
 
 
-def pipeline_bubble_fraction(stages: int, micro_batches: int) -> float:
-    """(6): (p - 1) / m of the ideal step time."""
-    return 0.0 if stages <= 1 else (stages - 1) / max(1, micro_batches)
+def pipeline_bubble_fraction(stages: int, micro_batches: int, chunks: int = 1) -> float:
+    """(6): (p - 1) / m of the ideal step time; the interleaved schedule with v model chunks
+    per rank: (p - 1) / (m v) (Narayanan et al. 2021, 2.2.2)."""
+    return 0.0 if stages <= 1 else (stages - 1) / (max(1, micro_batches) * max(1, chunks))
 
 
 def exposed_seconds(comm_s: float, hidden_behind_s: float) -> float:

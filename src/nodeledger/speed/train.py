@@ -1,31 +1,40 @@
 """Training step time and tokens/s per card (speed/terms.py numbers the formulas).
 
-1. Compute per card per step: tokens of one replica's step (micro_batch x seq x grad_accum)
-   x hardware FLOPs per token (3 x forward; 4 x with full recomputation: terms (2)) / (tp x
-   pp) / (peak x training efficiency).  LoRA / QLoRA: frozen weights need no weight gradient,
-   so the backward costs one forward instead of two (2 x forward + adapter terms; Hu et al.
-   2021, "LoRA", 4.2: no gradients or optimizer states for the frozen weights).
-2. The pipeline bubble (pp - 1) / grad_accum of the compute (terms (6)).
+1. Compute per card per step: grad_accum micro-batches of the slowest pipeline stage, each the
+   sum of its operators timed from the card's kernel table (speed/train_ops.py: GEMMs by
+   shape, grouped experts, attention forward + backward, elementwise kernels eager or fused,
+   the LM head and its fp32 loss, the recomputation, fp8 casts, the host's dispatch), + the
+   optimizer step (memory-bound).  Without a kernel table (a card with no datasheet peak or
+   bandwidth to move one by) the old bound: hardware FLOPs per token (3 x forward; 4 x with
+   full recomputation: terms (2)) / (tp x pp) / (peak x a cited training efficiency).  LoRA /
+   QLoRA: frozen weights need no weight gradient, so the backward costs one forward instead of
+   two (Hu et al. 2021, "LoRA", 4.2).
+2. The pipeline bubble (pp - 1) / (grad_accum x virtual_pipeline) of the compute (terms (6)).
 3. Tensor parallel: 4 all-reduces per layer and micro-batch of micro_batch x seq x hidden bf16
    (2 forward, 2 backward; Megatron-LM), on the critical path: exposed in full (terms (7)).
+4b. Expert parallel (--ep): 4 all-to-alls per MoE layer and micro-batch (dispatch and combine,
+   forward and backward) of the routed tokens' hidden states, exposed (no overlap modelled).
 4. Data parallel: the sync of one optimizer step (ledger/comm.py (4): DDP / ZeRO-1/2
    all-reduce the gradients; ZeRO-3 / FSDP all-gather the parameters twice and
    reduce-scatter the gradients) at the ring's bus bandwidth; it hides behind the backward
    (DDP, ZeRO-1/2: 2/3 of the compute) or the whole step (FSDP / ZeRO-3 prefetch); the rest
    is exposed (terms (7)).  Across machines the ring's bus bandwidth is the network's.
-5. step = compute x (1 + bubble) + TP + exposed DP; tokens/s per card = global tokens /
+5. step = micro-batches x (1 + bubble) + optimizer + TP + exposed DP; tokens/s per card = global tokens /
    step / cards.
 """
 
 from __future__ import annotations
 
 from nodeledger.ledger import comm, frameworks, model_state
+from nodeledger.ledger.dims import dims_of
 from nodeledger.ledger.jobs import TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.speed import figures as F
 from nodeledger.speed import hardware as H
+from nodeledger.speed import operators as O
 from nodeledger.speed import terms as T
+from nodeledger.speed import train_ops as TO
 from nodeledger.speed import work as W
 
 SHARDED = ("zero3", "fsdp", "fsdp_hybrid")
@@ -48,6 +57,10 @@ def flops_per_token(spec: ModelSpec, job: TrainJob) -> float:
         fwd = T.dense_flops_per_token(n) + attn
         extra = fwd if job.checkpointing == "full" else 0.0
         return 2.0 * fwd + 6.0 * model_state.trainable_params(spec, job) + extra
+    if job.checkpointing == "selective_op":  # the linears it does not keep, once more
+        redo = TO.op_sac_recomputed_share(dims_of(spec)) * W.body_params(spec)
+        extra = 0.0 if job.attention == "sdpa" else attn
+        return T.train_flops_per_token(n, attn, "none") + 2.0 * redo + extra
     return T.train_flops_per_token(n, attn, job.checkpointing)
 
 
@@ -70,7 +83,12 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     cards = idx[: min(n_cards, per_machine)]
     peak = F.card_peak(machine, cards)
     by = {a.index: a for a in machine.accelerators}
-    eff = H.efficiency("mfu_train", by[cards[0]].product if cards else None)
+    product = by[cards[0]].product if cards else None
+    hbm = F.card_hbm(machine, cards)
+    ck = None if not cards else O.card_kernels(product, peak.value, hbm.value,
+                                               machine.kernels.get(product))  # fmt: skip
+    # the constant efficiency only where no kernel table can time the operators
+    eff = None if ck is not None else H.efficiency("mfu_train", product)
     tokens_replica = job.micro_batch * job.seq * job.grad_accum
     tokens_step = tokens_replica * dp
     fl = flops_per_token(spec, job)
@@ -80,8 +98,14 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
         "machines": machines,
         "flops_per_token": fl,
         "model_flops_per_token": model_flops_per_token(spec, job),
-        "inputs": {"card_bf16_tflops": _fig(peak), "train_efficiency": _fig(eff)},
-        "source": "nodeledger.speed.train: compute at the training efficiency + pipeline bubble "
+        "inputs": {"card_bf16_tflops": _fig(peak)},
+        "source": "nodeledger.speed.train: "
+        + (
+            "operators from the kernel table (speed/train_ops.py)"
+            if ck is not None
+            else "compute at the training efficiency"
+        )
+        + " + pipeline bubble "
         "+ tensor-parallel all-reduces + exposed data-parallel sync; speed/terms.py",
     }
     # 3. TP traffic per micro-batch
@@ -100,9 +124,19 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     dp_bytes = 0.0
     if dp > 1:
         grad_elem = frameworks.layout(job).reduce_elem
-        grads = model_state.trainable_params(spec, job) * grad_elem / (tp * pp)
-        params = spec.params_total() * 2 / (tp * pp)  # gathered in bf16 (frozen base too)
-        dp_bytes = comm.dp_bytes_per_step(grads, params, dp, job.shard, job.grad_accum)
+        if job.ep > 1:  # the dense part over dp ranks, the experts over tp x dp / ep ranks
+            ex = model_state.expert_params(spec)
+            dense = spec.params_total() - ex
+            edp = tp * dp // job.ep
+            dp_bytes = comm.dp_bytes_per_step(
+                dense * grad_elem / (tp * pp), dense * 2 / (tp * pp), dp, job.shard,
+                job.grad_accum) + comm.dp_bytes_per_step(
+                ex * grad_elem / (job.ep * pp), ex * 2 / (job.ep * pp), edp, job.shard,
+                job.grad_accum)  # fmt: skip
+        else:
+            grads = model_state.trainable_params(spec, job) * grad_elem / (tp * pp)
+            params = spec.params_total() * 2 / (tp * pp)  # gathered in bf16 (frozen base too)
+            dp_bytes = comm.dp_bytes_per_step(grads, params, dp, job.shard, job.grad_accum)
         if machines > 1 and not crosses_tp:
             net, _ = F.network_busbw(machine)
             rings = max(1, min(tp * pp, per_machine))  # DP rings crossing the same NICs at once
@@ -114,13 +148,50 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
             dp_bw, _, _ = F.busbw(machine, op, cards)
         out["inputs"]["dp_busbw_gbps"] = _fig(dp_bw)
         out["dp_bytes_per_step_per_card"] = dp_bytes
-    unknown = [x for x in (peak, eff, tp_bw, dp_bw) if x is not None and x.value is None]
+    # 4b. expert parallelism: each MoE layer's tokens go to their experts' cards and back
+    # (dispatch + combine), forward and backward: 4 all-to-alls of micro_batch x seq x top_k x
+    # hidden x 2 B per card, of which (ep - 1) / ep leaves the card; over the card links within
+    # a machine, over the NICs (shared by the machine's cards) for the part beyond it
+    ep_bw = None
+    ep_bytes = 0.0
+    if job.ep > 1 and spec.moe is not None:
+        moe_here = -(-spec.moe.moe_layers // pp)
+        ep_bytes = (4 * moe_here * job.micro_batch * job.seq * spec.moe.top_k
+                    * spec.hidden_size * 2 * job.grad_accum)  # fmt: skip
+        inside = min(job.ep, per_machine)
+        ep_bw, _, _ = F.busbw(machine, "alltoall", cards[:inside])
+        out["inputs"]["ep_alltoall_busbw_gbps"] = _fig(ep_bw)
+        if job.ep > per_machine:
+            net, _ = F.network_busbw(machine)
+            out["inputs"]["ep_network_busbw_gbps"] = _fig(net)
+            ep_bw = net if net.value is None or ep_bw.value is None else F.Figure(
+                net.value / per_machine, "GB/s", f"{net.source}, shared by the machine's "
+                f"{per_machine} cards")  # fmt: skip
+            out["ep_cross_machine_share"] = (job.ep - per_machine) / job.ep
+    if eff is not None:
+        out["inputs"]["train_efficiency"] = _fig(eff)
+    unknown = [x for x in (peak, eff, tp_bw, dp_bw, ep_bw) if x is not None and x.value is None]
     out["unknown"] = [u.source for u in unknown]
     if unknown:
         out.update(step_s=None, tokens_per_s_per_card=None, binding=None)
         return out
-    compute_s = T.compute_seconds(tokens_replica * fl / (tp * pp), peak.value, eff.value)
-    bubble = T.pipeline_bubble_fraction(pp, job.grad_accum)
+    opt_s = 0.0
+    if ck is not None:
+        mb = TO.micro_batch_seconds(spec, job, ck)
+        opt_s = TO.optimizer_seconds(spec, job, ck)
+        compute_s = mb["seconds"] * job.grad_accum + opt_s
+        out["operators"] = {
+            "micro_batch_s": mb["seconds"],
+            "parts_s": {k: v for k, v in mb["parts"].items() if v},
+            "optimizer_s": opt_s,
+            "host_dispatch_s": mb["dispatch_s"],
+            "host_bound": mb["host_bound"],
+            "elementwise": mb["elementwise"],
+            "kernel_table": ck.source,
+        }
+    else:
+        compute_s = T.compute_seconds(tokens_replica * fl / (tp * pp), peak.value, eff.value)
+    bubble = T.pipeline_bubble_fraction(pp, job.grad_accum, job.virtual_pipeline)
     tp_s = 0.0
     if tp > 1:
         a = tp_alpha.value if tp_alpha is not None and tp_alpha.value is not None else 0.0
@@ -132,16 +203,23 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
         out["lower_bound"] = ("per-hop latency of the tensor-parallel all-reduces unknown: left "
                               "out, so the step time is a lower bound")  # fmt: skip
     dp_s = 0.0 if dp <= 1 else dp_bytes / (dp_bw.value * T.GBPS)
+    ep_s = 0.0
+    if ep_bw is not None:
+        share = out.get("ep_cross_machine_share", (job.ep - 1) / job.ep)
+        ep_s = ep_bytes * share / (ep_bw.value * T.GBPS)
     hide = compute_s if job.shard in SHARDED else compute_s * 2 / 3
     dp_exposed = T.exposed_seconds(dp_s, hide)
-    step_s = compute_s * (1 + bubble) + tp_s + dp_exposed
-    terms = {"compute": compute_s * (1 + bubble), "card links" if not machines > 1 else "network":
-             tp_s + dp_exposed}  # fmt: skip
+    # the bubble idles the micro-batches' pipeline, not the optimizer step after it
+    compute_step = compute_s + (compute_s - opt_s) * bubble
+    step_s = compute_step + tp_s + dp_exposed + ep_s
+    terms = {"compute": compute_step, "card links" if not machines > 1 else "network":
+             tp_s + dp_exposed + ep_s}  # fmt: skip
     tps_card = tokens_step / step_s / n_cards
     out.update(
-        compute_s=compute_s,
+        compute_s=compute_step,  # with the bubble
         bubble_fraction=bubble,
         tp_s=tp_s,
+        ep_alltoall_s=ep_s,
         dp_sync_s=dp_s,
         dp_exposed_s=dp_exposed,
         step_s=step_s,
