@@ -44,9 +44,17 @@ def test_gemm_forward_is_the_tables_row(ck, llama8b):
     wgrad = O.gemm_kernel_s(ck, 6144, 4096, 4096)
     for x in (dgrad, wgrad):
         assert 0.5 * fwd < x < 2 * fwd
-    # the whole model's GEMM part: 2 x 4096 x 6 x N FLOPs at the table's bf16 rates (between
-    # 500 and 800 TFLOPS for these shapes)
+    # the micro-batch's GEMM part is, layer by layer, the forward (M, n, k), the input
+    # gradient (M, k, n) and the weight gradient (n, k, M) of each fused weight
     d = _mb(llama8b, ck, micro_batch=1, seq=4096)
+    want = sum(g.layers * (O.gemm_kernel_s(ck, 4096, g.n, g.k) + O.gemm_kernel_s(ck, 4096, g.k, g.n)
+                           + O.gemm_kernel_s(ck, g.n, g.k, 4096))
+               for g in O.gemms(llama8b) if not g.name.startswith("lm_head"))  # fmt: skip
+    assert d["parts"]["gemm"] == pytest.approx(want, rel=1e-9)
+    swapped = sum(g.layers * 3 * O.gemm_kernel_s(ck, 4096, g.n, g.k) for g in O.gemms(llama8b)
+                  if not g.name.startswith("lm_head"))  # fmt: skip
+    assert swapped != pytest.approx(want, rel=1e-6)  # each shape is read apart from the table
+    # 2 x 4096 x 6 x N FLOPs at the table's bf16 rates (between 500 and 800 TFLOPS here)
     n = sum(g.n * g.k * g.layers for g in O.gemms(llama8b) if not g.name.startswith("lm_head"))
     rate = 6 * 4096 * n / d["parts"]["gemm"] / 1e12
     assert 500 < rate < 800
@@ -116,8 +124,10 @@ def test_optimizer_step_is_memory_bound(ck, llama8b):
 def test_fp8_weight_copies_in_the_ledger(llama8b):
     meg = build_job("train", {"fp8": True, "framework": "megatron", "tp": 2})
     b, persistent = fp8_weight_copy_bytes(llama8b, meg)
-    linear = sum(t.numel * t.count for t in llama8b.tensors
+    # TensorGroup.numel counts every layer already
+    linear = sum(t.numel for t in llama8b.tensors
                  if t.kind == "linear" and t.module in ("attn", "mlp"))  # fmt: skip
+    assert 2 * linear / 2**30 == pytest.approx(13, rel=0.05)  # ~7 B linear parameters
     assert persistent and b == pytest.approx(2 * linear / 2, rel=1e-6)
     ao, persistent = fp8_weight_copy_bytes(llama8b, build_job("train", {"fp8": True}))
     assert not persistent and ao == pytest.approx(2 * linear / 32, rel=1e-6)  # one layer's
@@ -248,3 +258,27 @@ def shared_model(name):
     from conftest import shared_models_or_skip
 
     return shared_models_or_skip() / name
+
+
+def test_fp8_on_a_card_without_an_fp8_rate_is_unknown():
+    from nodeledger.machine import resolve_machine
+    from nodeledger.speed.train import train_speed
+
+    spec = load_model("llama-3.1-8b")[0]
+    d = train_speed(spec, build_job("train", {"dp": 8, "shard": "fsdp", "fp8": True}),
+                    resolve_machine("dgx-a100-80g"))  # fmt: skip
+    assert d["step_s"] is None and any("fp8" in u for u in d["unknown"])
+    h = train_speed(spec, build_job("train", {"dp": 8, "shard": "fsdp", "fp8": True}),
+                    resolve_machine("dgx-h100"))  # fmt: skip
+    assert h["step_s"] is not None
+    with pytest.raises(JobError, match="--fp8 is modelled for full training"):
+        build_job("qlora", {"fp8": True})
+
+
+def test_optimizer_step_follows_the_expert_split(ck):
+    spec = load_model("qwen3-30b-a3b")[0]
+    one = TO.optimizer_seconds(spec, build_job("train", {"dp": 8}), ck)
+    eight = TO.optimizer_seconds(spec, build_job("train", {"dp": 8, "ep": 8}), ck)
+    assert 4 < one / eight < 8  # the experts (most of the model) split over 8 cards
+    off = build_job("train", {"dp": 8, "shard": "zero2", "offload": "optimizer"})
+    assert TO.optimizer_seconds(spec, off, ck) == 0.0

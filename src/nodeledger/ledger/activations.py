@@ -103,10 +103,29 @@ def saved_moe_bytes_per_token(d: Dims) -> int:
     return b
 
 
-def saved_layer_bytes(d: Dims, micro_batch: int, seq: int, attention: str, moe: bool) -> int:
-    """Bytes one decoder layer saves for backward."""
+def residual_dropout_bytes_per_token(d: Dims) -> int:
+    """Dropout on the two residual branches of a layer (GPT-2 resid_pdrop, OPT dropout) keeps
+    its mask for backward: CUDA's native_dropout returns a bool mask, 1 B per element, h per
+    branch (the CPU's decomposition keeps it in the input's dtype instead: 2 B)."""
+    return 2 * d.hidden if d.hidden_dropout > 0 else 0
+
+
+def layernorm_autocast_bytes_per_token(d: Dims, autocast: bool) -> int:
+    """Under torch.autocast with fp32 parameters a LayerNorm reads the fp32 residual stream
+    and its bf16-cast output is what the next linear keeps: each of the two norms saves a 4h
+    input where derivation 1's bf16 count has 2h, + 2 x 2h per token (GPT-2 mixed: the
+    tracker's saved set, 2 fp32 inputs of 4h and 2 bf16 casts of 2h per layer)."""
+    return 4 * d.hidden if autocast and d.layernorm_bias else 0
+
+
+def saved_layer_bytes(d: Dims, micro_batch: int, seq: int, attention: str, moe: bool,
+                      autocast: bool = False) -> int:  # fmt: skip
+    """Bytes one decoder layer saves for backward (``autocast``: the job's layout computes in
+    bf16 through torch.autocast on fp32 parameters)."""
     tokens = micro_batch * seq
     per_token = saved_norms_bytes_per_token(d) + saved_attention_bytes_per_token(d)
+    per_token += residual_dropout_bytes_per_token(d)
+    per_token += layernorm_autocast_bytes_per_token(d, autocast)
     per_token += saved_moe_bytes_per_token(d) if moe else saved_dense_mlp_bytes_per_token(d)
     total = per_token * tokens
     if attention in ("eager", "math"):
@@ -159,6 +178,7 @@ def saved_lora_layer_bytes(
     for t in targets:
         if t in ins:
             per += 4 * ins[t] + 4 * rank
+    per += residual_dropout_bytes_per_token(d)
     total = per * tokens
     if attention == "eager":
         total += eager_attention_bytes_per_layer(d, micro_batch, seq)
@@ -288,10 +308,12 @@ def saved_activations_bytes(
     attention: str,
     checkpointing: str,
     layers_fraction: float = 1.0,
+    autocast: bool = False,
 ) -> tuple[int, int]:
     """(bytes held at the end of forward, extra bytes of one recomputed layer in backward).
 
-    ``layers_fraction``: share of the layers on this card (pipeline stages).
+    ``layers_fraction``: share of the layers on this card (pipeline stages); ``autocast``: see
+    saved_layer_bytes.
     """
     tokens = micro_batch * seq
     if d.mlp_only_layers:
@@ -301,8 +323,9 @@ def saved_activations_bytes(
     moe = round(d.moe_layers * layers_fraction)
     if d.dense_layers + d.moe_layers == 0:
         dense = round(d.layers * layers_fraction)
-    per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False)
-    per_moe = saved_layer_bytes(d, micro_batch, seq, attention, moe=True) if d.moe_layers else 0
+    per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False, autocast=autocast)
+    per_moe = (saved_layer_bytes(d, micro_batch, seq, attention, moe=True, autocast=autocast)
+               if d.moe_layers else 0)  # fmt: skip
     # Mamba-2 mixers of a hybrid (one mixer per layer, beside the MLP and attention layers)
     mamba = round(d.mamba_layers * layers_fraction)
     per_mamba = saved_mamba2_bytes_per_token(d) * tokens

@@ -887,8 +887,9 @@ def saved_activation_bytes_per_card(
         )  # fmt: skip
     else:
         held, recompute = act.saved_activations_bytes(
-            dims, job.micro_batch, job.seq, attention, job.checkpointing, 1 / parallel.pp
-        )
+            dims, job.micro_batch, job.seq, attention, job.checkpointing, 1 / parallel.pp,
+            autocast=frameworks.layout(job).autocast,
+        )  # fmt: skip
     if parallel.tp > 1:
         rep_held, rep_layer = act.tp_replicated_bytes(
             dims, job.micro_batch, job.seq, job.checkpointing, layers,
@@ -925,18 +926,24 @@ def fp8_weight_copy_bytes(spec: ModelSpec, job: TrainJob) -> tuple[int, bool]:
     with: an e4m3 copy and its transpose (Hopper's fp8 GEMM takes both operands K-major, so
     the backward's weight operand is a transposed copy), 2 B per linear parameter.  Megatron /
     Transformer Engine caches them for the whole step (TE Linear's fp8 weight workspace, kept
-    across micro-batches): every linear on the card (/ tp / pp); torchao float8 casts per call:
-    the largest layer's linears, alive through its forward and backward."""
+    across micro-batches): every linear on the card (/ tp / pp; routed experts / ep / pp under
+    --ep); torchao float8 casts per call: one layer's linears, alive through its forward and
+    backward (TensorGroup.numel already counts every layer: a layer's is numel / count)."""
     if not job.fp8:
         return 0, False
     scheme = scheme_for("fp8", spec)
     conv = [t for t in spec.tensors if converted(t, scheme)]
     p = job.parallel
+    experts = sum(t.numel for t in conv if t.part == "routed_experts")
+    dense = sum(t.numel for t in conv) - experts
     if job.framework == "megatron":
-        total = sum(t.numel * t.count for t in conv)
-        return ceil(2 * total / (p.tp * p.pp)), True
-    per_layer = sum(t.numel for t in conv)
-    return ceil(2 * per_layer / p.tp), False
+        if job.ep > 1:
+            return ceil(2 * (dense / (p.tp * p.pp) + experts / (job.ep * p.pp))), True
+        return ceil(2 * (dense + experts) / (p.tp * p.pp)), True
+    layer_experts = sum(t.numel // t.count for t in conv if t.part == "routed_experts")
+    layer_dense = sum(t.numel // t.count for t in conv) - layer_experts
+    split = job.ep if job.ep > 1 else p.tp
+    return ceil(2 * (layer_dense / p.tp + layer_experts / split)), False
 
 
 def embedding_grad_bytes_per_card(dims: Dims, job: TrainJob) -> int:

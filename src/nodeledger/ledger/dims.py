@@ -38,6 +38,7 @@ class Dims:
     family: str = ""
     activation: str = ""
     attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0  # residual-branch dropout (GPT-2 resid_pdrop, OPT dropout)
     sdpa_supported: bool = True  # False: transformers runs this family's attention eagerly
     router_fp32: bool = False  # MoE: top-k weights fp32 (MoEInfo.router_fp32)
     # linear-attention (Gated DeltaNet) layers: how many, their value heads, key / value head
@@ -154,6 +155,7 @@ def dims_of(spec: ModelSpec) -> Dims:
         family=spec.family,
         activation="bloom_gelu" if spec.family == "bloom" else (spec.activation or ""),
         attention_dropout=spec.attention_dropout,
+        hidden_dropout=spec.hidden_dropout,
         sdpa_supported=spec.sdpa_supported,
         **_linear_dims(spec),
     )

@@ -266,6 +266,9 @@ class TrainJob:
                            "experts)")  # fmt: skip
         if self.ep > 1 and self.rank is not None:
             raise JobError("--ep is modelled for full training (--job train) only")
+        if self.fp8 and self.rank is not None:
+            raise JobError("--fp8 is modelled for full training (--job train) only (a LoRA / "
+                           "QLoRA base runs its own kernels)")  # fmt: skip
         if self.virtual_pipeline > 1 and self.parallel.pp == 1:
             raise JobError("--virtual-pipeline needs --pp > 1 (it interleaves model chunks over "
                            "the pipeline ranks)")  # fmt: skip

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from nodeledger.ledger import comm
 from nodeledger.ledger import frameworks as fw
 from nodeledger.ledger.jobs import JobError, TrainJob
 from nodeledger.ledger.weights import Scheme, weight_bytes
@@ -67,6 +68,26 @@ def ep_card_params(spec: ModelSpec, job: TrainJob, what: str, dense: float | Non
     return de / (p.tp * p.pp) / shard_factor(job, what) + ex / (job.ep * p.pp) / (
         edp if sharded else 1
     )
+
+
+def dp_sync_bytes_per_step(spec: ModelSpec, job: TrainJob) -> float:
+    """Data-parallel traffic of one optimizer step per rank (ledger/comm.py dp_bytes_per_step):
+    the gradients in the layout's reduce dtype and the parameters gathered in bf16 (the frozen
+    LoRA base too), / tp / pp; under --ep the dense part over the dp ranks and the routed
+    experts (/ ep / pp) over their expert-data-parallel group (tp x dp / ep ranks)."""
+    p = job.parallel
+    elem = fw.layout(job).reduce_elem
+    if job.ep > 1:
+        ex = expert_params(spec)
+        dense = spec.params_total() - ex
+        edp = max(1, p.tp * p.dp // job.ep)
+        return comm.dp_bytes_per_step(
+            dense * elem / (p.tp * p.pp), dense * 2 / (p.tp * p.pp), p.dp, job.shard,
+            job.grad_accum) + comm.dp_bytes_per_step(
+            ex * elem / (job.ep * p.pp), ex * 2 / (job.ep * p.pp), edp, job.shard, job.grad_accum)  # fmt: skip
+    grads = trainable_params(spec, job) * elem / (p.tp * p.pp)
+    params = spec.params_total() * 2 / (p.tp * p.pp)
+    return comm.dp_bytes_per_step(grads, params, p.dp, job.shard, job.grad_accum)
 
 
 def _adapter_bytes(job: TrainJob) -> int:

@@ -202,6 +202,17 @@ def _dropout(c: ConfigReader) -> float:
     return 0.1 if c.str("model_type") == "gpt2" else 0.0
 
 
+def _hidden_dropout(c: ConfigReader) -> float:
+    """Dropout on the residual branches (after the attention output and the MLP output
+    projections): GPT-2's resid_pdrop (its config class defaults it to 0.1), OPT's dropout,
+    BLOOM / Falcon's hidden_dropout."""
+    for key in ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout"):
+        v = c.raw(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1:
+            return float(v)
+    return 0.1 if c.str("model_type") == "gpt2" else 0.0
+
+
 # families whose transformers implementation has no SDPA path: read from the installed
 # transformers where it is (model/attention_path.py), else its table of transformers 5.24 (Gemma-2:
 # tanh soft-capping of the scores; BLOOM: ALiBi; gpt-oss: attention sinks)
@@ -231,6 +242,7 @@ def _spec(
         sdpa_supported=path.sdpa,
         sdpa_source=path.source,
         attention_dropout=_dropout(c),
+        hidden_dropout=_hidden_dropout(c),
         max_position_embeddings=c.int(
             "max_position_embeddings", "n_positions", "seq_length", default=None
         ),

@@ -122,6 +122,7 @@ class ModelSpec:
     sdpa_supported: bool = True
     sdpa_source: str = ""  # where sdpa_supported came from (model/attention_path.py)
     attention_dropout: float = 0.0  # dropout on attention probabilities in training
+    hidden_dropout: float = 0.0  # dropout on the residual branches in training
     max_position_embeddings: int | None = None  # the longest context the config declares
     quantization: dict | None = None  # the config's quantization_config, verbatim
     notes: list[str] = field(default_factory=list)

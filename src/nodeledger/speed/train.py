@@ -25,7 +25,7 @@
 
 from __future__ import annotations
 
-from nodeledger.ledger import comm, frameworks, model_state
+from nodeledger.ledger import model_state
 from nodeledger.ledger.dims import dims_of
 from nodeledger.ledger.jobs import TrainJob
 from nodeledger.machine.profile import MachineProfile
@@ -123,20 +123,7 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     dp_bw = None
     dp_bytes = 0.0
     if dp > 1:
-        grad_elem = frameworks.layout(job).reduce_elem
-        if job.ep > 1:  # the dense part over dp ranks, the experts over tp x dp / ep ranks
-            ex = model_state.expert_params(spec)
-            dense = spec.params_total() - ex
-            edp = tp * dp // job.ep
-            dp_bytes = comm.dp_bytes_per_step(
-                dense * grad_elem / (tp * pp), dense * 2 / (tp * pp), dp, job.shard,
-                job.grad_accum) + comm.dp_bytes_per_step(
-                ex * grad_elem / (job.ep * pp), ex * 2 / (job.ep * pp), edp, job.shard,
-                job.grad_accum)  # fmt: skip
-        else:
-            grads = model_state.trainable_params(spec, job) * grad_elem / (tp * pp)
-            params = spec.params_total() * 2 / (tp * pp)  # gathered in bf16 (frozen base too)
-            dp_bytes = comm.dp_bytes_per_step(grads, params, dp, job.shard, job.grad_accum)
+        dp_bytes = model_state.dp_sync_bytes_per_step(spec, job)
         if machines > 1 and not crosses_tp:
             net, _ = F.network_busbw(machine)
             rings = max(1, min(tp * pp, per_machine))  # DP rings crossing the same NICs at once
@@ -156,8 +143,9 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     ep_bytes = 0.0
     if job.ep > 1 and spec.moe is not None:
         moe_here = -(-spec.moe.moe_layers // pp)
+        # each TP rank dispatches its 1/tp share of the tokens (sequence parallel under MoE + TP)
         ep_bytes = (4 * moe_here * job.micro_batch * job.seq * spec.moe.top_k
-                    * spec.hidden_size * 2 * job.grad_accum)  # fmt: skip
+                    * spec.hidden_size * 2 * job.grad_accum / tp)  # fmt: skip
         inside = min(job.ep, per_machine)
         ep_bw, _, _ = F.busbw(machine, "alltoall", cards[:inside])
         out["inputs"]["ep_alltoall_busbw_gbps"] = _fig(ep_bw)
@@ -170,7 +158,18 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
             out["ep_cross_machine_share"] = (job.ep - per_machine) / job.ep
     if eff is not None:
         out["inputs"]["train_efficiency"] = _fig(eff)
-    unknown = [x for x in (peak, eff, tp_bw, dp_bw, ep_bw) if x is not None and x.value is None]
+    fp8_peak = None
+    if job.fp8:  # an fp8 GEMM needs the card's fp8 mode: the table's fp8 rows move only to one
+        fp8_peak = F.card_peak_fp8(machine, cards)
+        out["inputs"]["card_fp8_tflops"] = _fig(fp8_peak)
+    if job.offload in ("optimizer", "params"):
+        out["optimizer_on_host"] = ("--offload: the optimizer step runs on the host's CPU Adam; "
+                                    "its time is not modelled (left out of the step)")  # fmt: skip
+    if job.attention != "sdpa":
+        out["attention_bound"] = (f"--attention {job.attention}: timed at the fused SDPA's rate "
+                                  "from the kernel table, a lower bound on its time")  # fmt: skip
+    unknown = [x for x in (peak, eff, tp_bw, dp_bw, ep_bw, fp8_peak)
+               if x is not None and x.value is None]  # fmt: skip
     out["unknown"] = [u.source for u in unknown]
     if unknown:
         out.update(step_s=None, tokens_per_s_per_card=None, binding=None)
@@ -207,7 +206,8 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     if ep_bw is not None:
         share = out.get("ep_cross_machine_share", (job.ep - 1) / job.ep)
         ep_s = ep_bytes * share / (ep_bw.value * T.GBPS)
-    hide = compute_s if job.shard in SHARDED else compute_s * 2 / 3
+    # the sync overlaps the forward / backward, not the optimizer step that waits for it
+    hide = (compute_s - opt_s) if job.shard in SHARDED else (compute_s - opt_s) * 2 / 3
     dp_exposed = T.exposed_seconds(dp_s, hide)
     # the bubble idles the micro-batches' pipeline, not the optimizer step after it
     compute_step = compute_s + (compute_s - opt_s) * bubble

@@ -131,6 +131,9 @@ def micro_batch_seconds(spec: ModelSpec, job: TrainJob, ck: O.CardKernels) -> di
     recompute = job.checkpointing
     casts = 0.0
     fwd_gemm = 0.0
+    # fp8 weights: Transformer Engine (Megatron) casts them once per step and keeps them across
+    # the micro-batches; torchao float8 casts them at every call
+    wcast = job.grad_accum if job.framework == "megatron" else 1
     for g in dense:
         n_l = g.layers * frac
         fwd = _g(ck, m, g.n, g.k, g.kind, g.wbytes)
@@ -141,11 +144,14 @@ def micro_batch_seconds(spec: ModelSpec, job: TrainJob, ck: O.CardKernels) -> di
         if recompute == "full":
             parts["recompute"] += n_l * fwd
         if g.kind == "fp8":
-            casts += n_l * FP8_CAST_B * (m * g.k + m * g.n + g.n * g.k)
+            casts += n_l * FP8_CAST_B * (m * g.k + m * g.n + g.n * g.k / wcast)
     moe = spec.moe
     if moe is not None and experts:
         local = moe.num_experts / ep
-        rows = m * moe.top_k / local  # force-balanced routing
+        # under EP with TP, each TP rank routes its 1/tp share of the tokens (Megatron-Core
+        # requires sequence parallelism for MoE with TP: the dispatcher sees the shard)
+        routed = m * moe.top_k / (tp if ep > 1 else 1)
+        rows = routed / local  # force-balanced routing
         for g in experts:
             n_l = g.layers * frac
             fwd = _g(ck, rows, g.n, g.k, g.kind, g.wbytes)
@@ -155,7 +161,7 @@ def micro_batch_seconds(spec: ModelSpec, job: TrainJob, ck: O.CardKernels) -> di
             if recompute == "full":
                 parts["recompute"] += n_l * local * fwd
             if g.kind == "fp8":
-                casts += n_l * FP8_CAST_B * (m * moe.top_k * (g.k + g.n) + local * g.n * g.k)
+                casts += n_l * FP8_CAST_B * (routed * (g.k + g.n) + local * g.n * g.k / wcast)
     if frozen:  # the adapters: A (r x in) and B (out x r) per target, 3 GEMMs each way
         adapter_flops = 6.0 * m * model_state.trainable_params(spec, job) * frac / tp
         rate = 2 * ADAPTER_FLOP_RATE_M * 4096 * 4096 / O.gemm_kernel_s(
@@ -197,7 +203,7 @@ def micro_batch_seconds(spec: ModelSpec, job: TrainJob, ck: O.CardKernels) -> di
     per_layer = (O.ENGINE_CALLS_PER_LAYER if is_fused else O.EAGER_CALLS_PER_LAYER) + len(
         {g.name for g in dense}) + 1  # fmt: skip
     fwd_calls = here * per_layer + 3
-    calls = fwd_calls * (3 + (1 if recompute == "full" else 0))
+    calls = fwd_calls * (3 + (1 if recompute in ("full", "selective_op") else 0))
     dispatch = calls * ck.table.dispatch_s
     return {
         "seconds": max(gpu, dispatch),
@@ -216,9 +222,14 @@ def optimizer_seconds(spec: ModelSpec, job: TrainJob, ck: O.CardKernels) -> floa
     touch two states, SGD (momentum) one, Adafactor its factored rows and columns (~none)."""
     lay = frameworks.layout(job)
     p = job.parallel
-    params = model_state.trainable_params(spec, job) / (p.tp * p.pp)
-    if frameworks.STAGE[job.shard] >= 1:
-        params /= p.dp
+    if job.offload in ("optimizer", "params"):
+        return 0.0  # the step runs on the host's CPU Adam (train.py says so)
+    if job.ep > 1:
+        params = model_state.ep_card_params(spec, job, "optimizer")
+    else:
+        params = model_state.trainable_params(spec, job) / (p.tp * p.pp)
+        if frameworks.STAGE[job.shard] >= 1:
+            params /= p.dp
     states = {"adamw": 2, "adamw8bit": 2, "sgd": 1, "adafactor": 0}.get(job.optimizer, 2)
     state_elem = 1 if job.optimizer == "adamw8bit" else lay.state_elem
     per = (2 * lay.param + lay.grad + 2 * states * state_elem

@@ -30,7 +30,7 @@ least L/pp times smaller than TP traffic.
 
 from __future__ import annotations
 
-from nodeledger.ledger import comm, frameworks, model_state
+from nodeledger.ledger import comm, model_state
 from nodeledger.ledger.jobs import LoadJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -68,12 +68,8 @@ def traffic(spec: ModelSpec, job, machine: MachineProfile, machines: int) -> dic
     tp_b = comm.tp_bytes_per_token(spec.hidden_size, -(-spec.num_layers // pp), tp, 2, training)
     dp_b = dp_step = 0.0
     if training and dp > 1:
-        trainable = model_state.trainable_params(spec, job)
-        grad_elem = frameworks.layout(job).reduce_elem
-        grads = trainable * grad_elem / (tp * pp)
-        params = spec.params_total() * 2 / (tp * pp)  # gathered in bf16 (frozen base too)
         tokens_per_step = job.micro_batch * job.seq * job.grad_accum
-        dp_step = comm.dp_bytes_per_step(grads, params, dp, job.shard, job.grad_accum)
+        dp_step = model_state.dp_sync_bytes_per_step(spec, job)
         dp_b = dp_step / tokens_per_step
     per_machine = max(1, len(machine.accelerators))
     crosses_tp = machines > 1 and tp > per_machine

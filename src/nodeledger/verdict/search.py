@@ -84,7 +84,7 @@ def _state_exceeds(spec: ModelSpec, cand: TrainJob, capacity: int | None) -> boo
     """The model state alone (the framework layout's bytes per parameter / tp / pp) is more
     than a card: the layout cannot fit whatever the activations (a bound; the ledger is not
     asked)."""
-    if capacity is None or cand.is_lora:
+    if capacity is None or cand.is_lora or cand.ep > 1:  # experts split by ep: the ledger decides
         return False
     lay = frameworks.layout(cand)
     per = lay.state_bytes_per_param(frameworks.STAGE[cand.shard], cand.parallel.dp)
@@ -143,7 +143,11 @@ def search_train(
         p = cand.parallel
         opts = (f"--tp {p.tp}" + (f" --pp {p.pp}" if p.pp > 1 else "") + f" --dp {p.dp} --shard {cand.shard} "
                 f"--micro-batch {cand.micro_batch} --checkpointing {cand.checkpointing} "
-                f"--optimizer-impl {cand.optimizer_impl} --precision {cand.precision} (framework {cand.framework})")  # fmt: skip
+                f"--optimizer-impl {cand.optimizer_impl} --precision {cand.precision}"
+                + (f" --ep {cand.ep}" if cand.ep > 1 else "")
+                + (f" --virtual-pipeline {cand.virtual_pipeline}" if cand.virtual_pipeline > 1 else "")
+                + (" --fp8" if cand.fp8 else "") + (" --fused-kernels" if cand.fused_kernels else "")
+                + f" (framework {cand.framework})")  # fmt: skip
         card = max(c.total_bytes for c in lg.cards)
         lay = Layout(opts, v.tier, score, card, lg.host.peak_bytes, f"{score[0]:,} tokens per step")
         (found if v.tier == "fits" else tight).append(lay)
