@@ -34,9 +34,21 @@ def test_a_measured_4096_gemm_is_read_back_as_measured_then_without_dispatch(h20
         assert h200.gemm_s(m, 4096, 4096) == pytest.approx(s - h200.dispatch_s)
     # between two measured M the time lies between theirs
     assert big[0][1] < h200.gemm_s(1500, 4096, 4096, graphs=False) < big[1][1]
-    # an unmeasured shape: the nearest measured one by N x K, scaled by N x K
-    near = h200.gemm_s(4096, 4096, 4096, graphs=False) * (4200 * 4096) / (4096 * 4096)
-    assert h200.gemm_s(4096, 4200, 4096, graphs=False) == pytest.approx(near)
+    # an unmeasured shape: at the rate of the two measured shapes that bracket its N x K
+    # (each call less its one dispatch), log-interpolated; the call adds one dispatch back
+    import math
+
+    r1 = 2 * 4096**3 / h200.gemm_s(4096, 4096, 4096)
+    r2 = 2 * 4096 * 6144 * 4096 / h200.gemm_s(4096, 6144, 4096)
+    w = math.log(4200 / 4096) / math.log(6144 / 4096)
+    want = 2 * 4096 * 4200 * 4096 / math.exp((1 - w) * math.log(r1) + w * math.log(r2))
+    assert h200.gemm_s(4096, 4200, 4096) == pytest.approx(want)
+    assert h200.gemm_s(4096, 4200, 4096, graphs=False) == pytest.approx(want + h200.dispatch_s)
+    # a shape far smaller than its nearest measured one keeps the nearest's rate, not more
+    # (the dispatch is not scaled down with it)
+    small = h200.gemm_s(1024, 2560, 8192)
+    rate = 2 * 1024 * 2560 * 8192 / small / 1e12
+    assert rate <= h200.peak_tflops * 1.07
 
 
 def test_the_table_states_its_streaming_bandwidth_and_dispatch(h200):

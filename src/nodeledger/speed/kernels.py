@@ -125,18 +125,54 @@ class KernelTable:
     def gemm_s(self, m: float, n: int, k: int, dtype: str = "bf16", graphs: bool = True) -> float:
         """Seconds of one (m x k) @ (k x n) product; ``graphs``: inside a graph replay (no
         per-call dispatch).  KeyError when the table has no GEMM of that dtype."""
-        table = self.gemm[dtype]
         m = max(1.0, float(m))
-        key, scale = self._nearest(dtype, n, k)
-        t = _interp_loglog(table[key], m) * scale
-        if graphs:
-            floor = (n * k + m * k + m * n) * 2 / ((self.stream_gbps or 1e3) * 1e9)
-            t = max(t - self.dispatch_s, floor)
-        return t
+        bw = (self.stream_gbps or 1e3) * 1e9
+        # the measured call = one dispatch + the kernel: a shape the table lacks runs at the
+        # rate its measured neighbours' kernels reach at this M (the dispatch taken off each
+        # first: it does not grow with n x k), log-interpolated in n x k between the two that
+        # bracket it, or the nearest one's beyond the table; never faster than its bytes at
+        # the streaming rate.  Outside a graph the call's one dispatch is added back.
+        log_rate = 0.0
+        for (kn, kk), w in self._bracket(dtype, n, k):
+            kernel = max(_interp_loglog(self.gemm[dtype][(kn, kk)], m) - self.dispatch_s,
+                         (kn * kk + m * kk + m * kn) * 2 / bw)  # fmt: skip
+            log_rate += w * math.log(2 * m * kn * kk / kernel)
+        t = max(2 * m * n * k / math.exp(log_rate), (n * k + m * k + m * n) * 2 / bw)
+        return t if graphs else t + self.dispatch_s
 
     @cached_property
     def _near_memo(self) -> dict:
         return {}
+
+    def _bracket(self, dtype: str, n: int, k: int) -> tuple[tuple[tuple[int, int], float], ...]:
+        """The measured shapes a GEMM of (n, k) is read from, with their log weights: itself;
+        else the nearest smaller and larger weight (n x k) the table has, weighted by where
+        n x k lies between them on a log scale; else (beyond the table) the nearest one
+        (memoised per table)."""
+        memo = self._near_memo
+        hit = memo.get(("bracket", dtype, n, k))
+        if hit is None:
+            table = self.gemm[dtype]
+            if (n, k) in table:
+                hit = (((n, k), 1.0),)
+            else:
+                size = n * k
+                below = [nk for nk in table if nk[0] * nk[1] <= size]
+                above = [nk for nk in table if nk[0] * nk[1] > size]
+                if below and above:
+                    lo = max(
+                        below, key=lambda nk: (nk[0] * nk[1], -abs(math.log(nk[0] / max(n, 1))))
+                    )
+                    hi = min(
+                        above, key=lambda nk: (nk[0] * nk[1], abs(math.log(nk[0] / max(n, 1))))
+                    )
+                    a, b = math.log(lo[0] * lo[1]), math.log(hi[0] * hi[1])
+                    w = 0.0 if b - a < 1e-12 else (math.log(size) - a) / (b - a)
+                    hit = ((lo, 1.0 - w), (hi, w))
+                else:
+                    hit = ((self._nearest(dtype, n, k)[0], 1.0),)
+            memo[("bracket", dtype, n, k)] = hit
+        return hit
 
     def _nearest(self, dtype: str, n: int, k: int) -> tuple[tuple[int, int], float]:
         """The measured shape read for (n, k): itself, else the nearest by weight size, with
