@@ -12,6 +12,7 @@ and sums the phases.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import ceil
 
@@ -335,18 +336,27 @@ def _quant_linear_delta(
     return total, f" {'+' if total > 0 else '-'} {why} ({abs(total) / MiB:,.0f} MiB)"
 
 
-def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
-    """(job, settings): the serve job with the engine's defaults for this release and card
-    filled in (ledger/engines.py ``resolve_serve_job``); idempotent."""
-    if job.engine == "hf":
-        return job, {}
+def _resolve_hf(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None):
+    return job, {}
+
+
+def _resolve_sglang(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None):
     capacity = card_capacity(machine, job.parallel.tp * job.parallel.pp * job.replicas)
-    if job.engine == "sglang":
-        mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
-        return eng.resolve_sglang(job, capacity, mla)
+    mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
+    return eng.resolve_sglang(job, capacity, mla)
+
+
+def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None):
+    capacity = card_capacity(machine, job.parallel.tp * job.parallel.pp * job.replicas)
     total, _ = _runtime_total(machine, capacity)
     rocm = bool(machine.accelerators) and machine.accelerators[0].vendor in ("amd", "hygon")
     return eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm)
+
+
+def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
+    """(job, settings): the serve job with the engine's defaults for this release and card
+    filled in (ledger/engines.py ``resolve_serve_job``); idempotent."""
+    return SERVE_ENGINES[job.engine].resolve(job, machine, spec)
 
 
 def serve_ledger(
@@ -372,11 +382,8 @@ def serve_ledger(
     scheme = _serve_scheme(spec, job.dtype)
     wb = weight_bytes(spec, scheme)
     checkpoint_bytes = wb.total_bytes
-    if job.engine == "vllm":
-        weights_bytes, weights_note = vllm_weights_as_loaded(spec, job, machine, scheme, wb, dims)
-    else:
-        weights_bytes, weights_note = weights_share_bytes(spec, wb, tp, pp)
-        weights_note = weights_note if pp > 1 else ""
+    engine = SERVE_ENGINES[job.engine]
+    weights_bytes, weights_note = engine.weights(spec, job, machine, scheme, wb, dims)
     kv_dtype_bytes = kv.KV_DTYPE_BYTES[job.kv_dtype]
     kv_split = kv.kv_split_across_tp(spec, tp) * pp
     if job.dp_attention:
@@ -393,28 +400,12 @@ def serve_ledger(
     notes: list[str] = [engine_settings["assumed"]] if engine_settings.get("assumed") else []
     extras: dict = {}
     cards = list(range(cards_per_replica * job.replicas))
-    if job.engine == "hf":
-        if job.concurrency is None:
-            notes.append(
-                "--engine hf with concurrency 'max': card memory unknown, shown for 1 sequence"
-            )
-        card = _hf_card(
-            spec, job, dims, scheme, weights_bytes, kv_dtype_bytes, kv_split, capacity,
-            communicators, cards, defaults, weights_how=weights_note,
-        )  # fmt: skip
-    elif job.engine == "sglang":
-        card, extras = _sglang_card(
-            spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
-            cards, defaults, machine, weights_how=weights_note,
-        )  # fmt: skip
-        notes.extend(extras.pop("notes", []))
-        extras["engine"]["settings"] = engine_settings
-    else:
-        card, extras = _vllm_card(
-            spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
-            cards, defaults, machine, weights_note,
-        )  # fmt: skip
-        notes.extend(extras.pop("notes", []))
+    card, extras = engine.card(
+        spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes, capacity,
+        communicators, cards, defaults, machine, weights_note,
+    )  # fmt: skip
+    notes.extend(extras.pop("notes", []))
+    if "engine" in extras:
         extras["engine"]["settings"] = engine_settings
     host_items = _process_items(cards_per_replica * job.replicas)
     host_items.append(
@@ -425,9 +416,79 @@ def serve_ledger(
             reclaimable=True,
         )
     )
-    if job.engine == "hf" and (note := eager_only_note(spec, job.attention)):
+    if engine.runs_transformers and (note := eager_only_note(spec, job.attention)):
         notes.append(note)
     return Ledger("serve", [card], _host(host_items, machine), notes, extras)
+
+
+def _share_weights(spec, job, machine, scheme, wb, dims) -> tuple[int, str]:
+    """Weights / (tp x pp) per card, the largest pipeline stage's (weights_share_bytes)."""
+    weights_bytes, note = weights_share_bytes(spec, wb, job.parallel.tp, job.parallel.pp)
+    return weights_bytes, note if job.parallel.pp > 1 else ""
+
+
+def _hf_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes, capacity,
+                    communicators, cards, defaults, machine, weights_how):  # fmt: skip
+    notes = []
+    if job.concurrency is None:
+        notes.append(
+            "--engine hf with concurrency 'max': card memory unknown, shown for 1 sequence"
+        )
+    card = _hf_card(
+        spec, job, dims, scheme, weights_bytes, kv_dtype_bytes, kv_split, capacity,
+        communicators, cards, defaults, weights_how=weights_how,
+    )  # fmt: skip
+    return card, {"notes": notes}
+
+
+def _sglang_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes,
+                        capacity, communicators, cards, defaults, machine, weights_how):  # fmt: skip
+    return _sglang_card(
+        spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
+        cards, defaults, machine, weights_how=weights_how,
+    )  # fmt: skip
+
+
+def _vllm_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes,
+                      capacity, communicators, cards, defaults, machine, weights_how):  # fmt: skip
+    return _vllm_card(
+        spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
+        cards, defaults, machine, weights_how,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServeEngineLedger:
+    """One serving engine's memory side, registered by name: how its defaults are resolved for
+    the release and card, how its weights land on a card, the card ledger it builds, and whether
+    it runs transformers' own modules (whose attention path the eager-only note names), whether
+    it preallocates its KV pool at start-up (the pool, not the card, then bounds concurrency)."""
+
+    name: str
+    resolve: Callable
+    weights: Callable
+    card: Callable
+    runs_transformers: bool = False
+    preallocates_pool: bool = False
+    pool_criterion: str = ""  # what bounds the sequences the pool holds, beyond their KV
+
+
+SERVE_ENGINES: dict[str, ServeEngineLedger] = {
+    "hf": ServeEngineLedger(
+        "hf", _resolve_hf, _share_weights, _hf_engine_card, runs_transformers=True
+    ),
+    "vllm": ServeEngineLedger(
+        "vllm",
+        _resolve_vllm,
+        vllm_weights_as_loaded,
+        _vllm_engine_card,
+        preallocates_pool=True,
+        pool_criterion=" (whole blocks per KV group; max_num_seqs caps concurrency)",
+    ),
+    "sglang": ServeEngineLedger(
+        "sglang", _resolve_sglang, _share_weights, _sglang_engine_card, preallocates_pool=True
+    ),
+}
 
 
 def eager_only_note(spec: ModelSpec, requested: str) -> str | None:

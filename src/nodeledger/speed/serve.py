@@ -40,6 +40,14 @@ from nodeledger.speed import terms as T
 from nodeledger.speed import work as W
 
 
+def _static(job: ServeJob) -> bool:
+    """Whether the job's engine runs static batches (transformers' generate(): the prompts
+    prefill once, then the batch decodes together), as its speed plug-in declares."""
+    from nodeledger.speed.engines import engine_speed
+
+    return engine_speed(job.engine, job.engine_version).policy == "static"
+
+
 def _fig(f) -> dict:
     return {"value": f.value, "unit": f.unit, "source": f.source}
 
@@ -115,7 +123,7 @@ def step(spec: ModelSpec, job: ServeJob, fig: dict, batch: float, input_len: int
     if dec["seconds"] is None or pre["seconds"] is None:
         out.update(seconds=None, binding=None, prefill_s=None)
         return out
-    if job.engine == "hf":  # static batch: the prompts prefill once, before the decode steps
+    if _static(job):  # static batch: the prompts prefill once, before the decode steps
         terms = {"memory bandwidth": dec["memory_s"], "compute": dec["compute_s"],
                  "card links": dec["card_links_s"]}  # fmt: skip
         out.update(seconds=dec["seconds"], prefill_s=0.0, binding=max(terms, key=terms.get))
@@ -216,7 +224,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
         (hf) = batch x output / (the batch's prefill + output x step)."""
         if st["seconds"] is None:
             return None
-        if job.engine != "hf":
+        if not _static(job):
             return batch / st["seconds"]
         pre = ttft(spec, job, fig, input_len, batch)["seconds"]
         return None if pre is None else batch * output_len / (pre + output_len * st["seconds"])

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.ledger.build import (
+    SERVE_ENGINES,
     Ledger,
     card_capacity,
     load_ledger,
@@ -223,19 +224,15 @@ def largest_serving(spec: ModelSpec, job: ServeJob, machine: MachineProfile) -> 
         out.update(max_concurrency_at_context=None, max_context_at_concurrency=None,
                    criterion="card memory unknown")  # fmt: skip
         return out
-    if job.engine in ("vllm", "sglang"):
+    engine = SERVE_ENGINES[job.engine]
+    if engine.preallocates_pool:
         lg = ledger_for(spec, dataclasses.replace(job, concurrency=1), machine)
         pool_tokens = lg.extras.get("kv_pool_tokens") or 0
         name = ENGINE_NAMES[job.engine]
         out.update(
             max_concurrency_at_context=lg.extras.get("max_concurrency") or 0,
             max_context_at_concurrency=min(cap_ctx, pool_tokens // b),
-            criterion=f"sequences whose KV fits {name}'s preallocated pool"
-            + (
-                " (whole blocks per KV group; max_num_seqs caps concurrency)"
-                if job.engine == "vllm"
-                else ""
-            ),
+            criterion=f"sequences whose KV fits {name}'s preallocated pool" + engine.pool_criterion,
         )
         return out
     conc = _largest(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from nodeledger.errors import InputError
 from nodeledger.ledger import frameworks
-from nodeledger.ledger.build import card_capacity
+from nodeledger.ledger.build import SERVE_ENGINES, card_capacity
 from nodeledger.ledger.jobs import FRAMEWORK_SHARDS, Parallel, ServeJob, TrainJob, default_framework
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -174,9 +174,9 @@ def search_serve(
                 )
                 if per_replica < 1:
                     continue
-                if (
-                    cand.engine == "hf"
-                ):  # keep the card in the "fits" tier (<= 90 %), not at the edge
+                if not SERVE_ENGINES[cand.engine].preallocates_pool:
+                    # a pool that grows with the batch: keep the card in the "fits" tier
+                    # (<= 90 %), not at the edge
                     per_replica = _largest(
                         lambda n, c=cand: _tier(spec, c, n, machine) == "fits", 1, per_replica
                     )
