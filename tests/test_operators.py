@@ -181,3 +181,12 @@ def test_routers_and_mla_down_projections_stay_whole_under_tp():
     assert router.n == spec.moe.num_experts  # 256 experts' logits on every rank
     q_b = next(g for g in O.gemms(spec, 8) if "q_b_proj" in g.name)
     assert q_b.n == 128 * 192 // 8  # column-parallel as before
+
+
+def test_an_fp8_gemv_reads_one_byte_per_weight(h200):
+    """At one row an fp8 GEMM streams its e4m3 weights: 1 B each, half the bf16 bytes, so it
+    is bound near half the bf16 GEMV's time (the bytes floor counts the operands' own width)."""
+    fp8 = h200.gemm_s(1, 8192, 8192, "fp8")
+    bf16 = h200.gemm_s(1, 8192, 8192, "bf16")
+    assert fp8 == pytest.approx(8192 * 8192 / (h200.stream_gbps * 1e9), rel=0.05)
+    assert 0.4 < fp8 / bf16 < 0.6

@@ -81,6 +81,21 @@ def _first(spec: ModelSpec, part: str, suffixes) -> tuple[int, int] | None:
 
 
 def dims_of(spec: ModelSpec) -> Dims:
+    """The dimensions the activation formulas read, derived once per spec (remembered until
+    its tensors, attention layers or scalar fields change: a search asks thousands of times)."""
+    key = (id(spec.tensors), len(spec.tensors), id(spec.attention), len(spec.attention),
+           id(spec.moe), spec.hidden_size, spec.num_layers, spec.num_attention_heads,
+           spec.vocab_size, spec.family, spec.activation, spec.attention_dropout,
+           spec.hidden_dropout, spec.sdpa_supported)  # fmt: skip
+    memo = spec.__dict__.get("_dims_memo")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    d = _dims_of(spec)
+    spec.__dict__["_dims_memo"] = (key, d)
+    return d
+
+
+def _dims_of(spec: ModelSpec) -> Dims:
     a0 = next((a for a in spec.attention if a.kind != "linear"), spec.attention[0])
     mla = a0.kind == "mla"
     heads = spec.num_attention_heads

@@ -147,10 +147,20 @@ def tensor_bytes(t: TensorGroup, scheme: Scheme) -> int:
 
 
 def weight_bytes(spec: ModelSpec, scheme: Scheme) -> WeightBytes:
+    """Bytes of every tensor under ``scheme``, by part; remembered per spec and scheme until
+    the spec's tensors change (a layout search asks for the same figure thousands of times)."""
+    memo = spec.__dict__.setdefault("_weight_bytes_memo", {})
+    key = (scheme, id(spec.tensors), len(spec.tensors))
+    hit = memo.get(key)
+    if hit is not None:
+        return WeightBytes(hit.scheme, hit.total_bytes, dict(hit.by_part_bytes))
     by_part = dict.fromkeys(PARTS, 0)
     for t in spec.tensors:
         by_part[t.part] += tensor_bytes(t, scheme)
-    return WeightBytes(scheme, sum(by_part.values()), by_part)
+    if len(memo) > 64:
+        memo.clear()
+    memo[key] = out = WeightBytes(scheme, sum(by_part.values()), by_part)
+    return WeightBytes(out.scheme, out.total_bytes, dict(out.by_part_bytes))
 
 
 def _strip_model(patterns: list[str] | None) -> tuple[str, ...]:

@@ -127,6 +127,9 @@ class KernelTable:
         per-call dispatch).  KeyError when the table has no GEMM of that dtype."""
         m = max(1.0, float(m))
         bw = (self.stream_gbps or 1e3) * 1e9
+        # bytes per element of the operands the kernel reads (fp8: e4m3 weights and inputs,
+        # 1 B) and of the bf16 output it writes
+        eb = 1.0 if dtype == "fp8" else 2.0
         # the measured call = one dispatch + the kernel: a shape the table lacks runs at the
         # rate its measured neighbours' kernels reach at this M (the dispatch taken off each
         # first: it does not grow with n x k), log-interpolated in n x k between the two that
@@ -135,9 +138,9 @@ class KernelTable:
         log_rate = 0.0
         for (kn, kk), w in self._bracket(dtype, n, k):
             kernel = max(_interp_loglog(self.gemm[dtype][(kn, kk)], m) - self.dispatch_s,
-                         (kn * kk + m * kk + m * kn) * 2 / bw)  # fmt: skip
+                         ((kn * kk + m * kk) * eb + m * kn * 2) / bw)  # fmt: skip
             log_rate += w * math.log(2 * m * kn * kk / kernel)
-        t = max(2 * m * n * k / math.exp(log_rate), (n * k + m * k + m * n) * 2 / bw)
+        t = max(2 * m * n * k / math.exp(log_rate), ((n * k + m * k) * eb + m * n * 2) / bw)
         return t if graphs else t + self.dispatch_s
 
     @cached_property
