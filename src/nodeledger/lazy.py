@@ -20,3 +20,17 @@ def attr_loader(package: str, where: dict[str, str]):
         return value
 
     return __getattr__
+
+
+class LazyModule:
+    """A module imported when one of its names is first read: a vendor's parsers cost nothing
+    on a machine whose probe never finds that vendor's tool."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._mod = None
+
+    def __getattr__(self, attr: str):
+        if self._mod is None:
+            self._mod = importlib.import_module(self._name)
+        return getattr(self._mod, attr)

@@ -509,30 +509,52 @@ def inference_attention_transient_bytes(
     return SCORE_BYTES[backend] * elements + extra
 
 
-def inference_layer_transient_bytes(d: Dims, tokens: int) -> int:
+def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = True) -> int:
     """No-grad forward of one layer, the widest moment (bytes beyond weights and KV cache).
 
     Gated MLP (SwiGLU/GeGLU, one-kernel activations): act(gate(x)), up(x) and their product
-    coexist (3 x 2I per token) beside the residual stream, its normed copy and the layer output
-    (3 x 2h): 6h + 6I.  Classic MLP: fc1 out and the activation output (2 x 2I) + 8h; tanh-GELU
+    coexist (3 x 2I per token) beside four h-wide tensors (4 x 2h): the model's input embeddings
+    (a local name of the model's forward, alive through its loop over the layers), the layer's
+    input (the loop variable, alive until the layer returns), the post-attention residual and
+    its normed copy: 8h + 6I (the first layer's input is the embeddings themselves: 6h there;
+    benchmarks/accuracy/oplog.py on a two-layer TinyLlama at 64 x 256 tokens: the second
+    layer's MLP moment holds 67.1 MB = one B x S x h bf16 tensor more than the first's, beside
+    its 16.8 MB of new KV).  Classic MLP: fc1 out and the activation output (2 x 2I) + 8h; tanh-GELU
     written as Python arithmetic (gelu_new, BLOOM's gelu) keeps fc1 out, 0.5*x, two chain
-    temporaries and the result (5 x 2I) + 4h.  MoE (grouped experts, transformers >= 5): per
-    routed (token, expert) pair the sorted input, gate_up (4I), act, product, expert output and
-    its weighted copy: k x (6h + 8I), plus fp32 router logits and probabilities (8E).  A router
-    whose top-k weights stay fp32 (DeepSeek-V2/V3, GLM-4.5) promotes the weighted copy and its
-    un-permuted copy to fp32 (integrations/moe.py: proj_out * sample_weights, then
-    [inv_perm]): 2 x 2h more per pair.
-    Measured against benchmarks/accuracy within 1-2 % for these families.
-    """
+    temporaries and the result (5 x 2I) + 4h.  MoE (grouped experts, transformers >= 5): the
+    widest of two moments per routed (token, expert) pair — the activation (the sorted input
+    2h, gate_up 4I, act 2I, product 2I: 2h + 8I) or, once those are freed, the un-permute (the
+    sorted input, the expert output, its weighted copy and the un-permuted copy: 8h) — plus
+    fp32 router logits and probabilities (8E) and 8h per token the block holds through its
+    experts (measured: Qwen3-30B-A3B and Mixtral prefill peaks, where the residual stream, the
+    normed input and the block's output buffers stay alive), 2h more for a shared expert's
+    output (ERNIE-4.5: the peak at the un-permute, oplog).  A router whose top-k weights stay
+    fp32 (DeepSeek-V2/V3, GLM-4.5) promotes the weighted and un-permuted copies to fp32
+    (integrations/moe.py: proj_out * sample_weights, then [inv_perm]): 4h more per pair.
+    Measured against benchmarks/accuracy within 0.3 % for these families (ERNIE-4.5 +2.1 %
+    when every pair's activation and output were counted together).
+
+    ``transformers`` False: a serving engine's own model code (vLLM, SGLang: their profile
+    run), whose loop holds no input embeddings and whose fused MoE kernels keep no per-pair
+    copies of this kind: 6h + 6I for a gated MLP and k x (6h + 8I) (+ 4h for an fp32 router)
+    per routed pair, the sums their start-up logs were checked against
+    (benchmarks/engines/compare.py)."""
     moe = 0
     if d.moe_layers:
-        pair = 6 * d.hidden + 8 * d.moe_intermediate + (4 * d.hidden if d.router_fp32 else 0)
-        moe = tokens * (d.top_k * pair + 8 * d.experts)
+        fp32 = 4 * d.hidden if d.router_fp32 else 0
+        if transformers:
+            act = 2 * d.hidden + 8 * d.moe_intermediate
+            out = 8 * d.hidden + fp32
+            base = 8 * d.hidden + (2 * d.hidden if d.shared_intermediate else 0)
+            moe = tokens * (base + d.top_k * max(act, out) + 8 * d.experts)
+        else:
+            pair = 6 * d.hidden + 8 * d.moe_intermediate + fp32
+            moe = tokens * (d.top_k * pair + 8 * d.experts)
         if not d.intermediate:
             return moe
     inter = d.intermediate or d.moe_intermediate
     if d.gated:
-        dense = tokens * (6 * d.hidden + 6 * inter)
+        dense = tokens * ((8 if transformers else 6) * d.hidden + 6 * inter)
     elif d.activation in PY_TANH_GELU:
         dense = tokens * (4 * d.hidden + 10 * inter)
     else:

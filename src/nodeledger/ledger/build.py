@@ -647,7 +647,7 @@ def _vllm_card(
     if budget is None:
         notes.append("card memory unknown: vLLM's KV pool cannot be sized")
     mnbt, seqs = job.max_num_batched_tokens, job.max_num_seqs
-    forward_bytes = ceil(act.inference_layer_transient_bytes(dims, mnbt) / tp)
+    forward_bytes = ceil(act.inference_layer_transient_bytes(dims, mnbt, transformers=False) / tp)
     rows = eng.sampler_rows(fam, seqs, mnbt)
     hybrid_or_moe = bool(dims.moe_layers) or any(a.kind != "full" for a in spec.attention)
     beta, triton, sampler_src = eng.sampler_model(
@@ -829,7 +829,7 @@ def _sglang_card(
     )
     tokens = None if pool is None or cell <= 0 else max(0, int(pool // cell))
     chunk = job.max_num_batched_tokens
-    forward = ceil(act.inference_layer_transient_bytes(dims, chunk) / tp)
+    forward = ceil(act.inference_layer_transient_bytes(dims, chunk, transformers=False) / tp)
     _chunk_tier, max_bs = eng.sglang_tier(capacity, tp) if capacity else (chunk, 256)
     graphs = (
         eng.cuda_graph_bytes(len(eng.sglang_decode_graph_sizes(max_bs)), dims.layers)

@@ -8,11 +8,12 @@ processes; ``topo -m`` for links, NUMA affinity and the NIC rows."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nodeledger.errors import InputError
-from nodeledger.machine.parsers import nvidia_smi, nvidia_topo
+from nodeledger.lazy import LazyModule
 from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.nvidia_query import APPS, HEALTH, QUERY, QUERY_BASE, parse_query_csv
-from nodeledger.machine.parsers.nvidia_topo import TopoNic
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
@@ -22,6 +23,13 @@ from nodeledger.machine.profile import (
     LinkKind,
     LinkPair,
 )
+
+if TYPE_CHECKING:
+    from nodeledger.machine.parsers.nvidia_topo import TopoNic
+
+# the NVIDIA tool parsers (XML among them) load only where an NVIDIA tool answered
+nvidia_smi = LazyModule("nodeledger.machine.parsers.nvidia_smi")
+nvidia_topo = LazyModule("nodeledger.machine.parsers.nvidia_topo")
 
 
 def _processes_from_apps(r: Runner, cards: list[Accelerator], notes: list[str]) -> None:

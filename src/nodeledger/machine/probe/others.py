@@ -13,10 +13,14 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from nodeledger.errors import InputError
-from nodeledger.machine.parsers import amd_smi, npu_smi
+from nodeledger.lazy import LazyModule
 from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
+
+# the AMD / Hygon and Ascend tool parsers load only where such a tool answered
+amd_smi = LazyModule("nodeledger.machine.parsers.amd_smi")
+npu_smi = LazyModule("nodeledger.machine.parsers.npu_smi")
 
 
 def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
