@@ -194,7 +194,9 @@ def test_activation_terms():
     # input embeddings, the layer's input, the residual, its normed copy) beside the MLP's three
     assert act.inference_prefill_transient_bytes(d, 2, 100, "sdpa") == 200 * (8 * 4096 + 6 * 14336)
     # a serving engine's own model code holds no input embeddings: 6h + 6I
-    assert act.inference_layer_transient_bytes(d, 200, transformers=False) == 200 * 6 * (4096 + 14336)
+    assert act.inference_layer_transient_bytes(d, 200, transformers=False) == 200 * 6 * (
+        4096 + 14336
+    )
     # eager prefill of 1 x 1000: 10 B per score x 32 heads x 1000^2 + bf16 mask 2 x 1000^2
     # + 1000 x (6h + 4q) beside them; larger than the MLP moment 1000 x (6h + 6I)
     eager = 10 * 32 * 1000**2 + 2 * 1000**2 + 1000 * (6 * 4096 + 4 * 4096)
