@@ -441,54 +441,14 @@ def _hf_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_b
     return card, {"notes": notes}
 
 
-def _sglang_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes,
-                        capacity, communicators, cards, defaults, machine, weights_how):  # fmt: skip
-    return _sglang_card(
-        spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
-        cards, defaults, machine, weights_how=weights_how,
-    )  # fmt: skip
+def _engine_card(card_fn: Callable) -> Callable:
+    """An engine's own card ledger (``_vllm_card``, ``_sglang_card``: they size their pool from
+    the loaded weights, not from the weight scheme) behind the registry's one call signature."""
 
+    def card(spec, job, dims, scheme, *rest):
+        return card_fn(spec, job, dims, *rest)
 
-def _vllm_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes,
-                      capacity, communicators, cards, defaults, machine, weights_how):  # fmt: skip
-    return _vllm_card(
-        spec, job, dims, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators,
-        cards, defaults, machine, weights_how,
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ServeEngineLedger:
-    """One serving engine's memory side, registered by name: how its defaults are resolved for
-    the release and card, how its weights land on a card, the card ledger it builds, and whether
-    it runs transformers' own modules (whose attention path the eager-only note names), whether
-    it preallocates its KV pool at start-up (the pool, not the card, then bounds concurrency)."""
-
-    name: str
-    resolve: Callable
-    weights: Callable
-    card: Callable
-    runs_transformers: bool = False
-    preallocates_pool: bool = False
-    pool_criterion: str = ""  # what bounds the sequences the pool holds, beyond their KV
-
-
-SERVE_ENGINES: dict[str, ServeEngineLedger] = {
-    "hf": ServeEngineLedger(
-        "hf", _resolve_hf, _share_weights, _hf_engine_card, runs_transformers=True
-    ),
-    "vllm": ServeEngineLedger(
-        "vllm",
-        _resolve_vllm,
-        vllm_weights_as_loaded,
-        _vllm_engine_card,
-        preallocates_pool=True,
-        pool_criterion=" (whole blocks per KV group; max_num_seqs caps concurrency)",
-    ),
-    "sglang": ServeEngineLedger(
-        "sglang", _resolve_sglang, _share_weights, _sglang_engine_card, preallocates_pool=True
-    ),
-}
+    return card
 
 
 def eager_only_note(spec: ModelSpec, requested: str) -> str | None:
@@ -894,6 +854,44 @@ def _sglang_card(
 # -- train / lora ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ServeEngineLedger:
+    """One serving engine's memory side, registered by name: how its defaults are resolved for
+    the release and card, how its weights land on a card, the card ledger it builds, and whether
+    it runs transformers' own modules (whose attention path the eager-only note names), whether
+    it preallocates its KV pool at start-up (the pool, not the card, then bounds concurrency)."""
+
+    name: str
+    resolve: Callable
+    weights: Callable
+    card: Callable
+    runs_transformers: bool = False
+    preallocates_pool: bool = False
+    pool_criterion: str = ""  # what bounds the sequences the pool holds, beyond their KV
+
+
+SERVE_ENGINES: dict[str, ServeEngineLedger] = {
+    "hf": ServeEngineLedger(
+        "hf", _resolve_hf, _share_weights, _hf_engine_card, runs_transformers=True
+    ),
+    "vllm": ServeEngineLedger(
+        "vllm",
+        _resolve_vllm,
+        vllm_weights_as_loaded,
+        _engine_card(_vllm_card),
+        preallocates_pool=True,
+        pool_criterion=" (whole blocks per KV group; max_num_seqs caps concurrency)",
+    ),
+    "sglang": ServeEngineLedger(
+        "sglang",
+        _resolve_sglang,
+        _share_weights,
+        _engine_card(_sglang_card),
+        preallocates_pool=True,
+    ),
+}
+
+
 def check_lora_targets(spec: ModelSpec, job: TrainJob) -> None:
     """Raise JobError when a LoRA job's targets match no linear module of the model."""
     if job.is_lora and not model_state.lora_targets(spec, job):
@@ -1075,8 +1073,9 @@ def train_ledger(
                        else f"{spec.moe.num_experts} experts do not split over {job.ep} ranks"))  # fmt: skip
     check_parallel(spec, parallel.tp, parallel.pp, parallel.cards, machine)
     check_lora_targets(spec, job)
+    dims = dims_of(spec)
     if job.checkpointing == "selective_op":
-        why = act.op_sac_supported(dims_of(spec))
+        why = act.op_sac_supported(dims)
         if why is None and job.is_lora:
             why = "modelled for full training only (a frozen base saves other tensors)"
         if why is not None:
@@ -1085,7 +1084,6 @@ def train_ledger(
         raise JobError(f"--virtual-pipeline {job.virtual_pipeline}: {spec.num_layers} layers do "
                        f"not split into {parallel.pp} x {job.virtual_pipeline} equal model chunks "
                        "(Megatron requires it)")  # fmt: skip
-    dims = dims_of(spec)
     tokens = job.micro_batch * job.seq
     optimizer_offloaded = job.offload in ("optimizer", "params")
     params_offloaded = job.offload == "params"

@@ -61,8 +61,9 @@ def ep_card_params(spec: ModelSpec, job: TrainJob, what: str, dense: float | Non
     shards it) + the experts (default: all routed experts) / ep / pp / (tp x dp / ep where the
     stage shards it)."""
     p = job.parallel
-    ex = expert_params(spec) if experts is None else experts
-    de = spec.params_total() - expert_params(spec) if dense is None else dense
+    all_experts = expert_params(spec)
+    ex = all_experts if experts is None else experts
+    de = spec.params_total() - all_experts if dense is None else dense
     sharded = shard_factor(job, what) > 1
     edp = max(1, p.tp * p.dp // job.ep)
     return de / (p.tp * p.pp) / shard_factor(job, what) + ex / (job.ep * p.pp) / (

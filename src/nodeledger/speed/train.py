@@ -12,15 +12,15 @@
 2. The pipeline bubble (pp - 1) / (grad_accum x virtual_pipeline) of the compute (terms (6)).
 3. Tensor parallel: 4 all-reduces per layer and micro-batch of micro_batch x seq x hidden bf16
    (2 forward, 2 backward; Megatron-LM), on the critical path: exposed in full (terms (7)).
-4b. Expert parallel (--ep): 4 all-to-alls per MoE layer and micro-batch (dispatch and combine,
-   forward and backward) of the routed tokens' hidden states, exposed (no overlap modelled).
 4. Data parallel: the sync of one optimizer step (ledger/comm.py (4): DDP / ZeRO-1/2
    all-reduce the gradients; ZeRO-3 / FSDP all-gather the parameters twice and
    reduce-scatter the gradients) at the ring's bus bandwidth; it hides behind the backward
    (DDP, ZeRO-1/2: 2/3 of the compute) or the whole step (FSDP / ZeRO-3 prefetch); the rest
    is exposed (terms (7)).  Across machines the ring's bus bandwidth is the network's.
-5. step = micro-batches x (1 + bubble) + optimizer + TP + exposed DP; tokens/s per card = global tokens /
-   step / cards.
+4b. Expert parallel (--ep): 4 all-to-alls per MoE layer and micro-batch (dispatch and combine,
+   forward and backward) of the routed tokens' hidden states, exposed (no overlap modelled).
+5. step = micro-batches x (1 + bubble) + optimizer + TP + EP all-to-alls + exposed DP;
+   tokens/s per card = global tokens / step / cards.
 """
 
 from __future__ import annotations
