@@ -13,7 +13,7 @@ and sums the phases.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil
 
 from nodeledger.ledger import activations as act
@@ -350,7 +350,21 @@ def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None
     capacity = card_capacity(machine, job.parallel.tp * job.parallel.pp * job.replicas)
     total, _ = _runtime_total(machine, capacity)
     rocm = bool(machine.accelerators) and machine.accelerators[0].vendor in ("amd", "hygon")
-    return eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm)
+    job, settings = eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm)
+    if spec is not None:
+        # a hybrid (Mamba-2 / Gated DeltaNet beside attention): vLLM raises the attention block
+        # until one page holds one sequence's state of one such layer
+        tp = job.parallel.tp
+        split = kv.kv_split_across_tp(spec, tp) * job.parallel.pp
+        hyb = eng.vllm_hybrid_pages(spec, job.engine_version, job.block_size,
+                                    kv.KV_DTYPE_BYTES[job.kv_dtype], split, tp)  # fmt: skip
+        if hyb is not None and hyb.block_size > job.block_size:
+            settings = {**settings, "block_size": (
+                f"{hyb.block_size} tokens (raised from {job.block_size} so an attention page "
+                f"holds one sequence's state of one Mamba-style layer, {hyb.state_page_bytes:,} B "
+                f"per rank: {hyb.source})")}  # fmt: skip
+            job = replace(job, block_size=hyb.block_size)
+    return job, settings
 
 
 def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
@@ -648,13 +662,24 @@ def _vllm_card(
     available = vllm_kv_pool_bytes(budget, torch_fixed, charged + graph_charged)
     page = kv.paged_page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
     hybrid = fam.concurrency != "tokens"
+    pages = eng.vllm_hybrid_pages(spec, job.engine_version, job.block_size, kv_dtype_bytes,
+                                  kv_split, tp)  # fmt: skip
+    if eng.state_layers(spec) and pages is None:
+        notes.append(
+            f"{len(eng.state_layers(spec))} Mamba-2 / Gated DeltaNet layers: their per-sequence "
+            f"state is not in this ledger for vLLM {eng.vllm_version(job.engine_version)} "
+            f"(modelled from {eng.data()['vllm']['hybrid']['first']}, the hybrid KV manager read)"
+        )
     groups = (
-        eng.kv_groups(spec)
+        eng.kv_groups(spec, with_state=pages is not None)
         if hybrid
         else [eng.KvGroup("full", sum(1 for a in spec.attention if a.kind != "linear"), None)]
     )
     per_block_layers = groups[0].layers
-    per_token = page * per_block_layers * len(groups) / job.block_size
+    attn_groups = sum(1 for g in groups if g.kind != "state") or 1
+    state_groups = len(groups) - sum(1 for g in groups if g.kind != "state")
+    # bytes per token of the attention groups (the state groups hold a page per sequence)
+    per_token = page * per_block_layers * attn_groups / job.block_size
     extras: dict = {
         "engine": {
             "name": "vllm", "version": job.engine_version, "family": fam.id, "mirrors": fam.mirrors,
@@ -665,6 +690,7 @@ def _vllm_card(
             "non_torch_charged_bytes": charged, "cuda_graph_bytes": graph_bytes,
             "cuda_graphs_in_budget": fam.graphs == "estimated", "cuda_graphs": n_graphs,
             "kv_available_bytes": available, "kv_groups": len(groups),
+            "kv_state_groups": state_groups, "block_size": job.block_size,
         },
         "kv_pool_unclamped_bytes": available,
         "kv_bytes_per_token_per_card": round(per_token),
@@ -677,6 +703,12 @@ def _vllm_card(
         extras.update(kv_pool_bytes=kv_pool, kv_blocks=blocks, kv_pool_tokens=tokens,
                       max_concurrency_printed=conc, max_concurrency=min(seqs, int(conc)),
                       max_context_at_concurrency=tokens // (job.concurrency or 1))  # fmt: skip
+        if state_groups:
+            # the simulator schedules attention blocks: the state pages of the sequences that
+            # can run at once (max_num_seqs, or the pool at max_model_len) are set aside
+            held = state_groups * min(seqs, max(int(conc), 1))
+            extras["sim_pool_tokens"] = max(blocks - held, 0) // attn_groups * job.block_size
+            extras["kv_state_bytes_per_sequence"] = ceil(state_groups * page * per_block_layers)
     elif available is not None:
         extras["kv_pool_bytes"] = max(available, 0)
     items = [
@@ -693,6 +725,7 @@ def _vllm_card(
             Item("CUDA graph estimate (subtracted)", graph_charged, graph_src, torch=False)
         )
     per_seq = kv.paged_kv_bytes_per_sequence(per_token, job.context, job.block_size)
+    per_seq += state_groups * page * per_block_layers  # one state page per Mamba-style group
     kv_needed = ceil(per_seq * (job.concurrency or 0))
     if available is not None:
         items.append(Item(

@@ -25,6 +25,7 @@ from functools import lru_cache
 from importlib import resources
 from math import ceil
 
+from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger.jobs import JobError, ServeJob
 from nodeledger.units import GiB, KiB, MiB
 
@@ -454,28 +455,105 @@ def cuda_graph_bytes(graphs: int, layers: int, vendor: str = "nvidia") -> int:
 
 @dataclass(frozen=True)
 class KvGroup:
-    kind: str  # "full" or "sliding"
+    kind: str  # "full", "sliding", or "state" (Mamba-2 / Gated DeltaNet layers)
     layers: int
     window: int | None
 
 
-def kv_groups(spec) -> list[KvGroup]:
+def state_layers(spec) -> list:
+    """The layers vLLM keeps a Mamba-style state for (Mamba-2, Gated DeltaNet): one page per
+    sequence each (MambaSpec)."""
+    return [a for a in spec.attention if a.kind == "linear" and a.ssm in ("mamba2", "gdn")]
+
+
+def kv_groups(spec, with_state: bool = False) -> list[KvGroup]:
     """The KV groups vLLM V1's hybrid allocator forms (``kv_cache_utils``): layers with the
-    same spec share a group; with full and sliding layers together, groups hold
-    min(layers per kind) layers each (``_get_kv_cache_groups_uniform_page_size``)."""
+    same spec share a group; with several kinds together (full and sliding attention, or
+    attention and Mamba-style state layers when ``with_state``), groups hold min(layers per
+    kind) layers each (``_get_kv_cache_groups_uniform_page_size``)."""
     full = [a for a in spec.attention if a.kind in ("full", "mla")]
     slide = [a for a in spec.attention if a.kind == "sliding"]
-    if not slide or not full:
-        n = len(full) + len(slide)
-        return [
-            KvGroup(
-                "full" if full else "sliding", n, slide[0].window if slide and not full else None
+    state = state_layers(spec) if with_state else []
+    kinds = [(k, n, w) for k, n, w in (("full", len(full), None),
+                                       ("sliding", len(slide), slide[0].window if slide else None),
+                                       ("state", len(state), None)) if n]  # fmt: skip
+    if len(kinds) <= 1:
+        if not kinds:
+            return [KvGroup("full", 0, None)]
+        k, n, w = kinds[0]
+        return [KvGroup(k, n, w)]
+    size = min(n for _, n, _ in kinds)
+    return [KvGroup(k, size, w) for k, n, w in kinds for _ in range(ceil(n / size))]
+
+
+@dataclass(frozen=True)
+class HybridPages:
+    """A hybrid model's uniform page in vLLM V1 (``HybridAttentionMambaModelConfig``): the
+    attention block raised until one block of one attention layer holds one sequence's state of
+    one Mamba-style layer; the state page padded to it."""
+
+    block_size: int  # tokens per attention block after the raise
+    state_page_bytes: int  # one state layer, one sequence, one TP rank (before padding)
+    page_bytes: float  # the uniform page: block_size x attention bytes per token per layer
+    conv_dtype_bytes: int
+    ssm_dtype_bytes: int
+    source: str
+
+
+_DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
+
+
+def vllm_state_dtypes(spec, version: str | None) -> tuple[int, int, str]:
+    """(conv state bytes, SSM state bytes, how) per element as a vLLM release keeps a hybrid's
+    state (engines.toml ``[[vllm.ssm_cache_dtype]]``): both in the model dtype (bf16) unless a
+    release's per-model hook sets the SSM state's (Nemotron-H: the config's
+    mamba_ssm_cache_dtype, else the release's default)."""
+    v = parse_version(vllm_version(version))
+    for r in data()["vllm"]["ssm_cache_dtype"]:
+        if spec.family not in r["model_types"]:
+            continue
+        if parse_version(r["first"]) <= v and (
+            r.get("last") is None or v <= parse_version(r["last"])
+        ):
+            name = spec.ssm_cache_dtype or r["default"]
+            how = ("the config's mamba_ssm_cache_dtype" if spec.ssm_cache_dtype
+                   else f"the release's default for {spec.family}")  # fmt: skip
+            return (
+                2,
+                _DTYPE_BYTES.get(str(name).lower(), 2),
+                f"SSM state {name} ({how}; {r['source']})",
             )
-        ]
-    size = min(len(full), len(slide))
-    out = [KvGroup("full", size, None) for _ in range(ceil(len(full) / size))]
-    out += [KvGroup("sliding", size, slide[0].window) for _ in range(ceil(len(slide) / size))]
-    return out
+    return (
+        2,
+        2,
+        "conv and SSM state in the model dtype (mamba_cache_dtype / mamba_ssm_cache_dtype 'auto')",
+    )
+
+
+def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes: int,
+                      kv_split: float, tp: int) -> HybridPages | None:  # fmt: skip
+    """The release's hybrid page for a model with Mamba-2 / Gated DeltaNet layers beside
+    attention (None for any other model, or a release before engines.toml ``[vllm.hybrid]``
+    first): attention block = max(block_size, 16 x ceil(state page / (16 x attention bytes per
+    token per layer))); page = that block's bytes (``HybridAttentionMambaModelConfig
+    .verify_and_update_config``)."""
+    state = state_layers(spec)
+    if not state or not any(a.kind != "linear" for a in spec.attention):
+        return None
+    hy = data()["vllm"]["hybrid"]
+    if parse_version(vllm_version(version)) < parse_version(hy["first"]):
+        return None
+    conv_b, ssm_b, how = vllm_state_dtypes(spec, version)
+    pages = []
+    for a in state:
+        conv, ssm = kv.vllm_state_elements(a, tp)
+        pages.append(conv * conv_b + ssm * ssm_b)
+    state_page = max(pages)
+    per_token = kv.paged_page_bytes_per_layer(spec, 1, kv_dtype_bytes, kv_split)
+    aligned = 16 * ceil(state_page / (16 * per_token)) if per_token else block_size
+    block = max(block_size, aligned)
+    return HybridPages(block, state_page, per_token * block, conv_b, ssm_b,
+                       f"{hy['source']}; {how}")  # fmt: skip
 
 
 def num_blocks(available: int, page_bytes_per_layer: float, layers_per_block: int) -> int:
@@ -494,7 +572,9 @@ def blocks_per_request(
     len), block) + 1 (``SlidingWindowSpec``)."""
     total = 0
     for g in groups:
-        if g.kind == "sliding" and g.window:
+        if g.kind == "state":  # one state page per sequence (mamba_cache_mode "none")
+            total += 1
+        elif g.kind == "sliding" and g.window:
             total += -(-min(g.window - 1 + max_num_batched_tokens, max_model_len) // block) + 1
         else:
             total += -(-max_model_len // block)

@@ -135,6 +135,32 @@ def paged_page_bytes_per_layer(
     return elems * dtype_bytes * block_size / split
 
 
+def vllm_state_elements(layer: AttentionLayer, tp: int = 1) -> tuple[int, int]:
+    """(conv state, SSM / recurrent state) elements one sequence holds in one Mamba-2 or Gated
+    DeltaNet layer on one TP rank, as vLLM's MambaSpec sizes them
+    (``MambaStateShapeCalculator``, model_executor/layers/mamba/mamba_utils.py):
+      Mamba-2: conv (kernel - 1) x (intermediate + 2 x groups' x state) / tp, where groups' =
+               n_groups, or tp when n_groups does not divide over tp (replicated to the head
+               shards); SSM (heads / tp) x head_dim x state
+      GDN:     conv (kernel - 1) x (2 x key_dim + value_dim) / tp; recurrent (v_heads / tp) x
+               v_head_dim x k_head_dim
+    vLLM keeps kernel - 1 columns of the convolution (transformers' Mamba-2 cache keeps all
+    ``kernel``).  (0, 0) for a layer without a state (an MLP-only layer, softmax attention)."""
+    if layer.kind != "linear" or layer.ssm not in ("mamba2", "gdn") or not layer.conv_kernel:
+        return 0, 0
+    width = layer.conv_kernel - 1
+    if layer.ssm == "mamba2":
+        groups = layer.latent_dim or 1
+        if groups % tp:
+            groups = tp  # extra_groups_for_head_shards: tp - n_groups more
+        conv_dim = layer.kv_heads * layer.v_head_dim + 2 * groups * layer.k_head_dim
+        ssm = (layer.kv_heads // tp) * layer.v_head_dim * layer.k_head_dim
+    else:
+        conv_dim = layer.conv_state_elements // width
+        ssm = (layer.kv_heads // tp) * layer.v_head_dim * layer.k_head_dim
+    return (conv_dim // tp) * width, ssm
+
+
 def paged_kv_bytes_per_sequence(per_token: float, context_tokens: int, block_size: int) -> float:
     """vLLM allocates whole blocks: per_token x ceil(context / block) x block."""
     blocks_per_sequence = ceil(context_tokens / block_size)

@@ -437,6 +437,7 @@ def _qwen3_next(c: ConfigReader, family: str) -> ModelSpec:
                     v_head_dim=dv,
                     state_elements=nv * dk * dv,
                     conv_state_elements=conv_dim * (kernel - 1),
+                    conv_kernel=kernel,
                 )
             )
     return _spec(c, family, b, attention, tied, moe)
@@ -515,11 +516,13 @@ def _nemotron_h(c: ConfigReader, family: str) -> ModelSpec:
             attention.append(AttentionLayer(
                 "linear", kv_heads=m_heads, k_head_dim=state, v_head_dim=m_dim,
                 state_elements=m_heads * m_dim * state, conv_state_elements=conv_dim * kernel,
-                ssm="mamba2", chunk=c.int("chunk_size", default=128), latent_dim=groups))  # fmt: skip
+                ssm="mamba2", chunk=c.int("chunk_size", default=128), latent_dim=groups,
+                conv_kernel=kernel))  # fmt: skip
         else:  # an MLP-only layer: no token mixer, no cache
             attention.append(AttentionLayer("linear", ssm="none"))
     spec = _spec(c, family, b, attention, tied)
     spec.activation = c.str("mlp_hidden_act") or spec.activation
+    spec.ssm_cache_dtype = c.str("mamba_ssm_cache_dtype")
     return spec
 
 

@@ -89,6 +89,7 @@ class AttentionLayer:
     # with no token mixer at all, an MLP-only layer of a hybrid)
     ssm: str = ""
     chunk: int = 0  # linear: the chunk length of its chunked scan (Mamba-2 chunk_size)
+    conv_kernel: int = 0  # linear: the width of its short causal convolution (conv_kernel)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ class ModelSpec:
     notes: list[str] = field(default_factory=list)
     # Parameters in the checkpoint that transformers does not build (multi-token prediction).
     extra_checkpoint_tensors: list[TensorGroup] = field(default_factory=list)
+    # the config's mamba_ssm_cache_dtype (Nemotron-H): the dtype it asks engines to keep the
+    # SSM state in ("float32"); None when the config does not say
+    ssm_cache_dtype: str | None = None
 
     # -- parameter counts ------------------------------------------------------------
     def params_by_part(self) -> dict[str, int]:

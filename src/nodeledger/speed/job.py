@@ -17,7 +17,8 @@ KEYS = ("ttft_s", "tpot_s", "output_tokens_per_s", "requests_per_s", "step_s",
 def job_speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict | None = None,
               machines: int = 1, bench=None) -> dict:  # fmt: skip
     """``extras``: the ledger's extras (its ``largest`` entry caps serving concurrency, its
-    ``kv_pool_tokens`` is the engine's pool the simulator schedules in); ``bench``: a
+    ``kv_pool_tokens`` is the engine's pool the simulator schedules in, ``sim_pool_tokens`` its
+    attention blocks for a hybrid whose state pages are set aside); ``bench``: a
     speed.serving.BenchOptions for a serving job.  Every key of KEYS is present (None where it
     does not apply to the job or is unknown)."""
     d = _speed(spec, job, machine, extras or {}, machines, bench)
@@ -33,7 +34,8 @@ def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines
         largest = extras.get("largest") or {}
         most = largest.get("max_concurrency_at_context")  # vLLM: already capped at max_num_seqs
         d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines,
-                        pool_tokens=extras.get("kv_pool_tokens"), bench=bench)  # fmt: skip
+                        pool_tokens=extras.get("sim_pool_tokens", extras.get("kv_pool_tokens")),
+                        bench=bench)  # fmt: skip
         d["kind"] = "serve"
         return d
     if isinstance(job, TrainJob):

@@ -1,0 +1,141 @@
+"""vLLM's pool for hybrid models (Mamba-2 / Gated DeltaNet layers beside attention): the state
+page per sequence, the attention block raised to hold it, one page per sequence per state
+group — each figure derived by hand from the config and vLLM's arithmetic
+(HybridAttentionMambaModelConfig, MambaStateShapeCalculator, kv_cache_utils)."""
+
+from __future__ import annotations
+
+import dataclasses
+from math import ceil
+from pathlib import Path
+
+import pytest
+
+from nodeledger.ledger import engines as eng
+from nodeledger.ledger import kv_cache as kv
+from nodeledger.ledger.build import serve_ledger
+from nodeledger.ledger.jobs import Parallel, ServeJob
+from nodeledger.machine import resolve_machine
+from nodeledger.model import load_model
+
+HERE = Path(__file__).resolve().parent
+NEMOTRON = HERE / "fixtures" / "models" / "Nemotron-H-8B-Base-8K"
+QWEN3_NEXT = HERE.parents[1] / "shared" / "fixtures" / "models" / "Qwen3-Next-80B-A3B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def nemotron():
+    return load_model(str(NEMOTRON))[0]
+
+
+def test_mamba2_state_elements_by_hand(nemotron):
+    # Nemotron-H-8B: 128 heads x 64 head_dim, state 128, 8 groups, conv kernel 4
+    layer = eng.state_layers(nemotron)[0]
+    conv_dim = 128 * 64 + 2 * 8 * 128  # intermediate + 2 x groups x state = 10,240
+    assert kv.vllm_state_elements(layer, 1) == (3 * conv_dim, 128 * 64 * 128)
+    assert kv.vllm_state_elements(layer, 2) == (3 * conv_dim // 2, 64 * 64 * 128)
+    # one group over TP 2 does not divide: replicated to the head shards (tp groups)
+    one = dataclasses.replace(layer, latent_dim=1)
+    assert kv.vllm_state_elements(one, 2) == (3 * (128 * 64 + 2 * 2 * 128) // 2, 64 * 64 * 128)
+    assert kv.vllm_state_elements(one, 1) == (3 * (128 * 64 + 2 * 128), 128 * 64 * 128)
+
+
+def test_nemotron_block_raised_by_release(nemotron):
+    # attention: 8 KV heads x 128 x 2 (K, V) x 2 B = 4,096 B per token per layer
+    conv, ssm = 3 * 10_240, 128 * 64 * 128
+    # bf16 state (0.11: both 'auto'; 0.13-0.19: float16 default): 16 x ceil(2,158,592 / 65,536)
+    for version in ("0.11.0", "0.15.0"):
+        p = eng.vllm_hybrid_pages(nemotron, version, 16, 2, 1, 1)
+        assert p.state_page_bytes == conv * 2 + ssm * 2 == 2_158_592
+        assert p.block_size == 16 * ceil(2_158_592 / (16 * 4096)) == 528
+        assert p.page_bytes == 528 * 4096
+    # float32 SSM state from 0.20 (PR 39032): 16 x ceil(4,255,744 / 65,536) = 1,040
+    p = eng.vllm_hybrid_pages(nemotron, "0.33.0", 16, 2, 1, 1)
+    assert (p.ssm_dtype_bytes, p.block_size) == (4, 1040)
+    # the config's own mamba_ssm_cache_dtype wins over the release default
+    fp16 = dataclasses.replace(nemotron, ssm_cache_dtype="float16")
+    assert eng.vllm_hybrid_pages(fp16, "0.33.0", 16, 2, 1, 1).block_size == 528
+    # a larger block asked stays; releases before the hybrid manager read: not modelled
+    assert eng.vllm_hybrid_pages(nemotron, "0.15.0", 1024, 2, 1, 1).block_size == 1024
+    assert eng.vllm_hybrid_pages(nemotron, "0.10.1", 16, 2, 1, 1) is None
+
+
+def test_groups_and_concurrency(nemotron):
+    # 4 attention + 24 Mamba layers: groups of min(4, 24) = 4 layers, 1 attention + 6 state
+    groups = eng.kv_groups(nemotron, with_state=True)
+    assert [g.kind for g in groups] == ["full"] + ["state"] * 6
+    assert {g.layers for g in groups} == {4}
+    # a request of 8,192 tokens: ceil(8192 / 528) = 16 attention blocks + 6 state pages
+    assert eng.blocks_per_request(groups, 8192, 528, 8192) == 16 + 6
+    # without the state the old single group stands
+    assert [g.kind for g in eng.kv_groups(nemotron)] == ["full"]
+
+
+def test_ledger_counts_the_state(nemotron):
+    m = resolve_machine("hgx-h200")
+    job = ServeJob(engine="vllm", engine_version="0.15.0", context=8192, concurrency=1,
+                   parallel=Parallel(tp=1))  # fmt: skip
+    ex = serve_ledger(nemotron, job, m).extras
+    e = ex["engine"]
+    assert e["block_size"] == 528 and e["kv_state_groups"] == 6 and e["kv_groups"] == 7
+    page = 528 * 4096
+    blocks = ex["kv_blocks"]
+    assert blocks == int(e["kv_available_bytes"] // page // 4)
+    assert ex["max_concurrency_printed"] == pytest.approx(blocks / (16 + 6))
+    # each sequence holds 6 state pages of 4 layers
+    assert ex["kv_state_bytes_per_sequence"] == 6 * page * 4
+    # the simulator's pool: attention blocks once the running sequences' state pages are held
+    held = 6 * min(e["max_num_seqs"], int(ex["max_concurrency_printed"]))
+    assert ex["sim_pool_tokens"] == (blocks - held) * 528
+    # an older release: the state is not counted, and the ledger says so
+    old = serve_ledger(nemotron, dataclasses.replace(job, engine_version="0.10.1"), m)
+    assert (
+        "kv_state_groups" in old.extras["engine"] and old.extras["engine"]["kv_state_groups"] == 0
+    )
+    assert any("not in this ledger" in n for n in old.notes)
+
+
+@pytest.mark.skipif(not QWEN3_NEXT.is_dir(), reason="../shared fixtures absent")
+def test_qwen3_next_tp4_block():
+    spec = load_model(str(QWEN3_NEXT))[0]
+    # GDN: conv (2 x 16 x 128 + 32 x 128) / 4 x 3, recurrent 32 / 4 x 128 x 128, bf16
+    layer = eng.state_layers(spec)[0]
+    assert kv.vllm_state_elements(layer, 4) == (8192 // 4 * 3, 8 * 128 * 128)
+    split = kv.kv_split_across_tp(spec, 4)
+    p = eng.vllm_hybrid_pages(spec, "0.11.0", 16, 2, split, 4)
+    # attention: 2 KV heads over TP 4 -> one per rank: 2 x 256 x 2 B = 1,024 B per token
+    assert p.state_page_bytes == (2048 * 3 + 8 * 128 * 128) * 2 == 274_432
+    assert p.block_size == 16 * ceil(274_432 / (16 * 1024)) == 272
+    groups = eng.kv_groups(spec, with_state=True)
+    assert [g.kind for g in groups] == ["full", "state", "state", "state"]
+
+
+@pytest.mark.skipif(not QWEN3_NEXT.is_dir(), reason="../shared fixtures absent")
+def test_qwen3_next_pool_as_a_real_0_10_2_log_printed_it():
+    # vLLM 0.10.2, Qwen3-Next-80B-A3B bf16, TP 2 on H200 (benchmarks/engines/cases.toml
+    # vllm-0.10.2-qwen3-next-80b-h200-tp2): 'Setting attention block size to 544 tokens',
+    # 'Padding mamba page size by 1.49%', 'Current kv cache memory in use is 47878721024
+    # bytes', num_gpu_blocks 7162, 'GPU KV cache size: 973,760 tokens', 'Maximum concurrency
+    # for 262,144 tokens per request: 14.77x'
+    spec = load_model(str(QWEN3_NEXT))[0]
+    p = eng.vllm_hybrid_pages(spec, "0.10.2", 16, 2, kv.kv_split_across_tp(spec, 2), 2)
+    assert p.block_size == 544
+    assert round(100 * (p.page_bytes - p.state_page_bytes) / p.state_page_bytes, 2) == 1.49
+    groups = eng.kv_groups(spec, with_state=True)
+    blocks = eng.num_blocks(47_878_721_024, p.page_bytes, groups[0].layers)
+    assert blocks == 7162
+    fam = eng.vllm_family("0.10.2")
+    tokens, conc = eng.printed_pool(fam, blocks, groups, 544, 262_144, 8192)
+    assert tokens == 973_760
+    assert round(conc, 2) == 14.77
+
+
+@pytest.mark.skipif(not QWEN3_NEXT.is_dir(), reason="../shared fixtures absent")
+def test_qwen3_next_fp8_kv_block_as_a_real_0_13_log_printed_it():
+    # vLLM 0.13.0, Qwen3-Next-80B-A3B (a 4-bit weight quant: the state and KV shapes are the
+    # config's), --kv-cache-dtype fp8, TP 2: 'Setting attention block size to 1072 tokens' and
+    # no padding line (the pages are equal: 1072 x 512 B = 548,864 B = the state page)
+    spec = load_model(str(QWEN3_NEXT))[0]
+    p = eng.vllm_hybrid_pages(spec, "0.13.0", 16, 1, kv.kv_split_across_tp(spec, 2), 2)
+    assert p.block_size == 1072
+    assert p.page_bytes == p.state_page_bytes == 548_864
