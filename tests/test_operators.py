@@ -190,3 +190,72 @@ def test_an_fp8_gemv_reads_one_byte_per_weight(h200):
     bf16 = h200.gemm_s(1, 8192, 8192, "bf16")
     assert fp8 == pytest.approx(8192 * 8192 / (h200.stream_gbps * 1e9), rel=0.05)
     assert 0.4 < fp8 / bf16 < 0.6
+
+
+def test_no_gemm_is_credited_more_than_the_tables_best_rate(h200):
+    """A dispatch-dominated call (6144 x 1024 at M = 512 measured 29.2 us, 22 us of it the
+    dispatch) leaves a kernel too short to be real once the dispatch is taken off: every GEMM
+    is held to the best rate the table measured."""
+    peak = h200.peak_flops("bf16")
+    assert peak >= h200.peak_tflops * 1e12  # kernels, the dispatch taken off long calls
+    for m in (64, 256, 400, 512, 1024, 4096):
+        for n, k in ((2880, 2880), (6144, 1024), (5760, 2880), (4096, 4096)):
+            t = h200.gemm_s(m, n, k, "bf16")
+            assert 2 * m * n * k / t <= peak * 1.0001
+
+
+def test_weight_only_saves_bytes_only_where_the_gemm_is_memory_bound(h200):
+    """The bf16 time t at a shape, its memory time t_mem (bytes at the streaming rate over the
+    GEMV's efficiency): t <= t_mem keeps the efficiency on the packed bytes, t >= 2 t_mem keeps
+    t (the math does not shrink with the weights), linear between."""
+    n, k, wb = 2880, 2880, 17 / 32
+    bw = h200.stream_gbps * 1e9
+    t1 = h200.gemm_s(1, n, k, "bf16")
+    eta = min(1.0, (2 * n * k + 2 * (n + k)) / bw / t1)
+    for m in (1, 64, 400, 4096):
+        t = h200.gemm_s(m, n, k, "bf16")
+        act = 2 * m * (n + k)
+        t_mem = (2 * n * k + act) / bw / eta
+        saved = (2 - wb) * n * k / bw / eta
+        share = min(1.0, max(0.0, (2 * t_mem - t) / t_mem))
+        want = max(t - saved * share, (wb * n * k + act) / bw, 2 * m * n * k / h200.peak_flops())
+        assert O.weight_only_s(h200, t, m, n, k, wb) == pytest.approx(want)
+    # compute-bound: nothing saved
+    t = h200.gemm_s(4096, n, k, "bf16")
+    assert O.weight_only_s(h200, t, 4096, n, k, wb) == pytest.approx(t)
+
+
+def test_a_moved_table_scales_a_grouped_expert_once(h200):
+    """The experts' rate is read on the table's card and moved to this card once: on a card
+    with a third of the H200's compute, a compute-bound expert GEMM takes 1 / ratio as long,
+    not its square."""
+    from conftest import shared_models_or_skip
+
+    spec, _ = load_model(str(shared_models_or_skip() / "Mixtral-8x7B-v0.1"))
+    ref = O.card_kernels("NVIDIA H200", None, None)
+    slow = O.CardKernels(ref.table, "test: a third of the compute", 3.0, 1.0)
+    m = 8192  # 2,048 rows per expert: compute-bound
+    fast_t = O.OpPlan(spec, ref, 1, "bf16", "bf16").matmuls(m)[2]
+    slow_t = O.OpPlan(spec, slow, 1, "bf16", "bf16").matmuls(m)[2]
+    assert slow_t == pytest.approx(3.0 * fast_t, rel=0.02)
+
+
+def test_block_fp8_fused_moe_streams_at_its_release_share():
+    """vLLM 0.7 / SGLang 0.4.0-0.4.3's Triton fused_moe streamed block-fp8 experts at 0.332 of
+    the card's rate (PR 13932's H100 benchmark): a DeepSeek-V3 layer at 128 tokens and TP 8,
+    every expert touched once, takes 1 / 0.332 as long as at the full rate."""
+    from conftest import shared_models_or_skip
+    from nodeledger.speed.engines import engine_speed
+
+    spec, _ = load_model(str(shared_models_or_skip() / "DeepSeek-V3"))
+    assert engine_speed("vllm", "0.7.3").moe_block_fp8_stream == pytest.approx(0.332)
+    assert engine_speed("sglang", "0.4.3").moe_block_fp8_stream == pytest.approx(0.332)
+    assert engine_speed("vllm", "0.11.0").moe_block_fp8_stream == 1.0
+    assert engine_speed("sglang", "0.4.4").moe_block_fp8_stream == 1.0
+    ck = O.card_kernels("NVIDIA H200", None, None)
+    full = O.OpPlan(spec, ck, 8, None, "bf16").matmuls(128)[2]
+    slow = O.OpPlan(spec, ck, 8, None, "bf16", moe_stream=0.332).matmuls(128)[2]
+    assert slow == pytest.approx(full / 0.332, rel=0.01)
+    assert any(
+        "0.332" in a for a in O.OpPlan(spec, ck, 8, None, "bf16", moe_stream=0.332).assumptions()
+    )

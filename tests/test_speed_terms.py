@@ -62,3 +62,28 @@ def test_bubble_overlap_transfer():
     # 62 GB at 3 GB/s streamed behind a 25 GB/s host link: the disk binds, 20.7 s
     assert T.streamed_seconds(62e9, [3.0, 25.0]) == pytest.approx(62 / 3)
     assert T.transfer_seconds(62e9, 1.25) == pytest.approx(49.6)
+
+
+def test_expected_row_tiles_of_a_grouped_moe_kernel():
+    """(4): E[ceil(X / 64) | X >= 1], X ~ Binomial(tokens, k / E), checked against a direct sum
+    with exact binomial coefficients: DeepSeek-V3 (256 experts, top-8) at 2,048 tokens has a
+    mean of 64 rows per expert, so about half the experts spill into a second tile."""
+    from math import comb
+
+    from nodeledger.speed.terms import expected_row_tiles
+
+    def direct(n, p, tile):
+        from fractions import Fraction
+
+        q = Fraction(p)  # exact: the coefficients of n = 3072 overflow a float
+        pmf = [comb(n, x) * q**x * (1 - q) ** (n - x) for x in range(n + 1)]
+        nz = 1 - pmf[0]
+        return float(sum(pmf[x] * -(-x // tile) for x in range(1, n + 1)) / nz)
+
+    for tokens in (1, 4, 128, 1536, 2048):
+        assert expected_row_tiles(256, 8, tokens, 64) == pytest.approx(
+            direct(tokens, 8 / 256, 64), rel=1e-6
+        )
+    assert expected_row_tiles(256, 8, 128, 64) == pytest.approx(1.0)
+    assert 1.4 < expected_row_tiles(256, 8, 2048, 64) < 1.55
+    assert expected_row_tiles(256, 8, 0, 64) == 0.0

@@ -108,7 +108,11 @@ def fit_cmd(
     if bench_given and job != "serve":
         raise NodeledgerError(f"{bench_given[0]} applies to --job serve")
     engine = opts.get("engine") or "hf"
-    if engine_log is not None and (job != "serve" or engine == "hf"):
+    from nodeledger.ledger.jobs import ENGINE_TRAITS
+
+    if engine_log is not None and (
+        job != "serve" or not ENGINE_TRAITS.get(engine, ENGINE_TRAITS["hf"]).start_log
+    ):
         raise NodeledgerError(
             "--from-engine-log applies to --job serve --engine vllm or --engine sglang"
         )
@@ -134,7 +138,7 @@ def fit_cmd(
     data["verdict"]["flips"] = flips(spec, job_obj, profile, result.verdict.tier)
     if settings.get("assumed"):  # a release newer than any read: the verdict line says so
         data["verdict"]["flips"].insert(0, settings["assumed"])
-    if job == "serve" and job_obj.engine == "hf" and job_obj.concurrency == 1:
+    if job == "serve" and not ENGINE_TRAITS[job_obj.engine].start_log and job_obj.concurrency == 1:
         data["verdict"]["flips"].append(
             "assumes the hf engine at 1 sequence (--concurrency N|max, or --engine vllm|sglang for a serving engine's pool)"
         )

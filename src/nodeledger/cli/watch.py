@@ -410,10 +410,12 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
     plan's: (summary, finding or None) for the watch's cards, on the profile the watch's plan
     was made on."""
     engine = job_opts.get("engine") or "hf"
-    if job != "serve" or engine == "hf" or not model:
+    from nodeledger.ledger.jobs import ENGINE_NAMES, ENGINE_TRAITS
+
+    traits = ENGINE_TRAITS.get(engine, ENGINE_TRAITS["hf"])
+    if job != "serve" or not traits.start_log or not model:
         raise InputError("--engine-log applies to --job serve --engine vllm|sglang with --model")
     from nodeledger.files import read_log_ends
-    from nodeledger.ledger.jobs import ENGINE_NAMES
 
     what = ENGINE_NAMES.get(engine, engine) + " server log"
     if path != "-" and not Path(path).exists():

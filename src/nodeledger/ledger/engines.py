@@ -86,11 +86,15 @@ def engine_choice(version: str) -> str | None:
     return m.group(1).upper() if m and m.start() > 0 else None
 
 
+_NEWEST = {  # the newest release of each engine whose accounting engines.toml was read from
+    "vllm": lambda d: d["vllm"]["family"][-1]["last"],
+    "sglang": lambda d: d["sglang"]["default_version"],
+}
+
+
 def newest_read(engine: str) -> str:
     """The newest release of ``engine`` whose accounting engines.toml was read from."""
-    if engine == "vllm":
-        return data()["vllm"]["family"][-1]["last"]
-    return data()["sglang"]["default_version"]
+    return _NEWEST[engine](data())
 
 
 def beyond_newest(engine: str, version: str | None) -> str | None:
@@ -214,13 +218,10 @@ def v0_max_num_batched_tokens(version: str, max_model_len: int,
 
 def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None = None,
                       rocm: bool = False):  # fmt: skip
-    """(job, settings): the job with every engine option it left out set to the engine's own
-    default for this release and card (``rocm``: an AMD card, where vLLM V0 keeps chunked
+    """(job, settings): a vLLM job with every engine option it left out set to vLLM's own
+    default for this release and card (SGLang's: ``resolve_sglang``; both reached through
+    ledger/build.py SERVE_ENGINES) (``rocm``: an AMD card, where vLLM V0 keeps chunked
     prefill off), and where each value came from."""
-    if job.engine == "sglang":
-        return resolve_sglang(job, total_bytes)
-    if job.engine != "vllm":
-        return job, {}
     version = vllm_version(job.engine_version)
     fam = vllm_family(version)
     src = {"engine_version": "given" if job.engine_version else "nodeledger's default release"}

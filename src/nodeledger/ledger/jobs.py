@@ -15,6 +15,22 @@ class JobError(InputError):
 
 ENGINES = ("hf", "vllm", "sglang")
 ENGINE_NAMES = {"hf": "transformers", "vllm": "vLLM", "sglang": "SGLang"}  # as printed
+
+
+@dataclass(frozen=True)
+class EngineTraits:
+    """What an engine's launch accepts, asked by name instead of branching on it (the memory
+    side's plug-ins are ledger/build.py SERVE_ENGINES, the speed side's speed/engines.py)."""
+
+    start_log: bool = False  # prints a start-up log nodeledger reads (--from-engine-log)
+    dp_attention: bool = False  # --enable-dp-attention (attention data-parallel over TP ranks)
+
+
+ENGINE_TRAITS = {
+    "hf": EngineTraits(),
+    "vllm": EngineTraits(start_log=True),
+    "sglang": EngineTraits(start_log=True, dp_attention=True),
+}
 PRECISIONS = ("bf16", "mixed")
 OPTIMIZERS = ("adamw", "adamw8bit", "sgd", "adafactor")
 OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
@@ -138,7 +154,9 @@ class ServeJob:
 
     def __post_init__(self) -> None:
         _choice("engine", self.engine, ENGINES)
-        if self.dp_attention and (self.engine != "sglang" or self.parallel.tp < 2):
+        if self.dp_attention and (
+            not ENGINE_TRAITS[self.engine].dp_attention or self.parallel.tp < 2
+        ):
             raise JobError("--dp-attention is SGLang's --enable-dp-attention: it needs "
                            "--engine sglang and --tp of 2 or more")  # fmt: skip
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)

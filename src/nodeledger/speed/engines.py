@@ -46,6 +46,10 @@ class EngineSpeed:
     # time to first token beyond the steps (API server, tokenisation, first-token streaming)
     request_overhead_s: float = 0.0
     request_overhead_source: str = ""
+    # the share of the card's streaming rate its fused MoE kernel reaches on block-fp8 experts
+    # (DeepSeek-V3's 128 x 128 scales), where a kernel benchmark of the release's era measured it
+    moe_block_fp8_stream: float = 1.0
+    moe_source: str = ""
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -99,6 +103,8 @@ def _releases(name: str):
             piecewise_prefill=row.get("piecewise_prefill", False),
             paged_blocks=row.get("paged_blocks", True), seqs_rule=row.get("seqs_rule", "job"),
             request_overhead_s=over.get("ttft_s", 0.0), request_overhead_source=over.get("source", ""),
+            moe_block_fp8_stream=row.get("moe_block_fp8_stream", 1.0),
+            moe_source=row.get("moe_source", ""),
         )  # fmt: skip
 
     return resolve

@@ -219,35 +219,72 @@ def _table_rows(ck: CardKernels, kind: str) -> str:
     return "bf16"
 
 
-def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
-                  wbytes: float = 2.0) -> float:  # fmt: skip
-    """One matmul's kernel time on the card (no host dispatch: counted per call apart).
-    A weight-only kind (or fp8 weights on a table without fp8 rows) is the bf16 GEMM with the
-    weight bytes it no longer reads taken off at the table's streaming rate, never below the
-    bf16 time scaled by the byte ratio (a memory-bound GEMV reads the packed weights at the same
-    efficiency)."""
+def weight_only_s(table: KernelTable, t: float, m: float, n: int, k: int, wbytes: float) -> float:
+    """A weight-only GEMM (weights of ``wbytes`` per element, dequantised in the kernel, math in
+    bf16) from the bf16 GEMM's time ``t`` at the same shape on the table's card.  What shrinks
+    is the weight read, so only the memory-bound share of ``t`` shrinks:
+      t_mem = the bf16 GEMM's bytes at the streaming rate / eta, eta = the streaming efficiency
+              the table's M = 1 call of this (n, k) reaches (a GEMV is memory-bound);
+      memory-bound (t <= t_mem): t x (bytes read weight-only / bytes read bf16), the efficiency
+              kept;
+      beyond it the byte saving fades linearly to none at t >= 2 t_mem: a GEMM bound by its
+              math (or its tiles' latency) takes as long whatever its weights' width (the
+              roofline's max model; dequantisation's own cost is not added).
+    Never below the weight-only bytes at the streaming rate, nor the math at the table's best
+    bf16 rate."""
+    bw = (table.stream_gbps or 1e3) * 1e9
+    act = 2.0 * m * (n + k)
+    b16, bwo = 2.0 * n * k + act, wbytes * n * k + act
+    t1 = table.gemm_s(1.0, n, k, "bf16", graphs=True)
+    eta = min(1.0, (2.0 * n * k + 2.0 * (n + k)) / bw / t1) if t1 > 0 else 1.0
+    t_mem = b16 / bw / eta
+    saved = (b16 - bwo) / bw / eta
+    share = min(1.0, max(0.0, (2.0 * t_mem - t) / t_mem))
+    return max(
+        t - saved * share, bwo / bw, 2.0 * m * n * k / (table.peak_flops("bf16") or math.inf)
+    )
+
+
+def gemm_table_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
+                 wbytes: float = 2.0) -> float:  # fmt: skip
+    """One matmul's kernel time on the kernel table's own card (the caller moves it to this
+    card once: ``CardKernels.scale``).  A weight-only kind (or fp8 weights on a table without
+    fp8 rows) is the bf16 GEMM with its weight read shrunk (``weight_only_s``)."""
     rows = _table_rows(ck, kind)
     t = ck.table.gemm_s(m, n, k, rows, graphs=True)
-    wb = wbytes
-    if rows == "bf16" and wb < 2.0:
-        saved = (2.0 - wb) * n * k / ((ck.table.stream_gbps or 1e3) * 1e9)
-        t = max(t - saved, t * wb / 2.0)
-    t = ck.scale(t, 2 * m * n * k, n * k * wb + 2 * m * (n + k))
+    if rows == "bf16" and wbytes < 2.0:
+        t = weight_only_s(ck.table, t, m, n, k, wbytes)
+    return t
+
+
+def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
+                  wbytes: float = 2.0) -> float:  # fmt: skip
+    """One matmul's kernel time on the card (no host dispatch: counted per call apart): the
+    table card's time (``gemm_table_s``) moved to this card by whichever roofline the shape
+    sits at, and for block fp8 at least the triton kernel's weight re-reads."""
+    t = gemm_table_s(ck, m, n, k, kind, wbytes)
+    t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k))
     if kind == "fp8_block":
-        t = max(t, block_fp8_read_s(ck, m, n, n * k * wb))
+        t = max(t, block_fp8_read_s(ck, m, n, n * k * wbytes))
     return t
 
 
 def block_fp8_read_s(ck: CardKernels, rows: float, n: int, weight_bytes: float,
-                     groups: float = 1.0) -> float:  # fmt: skip
+                     groups: float = 1.0, stream_fraction: float = 1.0,
+                     m_tiles: float | None = None) -> float:  # fmt: skip
     """The weight read of a block-fp8 triton GEMM (kernels.BLOCK_FP8_SOURCE) over ``groups``
     weight matrices (the experts of a fused MoE) of ``weight_bytes`` in all, ``rows`` rows each:
     every one of the ceil(rows / 64) row tiles streams its N-tile's weights again, at most the
     table's streaming rate (moved to this card) and 38 GB/s per program.  (H100, N=2112 K=7168:
-    23.3 us at M=1 and 35 us at M=256 measured; this gives 23 us at both.)"""
-    m_tiles = math.ceil(max(rows, 1.0) / BLOCK_FP8_TILE_M)
+    23.3 us at M=1 and 35 us at M=256 measured; this gives 23 us at both.)  ``stream_fraction``:
+    the share of the streaming rate the engine release's fused MoE kernel reaches (its plug-in's
+    ``moe_block_fp8_stream``); ``m_tiles``: the row tiles per weight matrix when not
+    ceil(rows / 64) (a fused MoE's experts: their expectation under uniform routing,
+    terms.expected_row_tiles)."""
+    if m_tiles is None:
+        m_tiles = math.ceil(max(rows, 1.0) / BLOCK_FP8_TILE_M)
     programs = groups * m_tiles * math.ceil(n / BLOCK_FP8_TILE_N)
-    stream = (ck.table.stream_gbps or 1e3) / ck.ratio_memory
+    stream = (ck.table.stream_gbps or 1e3) / ck.ratio_memory * stream_fraction
     return m_tiles * weight_bytes / (min(stream, programs * BLOCK_FP8_PROGRAM_GBPS) * 1e9)
 
 
@@ -270,8 +307,11 @@ class OpPlan:
     times and per-context KV bytes memoised: the simulator asks for thousands of steps."""
 
     def __init__(self, spec: ModelSpec, ck: CardKernels, tp: int, dtype: str, kv_dtype: str,
-                 dp_attn: int = 1):  # fmt: skip
+                 dp_attn: int = 1, moe_stream: float = 1.0):  # fmt: skip
         self.spec, self.ck, self.tp, self.dtype, self.kv_dtype = spec, ck, tp, dtype, kv_dtype
+        # the share of the card's streaming rate a block-fp8 fused MoE kernel reaches in the
+        # engine release (its plug-in's moe_block_fp8_stream; 1: the table's GEMM streaming)
+        self.moe_stream = moe_stream
         # DP attention (SGLang --enable-dp-attention): attention runs data-parallel over the
         # ``dp_attn`` TP ranks, each on its own requests with the attention weights whole
         self.dp_attn = dp_attn
@@ -334,13 +374,16 @@ class OpPlan:
             wbytes = touched * g.n * g.k * g.wbytes
             base = max(rows, 64.0)
             # (the rate of the rows' math; a block-fp8 grid is bounded below over all experts)
+            # (on the table's card, then moved to this one once)
             kind = "fp8" if g.kind == "fp8_block" else g.kind
-            rate = 2 * base * g.n * g.k / gemm_kernel_s(ck, base, g.n, g.k, kind, g.wbytes)
+            rate = 2 * base * g.n * g.k / gemm_table_s(ck, base, g.n, g.k, kind, g.wbytes)
             flops = 2 * m * moe.top_k * g.n * g.k
-            t = max(wbytes / ((ck.table.stream_gbps or 1e3) * 1e9), flops / rate)
+            share = self.moe_stream if g.kind == "fp8_block" else 1.0
+            t = max(wbytes / ((ck.table.stream_gbps or 1e3) * share * 1e9), flops / rate)
             t = ck.scale(t, flops, wbytes)
             if g.kind == "fp8_block":  # the fused MoE kernel's grid: per expert, its tiles
-                t = max(t, block_fp8_read_s(ck, rows, g.n, wbytes, touched))
+                tiles = T.expected_row_tiles(moe.num_experts, moe.top_k, m, BLOCK_FP8_TILE_M)
+                t = max(t, block_fp8_read_s(ck, rows, g.n, wbytes, touched, share, tiles))
             experts += g.layers * max(floor, t)
             if g.kind in ("fp8", "fp8_block") and "down" in g.name:
                 # the gate/up input's quantisation is one of the MoE block's small kernels
@@ -361,6 +404,10 @@ class OpPlan:
         kinds = {g.kind for g in self.dense + self.experts}
         if "fp8_block" in kinds:
             out.append(BLOCK_FP8_SOURCE)
+            if self.moe_stream < 1.0 and any(g.kind == "fp8_block" for g in self.experts):
+                out.append(f"block-fp8 fused MoE streams its experts at {self.moe_stream:.3g} of "
+                           "the card's streaming rate (the engine release's kernel, measured: "
+                           "speed/engines.toml moe_source)")  # fmt: skip
         if "weight_only" in kinds:
             out.append(f"{self.scheme.label()} weights dequantised in the kernel: the bf16 GEMM "
                        "reading the packed bytes")  # fmt: skip
@@ -474,15 +521,15 @@ _PLANS: dict[tuple, tuple] = {}
 
 
 def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str | None = "bf16",
-             kv_dtype: str = "bf16", dp_attn: int = 1) -> OpPlan:  # fmt: skip
+             kv_dtype: str = "bf16", dp_attn: int = 1, moe_stream: float = 1.0) -> OpPlan:  # fmt: skip
     """The memoised OpPlan of a replica (keyed by the objects themselves, held alive)."""
-    key = (id(spec), id(ck), tp, dtype, kv_dtype, dp_attn)
+    key = (id(spec), id(ck), tp, dtype, kv_dtype, dp_attn, moe_stream)
     hit = _PLANS.get(key)
     if hit is not None and hit[0] is spec and hit[1] is ck:
         return hit[2]
     if len(_PLANS) > 64:
         _PLANS.clear()
-    plan = OpPlan(spec, ck, tp, dtype, kv_dtype, dp_attn)
+    plan = OpPlan(spec, ck, tp, dtype, kv_dtype, dp_attn, moe_stream)
     _PLANS[key] = (spec, ck, plan)
     return plan
 
