@@ -139,3 +139,40 @@ def test_qwen3_next_fp8_kv_block_as_a_real_0_13_log_printed_it():
     p = eng.vllm_hybrid_pages(spec, "0.13.0", 16, 1, kv.kv_split_across_tp(spec, 2), 2)
     assert p.block_size == 1072
     assert p.page_bytes == p.state_page_bytes == 548_864
+
+
+NANO30 = HERE / "fixtures" / "models" / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+
+
+def test_nemotron3_nano_moe_layers_load():
+    # transformers 5.24 NemotronHForCausalLM.from_config(meta): 31,577,937,344 parameters, the
+    # router weight created fp32 (NemotronHTopkRouter)
+    spec = load_model(str(NANO30))[0]
+    assert spec.params_total() == 31_577_937_344
+    assert spec.moe.num_experts == 128 and spec.moe.top_k == 6 and spec.moe.moe_layers == 23
+    assert spec.moe.expert_params == 2 * 2688 * 1856  # up + down, no gate
+    router = [t for t in spec.tensors if t.module == "router"]
+    assert router and all(t.keep_fp32 for t in router)
+    assert spec.ssm_cache_dtype == "float32"
+
+
+def test_nemotron_cascade2_pool_as_a_real_0_19_1_log_printed_it():
+    # vLLM 0.19.1 on an H100, chankhavu/Nemotron-Cascade-2-30B-A3B-NVFP4 (the Nemotron-3-Nano-30B-
+    # A3B shapes), --kv-cache-dtype fp8, max_model_len 220,000 (dt-lindberg/asp-arc, a committed
+    # job log): 'Setting attention block size to 4176 tokens', 'Padding mamba page size by
+    # 0.19%', 'Add 1 padding layers, may waste at most 4.35% KV cache memory', 'Available KV
+    # cache memory: 62.4 GiB', 'GPU KV cache size: 4,359,744 tokens', 'Maximum concurrency for
+    # 220,000 tokens per request: 91.61x'
+    spec = load_model(str(NANO30))[0]
+    p = eng.vllm_hybrid_pages(spec, "0.19.1", 16, 1, kv.kv_split_across_tp(spec, 1), 1)
+    # SSM state fp32 (the config's mamba_ssm_cache_dtype): 64 x 64 x 128 x 4 B + conv 3 x 6,144 x 2 B
+    assert p.state_page_bytes == 64 * 64 * 128 * 4 + 3 * (64 * 64 + 2 * 8 * 128) * 2 == 2_134_016
+    assert p.block_size == 16 * ceil(2_134_016 / (16 * 512)) == 4176
+    assert round(100 * (p.page_bytes - p.state_page_bytes) / p.state_page_bytes, 2) == 0.19
+    groups = eng.kv_groups(spec, with_state=True)
+    # 6 attention + 23 Mamba layers: groups of 6, the Mamba ones in 4 (24 slots: 1 padding layer)
+    assert [g.kind for g in groups] == ["full"] + ["state"] * 4 and groups[0].layers == 6
+    blocks = eng.num_blocks(int(62.4 * 2**30), p.page_bytes, 6)
+    tokens, conc = eng.printed_pool(eng.vllm_family("0.19.1"), blocks, groups, 4176, 220_000, 8192)
+    assert tokens == 4_359_744
+    assert round(conc, 2) == 91.61

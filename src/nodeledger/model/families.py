@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nodeledger.errors import ConfigError, UnknownFamilyError
+from nodeledger.errors import UnknownFamilyError
 from nodeledger.model.attention_path import attention_path
 from nodeledger.model.cfg import ConfigReader
 from nodeledger.model.spec import AttentionLayer, ModelSpec, MoEInfo, Part, TensorGroup
@@ -468,8 +468,6 @@ def _nemotron_h(c: ConfigReader, family: str) -> ModelSpec:
         raise c.error(
             "hybrid_override_pattern", f"has {len(kinds)} layers for num_hidden_layers={n_layers}"
         )
-    if "moe" in kinds:
-        raise ConfigError(f"{c.where}: Nemotron-H MoE layers ('E') are not modelled yet")
     heads = c.int("num_attention_heads")
     kv = c.int("num_key_value_heads", default=heads)
     head_dim = c.int("attention_head_dim", "head_dim", default=hidden // heads)
@@ -508,6 +506,32 @@ def _nemotron_h(c: ConfigReader, family: str) -> ModelSpec:
     bias = c.bool("mlp_bias", False)
     b.linear(f"{mx}.up_proj", "dense_mlp", mlp_inter, hidden, n_mlp, bias, "mlp")
     b.linear(f"{mx}.down_proj", "dense_mlp", hidden, mlp_inter, n_mlp, bias, "mlp")
+    moe = None
+    n_moe = kinds.count("moe")
+    if n_moe:
+        # MoE layers (NemotronHMoE, transformers 5): a sigmoid top-k router whose weight is
+        # created fp32 (NemotronHTopkRouter; its e_score_correction_bias is a buffer, not
+        # counted, as DeepSeek-V3's), non-gated relu2 experts stored as 3-D up / down tensors
+        # (NemotronHExperts: (E, I, in) and (E, in, I)), a NemotronHMLP shared expert, and the
+        # optional latent projections around the experts (moe_latent_size)
+        experts, top_k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
+        moe_inter = c.int("moe_intermediate_size")
+        latent = c.int("moe_latent_size", default=0, min_value=0) or hidden
+        b.linear(f"{mx}.gate", "router", experts, hidden, n_moe, module="router", keep_fp32=True)
+        if latent != hidden:
+            b.linear(f"{mx}.fc1_latent_proj", "dense_mlp", latent, hidden, n_moe, bias, "mlp")
+            b.linear(f"{mx}.fc2_latent_proj", "dense_mlp", hidden, latent, n_moe, bias, "mlp")
+        b.linear(f"{mx}.experts.up_proj", "routed_experts", moe_inter, latent, n_moe * experts,
+                 module="expert")  # fmt: skip
+        b.linear(f"{mx}.experts.down_proj", "routed_experts", latent, moe_inter, n_moe * experts,
+                 module="expert")  # fmt: skip
+        sh = c.int("moe_shared_expert_intermediate_size", default=0, min_value=0)
+        if sh:
+            b.linear(f"{mx}.shared_experts.up_proj", "shared_experts", sh, hidden, n_moe, bias,
+                     "shared")  # fmt: skip
+            b.linear(f"{mx}.shared_experts.down_proj", "shared_experts", hidden, sh, n_moe, bias,
+                     "shared")  # fmt: skip
+        moe = MoEInfo(experts, top_k, n_moe, 2 * latent * moe_inter, router_fp32=True)
     attention = []
     for k in kinds:
         if k == "attention":
@@ -518,9 +542,9 @@ def _nemotron_h(c: ConfigReader, family: str) -> ModelSpec:
                 state_elements=m_heads * m_dim * state, conv_state_elements=conv_dim * kernel,
                 ssm="mamba2", chunk=c.int("chunk_size", default=128), latent_dim=groups,
                 conv_kernel=kernel))  # fmt: skip
-        else:  # an MLP-only layer: no token mixer, no cache
+        else:  # an MLP-only or MoE layer: no token mixer, no cache
             attention.append(AttentionLayer("linear", ssm="none"))
-    spec = _spec(c, family, b, attention, tied)
+    spec = _spec(c, family, b, attention, tied, moe)
     spec.activation = c.str("mlp_hidden_act") or spec.activation
     spec.ssm_cache_dtype = c.str("mamba_ssm_cache_dtype")
     return spec
