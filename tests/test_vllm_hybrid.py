@@ -176,3 +176,10 @@ def test_nemotron_cascade2_pool_as_a_real_0_19_1_log_printed_it():
     tokens, conc = eng.printed_pool(eng.vllm_family("0.19.1"), blocks, groups, 4176, 220_000, 8192)
     assert tokens == 4_359_744
     assert round(conc, 2) == 91.61
+
+
+def test_sglang_says_the_state_pool_is_not_sized(nemotron):
+    m = resolve_machine("hgx-h200")
+    job = ServeJob(engine="sglang", context=8192, concurrency=1, parallel=Parallel(tp=1))
+    notes = serve_ledger(nemotron, job, m).notes
+    assert any("24 Mamba-2 / Gated DeltaNet layers" in n and "separate pool" in n for n in notes)

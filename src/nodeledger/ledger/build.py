@@ -810,6 +810,12 @@ def _sglang_card(
     layers on this card)."""
     tp = job.parallel.tp
     notes: list[str] = []
+    if state := eng.state_layers(spec):
+        notes.append(
+            f"{len(state)} Mamba-2 / Gated DeltaNet layers: SGLang keeps their per-sequence state "
+            "in a separate pool (its mamba cache) that this ledger does not size: the KV pool "
+            "and the concurrency below leave it out"
+        )
     sg = eng.data()["sglang"]
     total, total_src = _runtime_total(machine, capacity)
     context = int(sg["context_gib"] * GiB)
