@@ -139,6 +139,13 @@ def test_qwen3_next_fp8_kv_block_as_a_real_0_13_log_printed_it():
     p = eng.vllm_hybrid_pages(spec, "0.13.0", 16, 1, kv.kv_split_across_tp(spec, 2), 2)
     assert p.block_size == 1072
     assert p.page_bytes == p.state_page_bytes == 548_864
+    # 'Available KV cache memory: 17.58 GiB', 'GPU KV cache size: 767,552 tokens', 'Maximum
+    # concurrency for 32,768 tokens per request: 84.29x' (17.58 is rounded: 2,865-2,866 blocks)
+    groups = eng.kv_groups(spec, with_state=True)
+    blocks = eng.num_blocks(int(17.58 * 2**30), p.page_bytes, groups[0].layers)
+    tokens, conc = eng.printed_pool(eng.vllm_family("0.13.0"), blocks, groups, 1072, 32_768, 8192)
+    assert tokens == 767_552
+    assert conc == pytest.approx(84.29, abs=0.05)
 
 
 NANO30 = HERE / "fixtures" / "models" / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
