@@ -63,6 +63,7 @@ def job_for(case: dict, backend: str):
         return ServeJob(
             engine="hf", dtype=case.get("dtype", "bf16"), context=case["context"] + case["new_tokens"],
             new_tokens=case["new_tokens"], concurrency=case["concurrency"], attention=attn,
+            experts=case.get("experts", "grouped_mm"),
         )  # fmt: skip
     lora = case["job"] == "lora"
     return TrainJob(

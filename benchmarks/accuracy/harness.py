@@ -375,12 +375,14 @@ def load_config(model: str, overrides: dict | None = None, fixtures: str | Path 
     return cfg
 
 
-def build_model(config, dtype: torch.dtype, attention: str | None):
+def build_model(config, dtype: torch.dtype, attention: str | None, experts: str | None = None):
     from transformers import AutoModelForCausalLM
 
     kw: dict[str, Any] = {"dtype": dtype}
     if attention:
         kw["attn_implementation"] = attention
+    if experts:  # transformers 5's MoE experts path: eager | grouped_mm | batched_mm
+        kw["experts_implementation"] = experts
     return AutoModelForCausalLM.from_config(config, **kw)
 
 
@@ -886,7 +888,7 @@ def measure_case(
         fixtures = PROJECT_FIXTURES
     config = load_config(case["model"], case.get("config_overrides"), fixtures)
     with env.build():
-        model = build_model(config, dtype, case.get("attention"))
+        model = build_model(config, dtype, case.get("attention"), case.get("experts"))
     res["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     res["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
     res["model_class"] = type(model).__name__

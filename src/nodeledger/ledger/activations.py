@@ -509,7 +509,26 @@ def inference_attention_transient_bytes(
     return SCORE_BYTES[backend] * elements + extra
 
 
-def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = True) -> int:
+def batched_mm_experts_bytes(d: Dims, tokens: int) -> int:
+    """transformers 5's batched_mm experts path (integrations/moe.py batched_mm_experts_forward):
+    every routed (token, expert) pair gathers its expert's weights, gate_up_proj[expert_ids]
+    (S x rows x h, rows = 2I gated or I) and, while those are still named, down_proj[expert_ids]
+    (S x h x I), beside the repeated input (S x h) and the up projection's output (S x rows);
+    S = tokens x top_k, 2 B each.  Measured (benchmarks/accuracy, FakeTensor): Qwen3-30B-A3B
+    prefill of 4 x 2,048 tokens 576.47 GiB above the weights, this gives 576.4; gpt-oss-20b 8,192
+    tokens 1,528 against 1,519 (+ its biases and clamped-SwiGLU temporaries)."""
+    if not d.moe_layers:
+        return 0
+    s = tokens * d.top_k
+    rows = (2 if d.experts_gated else 1) * d.moe_intermediate  # gate + up, or up alone
+    return (
+        2 * s * (rows * d.hidden + d.hidden * d.moe_intermediate + d.hidden + rows)
+        + tokens * 8 * d.experts
+    )
+
+
+def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = True,
+                                    experts: str = "grouped_mm") -> int:  # fmt: skip
     """No-grad forward of one layer, the widest moment (bytes beyond weights and KV cache).
 
     Gated MLP (SwiGLU/GeGLU, one-kernel activations): act(gate(x)), up(x) and their product
@@ -542,7 +561,9 @@ def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = T
     moe = 0
     if d.moe_layers:
         fp32 = 4 * d.hidden if d.router_fp32 else 0
-        if transformers:
+        if transformers and experts == "batched_mm":
+            moe = batched_mm_experts_bytes(d, tokens)
+        elif transformers:
             act = 2 * d.hidden + 8 * d.moe_intermediate
             out = 8 * d.hidden + fp32
             base = 8 * d.hidden + (2 * d.hidden if d.shared_intermediate else 0)
@@ -618,12 +639,13 @@ def sliding_window_sdpa_prefill_bytes(d: Dims, batch: int, prompt: int) -> int:
     return batch * prompt * prompt * 3 + 14 * d.hidden * batch * prompt
 
 
-def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str) -> int:
+def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str,
+                                      experts: str = "grouped_mm") -> int:  # fmt: skip
     """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
     of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its
     scores, ``inference_attention_transient_bytes`` + B x prompt x (6h + 4q) (calibrated against
     measured peaks, commit de8f874)."""
-    mlp = inference_layer_transient_bytes(d, batch * prompt)
+    mlp = inference_layer_transient_bytes(d, batch * prompt, experts=experts)
     attention = inference_attention_transient_bytes(d, batch, prompt, prompt, backend)
     if attention:
         attention += batch * prompt * (6 * d.hidden + 4 * d.q_dim)

@@ -501,7 +501,7 @@ def _hf_card(
         cached, job.context, kv_dtype_bytes, sequences, kv_split
     )
     prefill_bytes = ceil(
-        act.inference_prefill_transient_bytes(dims, sequences, prompt, backend) / tp
+        act.inference_prefill_transient_bytes(dims, sequences, prompt, backend, job.experts) / tp
     )
     windows = [a.window for a in spec.attention if a.kind == "sliding" and a.window]
     if backend == "sdpa" and windows and prompt > min(windows):
@@ -514,7 +514,9 @@ def _hf_card(
     growth_bytes = kv.cache_growth_bytes_per_card(
         cached, job.context, kv_dtype_bytes, sequences, tp
     )
-    decode_bytes = ceil(act.inference_layer_transient_bytes(dims, sequences) / tp)
+    decode_bytes = ceil(
+        act.inference_layer_transient_bytes(dims, sequences, experts=job.experts) / tp
+    )
     items = [
         Item(
             f"weights ({scheme.label()})",
@@ -527,9 +529,22 @@ def _hf_card(
             "kv_bytes_per_sequence(context) x concurrency / tp (DynamicCache)",
         ),
         Item(
-            f"prefill activations (widest moment, {backend} attention)",
+            f"prefill activations (widest moment, {backend} attention"
+            + (f", {job.experts} experts" if dims.moe_layers else "")
+            + ")",
             prefill_bytes,
-            "activations.inference_layer_transient_bytes / inference_attention_transient_bytes (B x prompt tokens)",
+            "activations.inference_layer_transient_bytes / inference_attention_transient_bytes (B x prompt tokens)"
+            + (
+                "; batched_mm: every routed pair gathers its expert's weights (activations.batched_mm_experts_bytes)"
+                if dims.moe_layers and job.experts == "batched_mm"
+                else ""
+            )
+            + (
+                "; eager experts loop not measured (FakeTensor cannot run its data-dependent loop): "
+                "counted as grouped_mm, which holds every routed pair at once, an upper bound"
+                if dims.moe_layers and job.experts == "eager"
+                else ""
+            ),
         ),
         Item(
             "logits of the last position (bf16 + fp32)",

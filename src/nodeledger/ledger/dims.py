@@ -41,6 +41,7 @@ class Dims:
     hidden_dropout: float = 0.0  # residual-branch dropout (GPT-2 resid_pdrop, OPT dropout)
     sdpa_supported: bool = True  # False: transformers runs this family's attention eagerly
     router_fp32: bool = False  # MoE: top-k weights fp32 (MoEInfo.router_fp32)
+    experts_gated: bool = True  # routed experts with a gate (SwiGLU); False: up / down only
     # linear-attention (Gated DeltaNet) layers: how many, their value heads, key / value head
     # dims and the width of their fused q/k/v/z projection
     linear_layers: int = 0
@@ -128,13 +129,20 @@ def _dims_of(spec: ModelSpec) -> Dims:
     moe_inter = 0
     if moe is not None:
         e = _first(spec, "routed_experts", ("gate_proj.weight", "gate_up_proj.weight"))
+        if e is None:  # non-gated experts (Nemotron-H: up / down only)
+            e = _first(spec, "routed_experts", ("up_proj.weight",))
         if e is not None:
             moe_inter = e[0] // (
                 2
                 if any("gate_up_proj" in t.name for t in spec.tensors if t.part == "routed_experts")
                 else 1
             )
-    shared = _first(spec, "shared_experts", ("gate_proj.weight",))
+    shared = _first(spec, "shared_experts", ("gate_proj.weight",)) or _first(
+        spec, "shared_experts", ("up_proj.weight",)
+    )
+    experts_gated = not any(t.part == "routed_experts" for t in spec.tensors) or any(
+        t.part == "routed_experts" and ("gate" in t.name.rsplit(".", 2)[-2]) for t in spec.tensors
+    )
     norm_bias = any(t.part == "norms" and t.name.endswith(".bias") for t in spec.tensors)
     names = {t.name for t in spec.tensors}
     layer_matmuls = tuple(
@@ -162,6 +170,7 @@ def _dims_of(spec: ModelSpec) -> Dims:
         experts=moe.num_experts if moe else 0,
         top_k=moe.top_k if moe else 0,
         router_fp32=bool(moe and moe.router_fp32),
+        experts_gated=experts_gated,
         shared_intermediate=shared[0] if shared else 0,
         layernorm_bias=norm_bias,
         qk_norm=qk_norm,

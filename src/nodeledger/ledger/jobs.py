@@ -24,10 +24,11 @@ class EngineTraits:
 
     start_log: bool = False  # prints a start-up log nodeledger reads (--from-engine-log)
     dp_attention: bool = False  # --enable-dp-attention (attention data-parallel over TP ranks)
+    transformers_modules: bool = False  # runs transformers' own modules (--experts applies)
 
 
 ENGINE_TRAITS = {
-    "hf": EngineTraits(),
+    "hf": EngineTraits(transformers_modules=True),
     "vllm": EngineTraits(start_log=True),
     "sglang": EngineTraits(start_log=True, dp_attention=True),
 }
@@ -38,6 +39,9 @@ OPTIMIZER_IMPLS = ("foreach", "fused", "forloop")
 # selective activation checkpointing (every other matmul's output and SDPA's kept)
 CHECKPOINTING = ("none", "selective", "full", "selective_op")
 ATTENTION = ("sdpa", "eager", "math")  # math: SDPA's composite fallback (fp32 scores)
+# transformers 5's MoE experts path (experts_implementation): grouped_mm its default,
+# batched_mm (each routed pair gathers its expert's weights), eager (a loop over the experts)
+EXPERTS = ("grouped_mm", "batched_mm", "eager")
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op", "fsdp_hybrid")
 # training frameworks (ledger/frameworks.toml): which --shard values each takes, its default
 # precision; "auto" = the framework --shard implies (zero* DeepSpeed, fsdp* FSDP2, none DDP)
@@ -137,6 +141,7 @@ class ServeJob:
     parallel: Parallel = field(default_factory=Parallel)
     replicas: int = 1
     attention: str = "sdpa"
+    experts: str = "grouped_mm"  # hf engine, MoE: transformers' experts_implementation
     # engine options: None = the engine's own default for its release and the card
     # (ledger/engines.py resolve_serve_job fills them in before any term is computed)
     engine_version: str | None = None
@@ -161,6 +166,10 @@ class ServeJob:
                            "--engine sglang and --tp of 2 or more")  # fmt: skip
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _choice("attention", self.attention, ATTENTION)
+        _choice("experts", self.experts, EXPERTS)
+        if self.experts != "grouped_mm" and not ENGINE_TRAITS[self.engine].transformers_modules:
+            raise JobError(f"--experts {self.experts} is transformers' experts_implementation: "
+                           "it needs --engine hf (a serving engine runs its own fused MoE)")  # fmt: skip
         for name in ("context", "concurrency", "replicas", "block_size", "max_num_batched_tokens",
                      "max_num_seqs"):  # fmt: skip
             _positive(name, getattr(self, name))
@@ -402,6 +411,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("optimizer", str, "train", " | ".join(OPTIMIZERS)),
     JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS) + " (default: the framework's: fused for deepspeed and megatron, PyTorch's foreach otherwise)."),
     JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
+    JobOption("experts", str, "serve", "MoE, hf engine: transformers' experts_implementation: grouped_mm (its default) | batched_mm (every routed token gathers its expert's weights) | eager (a loop over the experts: not measured, counted as grouped_mm, an upper bound).", engine="hf"),
     JobOption("checkpointing", str, "train", " | ".join(CHECKPOINTING)),
     JobOption("shard", str, "train", " | ".join(SHARDING)),
     JobOption("offload", str, "train", " | ".join(OFFLOAD)),
@@ -492,6 +502,7 @@ def build_job(kind: str, o: dict):
             engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
             context=context, input_len=inp, output_len=outl, concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
             parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
+            experts=pick.get("experts", "grouped_mm"),
             engine_version=pick.get("engine_version"),
             gpu_memory_utilization=pick.get("gpu_memory_utilization"),
             mem_fraction_static=pick.get("mem_fraction_static"),
