@@ -3,7 +3,8 @@
 term (speed/operators.py OpPlan.matmuls: the touched experts' grouped GEMMs on the card's kernel
 table, the engine release's fused-MoE streaming share) plus the four small kernels a fused_moe
 call runs beside them (top-k, block alignment, activation, top-k sum) at the in-graph floor.
-Nothing is fitted per table.
+Nothing is fitted per table; the DeepSeek-V3 tables' 128-token points are the source of the
+release's block-fp8 streaming share (moe_kernels.toml says so), the other points are not.
 
     python benchmarks/speed/compare_moe_kernels.py          # per table and M, then a summary
     python benchmarks/speed/compare_moe_kernels.py --json
