@@ -70,6 +70,8 @@ def _dtype(run: dict) -> str | None:
         return "fp8"
     if d in ("bf16", "fp16", "auto") or d.startswith("mxfp4"):
         return None  # as the checkpoint's config declares it (gpt-oss: mxfp4 experts)
+    if d.startswith(("awq", "int4")):
+        return "int4"  # 4-bit weight-only (AWQ / GPTQ): Marlin-style kernels read the packed bytes
     raise NotImplementedError(f"weights {d!r}: no kernel table for them yet")
 
 
@@ -138,15 +140,16 @@ def predict(run: dict) -> dict:
         hint = re.search(r"between v(\d+\.\d+\.\d+)", run.get("notes", ""))
         version = hint.group(1) if hint else None
     version = None if not version else version.split("+")[0]
-    tp = int(run.get("tp", 1))
-    m = machine_of({"gpu": run["gpu"], "cards": tp})
+    tp, pp = int(run.get("tp", 1)), int(run.get("pp", 1) or 1)
+    m = machine_of({"gpu": run["gpu"], "cards": tp * pp})
     inp, out, ratio = lengths(run)
     # the server's context decides vLLM V0's chunked prefill (on above 32,768 tokens)
     context = server_context(run, spec) or int((inp or 1024) + (out or 1024))
     dp_attention = "--enable-dp-attention" in str(run.get("server_args", ""))
-    job = ServeJob(engine=run["engine"], engine_version=version, dtype=_dtype(run),
+    kv = "fp8" if str(run.get("kv_cache_dtype", "")).startswith("fp8") else "bf16"
+    job = ServeJob(engine=run["engine"], engine_version=version, dtype=_dtype(run), kv_dtype=kv,
                    context=context, concurrency=1, dp_attention=dp_attention,
-                   parallel=Parallel(tp=tp), input_len=None, output_len=None)  # fmt: skip
+                   parallel=Parallel(tp=tp, pp=pp), input_len=None, output_len=None)  # fmt: skip
     lg = ledger_for(spec, job, m)
     rate = run.get("request_rate", "inf")
     rate = float("inf") if rate in ("inf", None) else float(rate)

@@ -12,6 +12,7 @@ latency (mean, median, p99), the batch over time."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from nodeledger.ledger.jobs import ServeJob
@@ -74,6 +75,16 @@ class StepModel:
         if prefill_tokens:
             pre_seqs = max(1.0, prefill_tokens / max(1.0, self.mean_input))
         decode_ctx = kv_tokens_read / decode_seqs if decode_seqs else 0.0
+        pp = max(1, self.pp)
+        if pp > 1:
+            # pipeline parallel (vLLM's virtual engines / V1's pp batches in flight): the running
+            # sequences go through the stages as pp groups, one group per stage at a time, so
+            # every stage card works on one group while the others work on the rest; a round in
+            # which each sequence advances one token lasts one group's pass through all the
+            # layers (the op model's whole-model time on one card of the stage's TP group)
+            decode_seqs = math.ceil(decode_seqs / pp) if decode_seqs else 0
+            prefill_tokens = math.ceil(prefill_tokens / pp) if prefill_tokens else 0
+            pre_seqs = pre_seqs / pp if pre_seqs else 0.0
         # a step runs from a captured graph when the engine captures and the step's tokens fit
         # the captured sizes (vLLM V1 captures mixed batches too, piecewise; SGLang and vLLM V0
         # decode batches only); otherwise every kernel is dispatched by the host
@@ -94,7 +105,7 @@ class StepModel:
             dispatch = self.plan.n_attn * self.ck.table.dispatch_s
         tp_s = self.allreduce_s(tokens)
         host = eng.host_s(decode_seqs + pre_seqs)
-        total = (op["seconds"] + dispatch + tp_s) * max(1, self.pp) + host
+        total = op["seconds"] + dispatch + tp_s + host
         return {"seconds": total, "operators_s": op["seconds"], "gpu_s": op["gpu_s"],
                 "parts": op["parts"], "attention_dispatch_s": dispatch, "tp_s": tp_s,
                 "host_s": host, "host_bound": op["host_bound"], "graphs": graphs}  # fmt: skip
