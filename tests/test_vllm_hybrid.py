@@ -216,3 +216,29 @@ def test_batched_mm_experts_gather_every_pairs_weights():
     )
     with pytest.raises(JobError, match="--engine hf"):
         ServeJob(engine="vllm", experts="batched_mm")
+
+
+def test_review_fixes_pp_resolve_v0_and_short_requests(nemotron):
+    """Pipeline stages keep vLLM's block (the pages do not depend on pp) and hold half the
+    state each; a resolved job re-resolved at another TP raises the block from what was asked;
+    V0 (VLLM_USE_V1=0) is not modelled; the simulator's pool sets aside the state of the
+    sequences that run at the job's own request length."""
+    from nodeledger.ledger.build import resolve_job
+
+    m = resolve_machine("hgx-h200")
+    base = ServeJob(engine="vllm", engine_version="0.15.0", context=8192, concurrency=1)
+    one = serve_ledger(nemotron, base, m).extras
+    two = serve_ledger(nemotron, dataclasses.replace(base, parallel=Parallel(pp=2)), m).extras
+    assert one["engine"]["block_size"] == two["engine"]["block_size"] == 528
+    assert two["kv_state_bytes_per_sequence"] * 2 == one["kv_state_bytes_per_sequence"]
+    nano = load_model(str(NANO30))[0]
+    j, _ = resolve_job(base, m, nano)
+    assert (j.block_size, j.block_size_asked) == (2096, 16)
+    j4, _ = resolve_job(dataclasses.replace(j, parallel=Parallel(tp=4)), m, nano)
+    assert j4.block_size == 1056  # what a fresh TP-4 job gets
+    assert resolve_job(j4, m, nano)[0] == j4  # idempotent
+    assert eng.vllm_hybrid_pages(nemotron, "0.10.2-v0", 16, 2, 1, 1) is None
+    # 2,000-token requests: each holds 4 attention blocks + 6 state pages
+    blocks = 2737
+    running = min(1024, blocks // (4 + 6))
+    assert eng.hybrid_sim_pool_tokens(blocks, 1, 6, 528, 2000, 1024) == (blocks - 6 * running) * 528

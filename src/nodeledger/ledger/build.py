@@ -353,17 +353,21 @@ def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None
     job, settings = eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm)
     if spec is not None:
         # a hybrid (Mamba-2 / Gated DeltaNet beside attention): vLLM raises the attention block
-        # until one page holds one sequence's state of one such layer
+        # until one page holds one sequence's state of one such layer (per TP rank; the pages
+        # of a pipeline stage are the same size, pp does not enter)
         tp = job.parallel.tp
-        split = kv.kv_split_across_tp(spec, tp) * job.parallel.pp
-        hyb = eng.vllm_hybrid_pages(spec, job.engine_version, job.block_size,
-                                    kv.KV_DTYPE_BYTES[job.kv_dtype], split, tp)  # fmt: skip
-        if hyb is not None and hyb.block_size > job.block_size:
+        asked = job.block_size_asked or job.block_size
+        hyb = eng.vllm_hybrid_pages(spec, job.engine_version, asked,
+                                    kv.KV_DTYPE_BYTES[job.kv_dtype],
+                                    kv.kv_split_across_tp(spec, tp), tp)  # fmt: skip
+        block = hyb.block_size if hyb is not None else asked
+        if block != job.block_size or job.block_size_asked is not None:
+            job = replace(job, block_size=block, block_size_asked=asked)
+        if block > asked:
             settings = {**settings, "block_size": (
-                f"{hyb.block_size} tokens (raised from {job.block_size} so an attention page "
-                f"holds one sequence's state of one Mamba-style layer, {hyb.state_page_bytes:,} B "
-                f"per rank: {hyb.source})")}  # fmt: skip
-            job = replace(job, block_size=hyb.block_size)
+                f"{block} tokens (raised from {asked} so an attention page holds one "
+                f"sequence's state of one Mamba-style layer, {hyb.state_page_bytes:,} B per "
+                f"rank: {hyb.source})")}  # fmt: skip
     return job, settings
 
 
@@ -678,13 +682,16 @@ def _vllm_card(
     page = kv.paged_page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
     hybrid = fam.concurrency != "tokens"
     pages = eng.vllm_hybrid_pages(spec, job.engine_version, job.block_size, kv_dtype_bytes,
-                                  kv_split, tp)  # fmt: skip
+                                  kv.kv_split_across_tp(spec, tp), tp)  # fmt: skip
     if eng.state_layers(spec) and pages is None:
-        notes.append(
-            f"{len(eng.state_layers(spec))} Mamba-2 / Gated DeltaNet layers: their per-sequence "
-            f"state is not in this ledger for vLLM {eng.vllm_version(job.engine_version)} "
-            f"(modelled from {eng.data()['vllm']['hybrid']['first']}, the hybrid KV manager read)"
-        )
+        if not any(a.kind != "linear" for a in spec.attention):
+            why = "a model without attention layers: vLLM's pool for it is not modelled"
+        else:
+            why = (f"not in this ledger for vLLM {eng.vllm_version(job.engine_version)} "
+                   f"(modelled for V1 from {eng.data()['vllm']['hybrid']['first']}, the hybrid "
+                   "KV manager read)")  # fmt: skip
+        notes.append(f"{len(eng.state_layers(spec))} Mamba-2 / Gated DeltaNet layers: their "
+                     f"per-sequence state is {why}")  # fmt: skip
     groups = (
         eng.kv_groups(spec, with_state=pages is not None)
         if hybrid
@@ -720,9 +727,12 @@ def _vllm_card(
                       max_context_at_concurrency=tokens // (job.concurrency or 1))  # fmt: skip
         if state_groups:
             # the simulator schedules attention blocks: the state pages of the sequences that
-            # can run at once (max_num_seqs, or the pool at max_model_len) are set aside
-            held = state_groups * min(seqs, max(int(conc), 1))
-            extras["sim_pool_tokens"] = max(blocks - held, 0) // attn_groups * job.block_size
+            # run at once are set aside (here for requests of max_model_len; speed/job.py
+            # sets them aside again for the job's own request lengths)
+            extras["engine"]["kv_attn_groups"] = attn_groups
+            extras["sim_pool_tokens"] = eng.hybrid_sim_pool_tokens(
+                blocks, attn_groups, state_groups, job.block_size, job.context, seqs
+            )
             extras["kv_state_bytes_per_sequence"] = ceil(state_groups * page * per_block_layers)
     elif available is not None:
         extras["kv_pool_bytes"] = max(available, 0)

@@ -544,6 +544,8 @@ def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes
     hy = data()["vllm"]["hybrid"]
     if parse_version(vllm_version(version)) < parse_version(hy["first"]):
         return None
+    if vllm_family(version).engine == "V0":  # VLLM_USE_V1=0: V0's own mamba cache, not read
+        return None
     conv_b, ssm_b, how = vllm_state_dtypes(spec, version)
     pages = []
     for a in state:
@@ -555,6 +557,18 @@ def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes
     block = max(block_size, aligned)
     return HybridPages(block, state_page, per_token * block, conv_b, ssm_b,
                        f"{hy['source']}; {how}")  # fmt: skip
+
+
+def hybrid_sim_pool_tokens(blocks: int, attn_groups: int, state_groups: int, block: int,
+                           request_tokens: int, max_num_seqs: int) -> int:  # fmt: skip
+    """The attention tokens a hybrid's pool leaves the simulator once the state pages of the
+    sequences that run at once are set aside: with requests of ``request_tokens`` each holds
+    attn_groups x ceil(tokens / block) + state_groups blocks, so min(max_num_seqs, blocks //
+    that) run, each holding state_groups blocks (a steady-state reservation: the simulator does
+    not charge the state per admitted sequence)."""
+    per_seq = attn_groups * -(-max(1, request_tokens) // block) + state_groups
+    running = min(max_num_seqs, blocks // max(1, per_seq))
+    return max(blocks - state_groups * running, 0) // max(1, attn_groups) * block
 
 
 def num_blocks(available: int, page_bytes_per_layer: float, layers_per_block: int) -> int:

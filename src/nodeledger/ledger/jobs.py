@@ -147,6 +147,9 @@ class ServeJob:
     engine_version: str | None = None
     gpu_memory_utilization: float | None = None  # vLLM: 0.9, 0.92 from 0.20
     block_size: int = 16  # vLLM default KV block (tokens)
+    # the block asked, kept when vLLM raises block_size for a hybrid (so a resolved job resolved
+    # again with another TP / KV dtype raises it from what was asked, not from the raised one)
+    block_size_asked: int | None = None
     max_num_batched_tokens: int | None = None  # vLLM/SGLang tokens per step (chunked prefill)
     max_num_seqs: int | None = None  # vLLM: 256, or 1024 on >= 70 GiB cards (V1)
     cuda_graphs: bool = True  # CUDA graphs are captured unless --enforce-eager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nodeledger.ledger.engines import hybrid_sim_pool_tokens
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -33,9 +34,15 @@ def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines
         inp, out = job.lengths()
         largest = extras.get("largest") or {}
         most = largest.get("max_concurrency_at_context")  # vLLM: already capped at max_num_seqs
+        pool = extras.get("sim_pool_tokens", extras.get("kv_pool_tokens"))
+        e = extras.get("engine") or {}
+        if e.get("kv_state_groups") and extras.get("kv_blocks") is not None:
+            # a hybrid: the state pages of the sequences that run at this job's lengths
+            pool = hybrid_sim_pool_tokens(extras["kv_blocks"], e["kv_attn_groups"],
+                                          e["kv_state_groups"], e["block_size"],
+                                          (inp or 0) + (out or 0), e["max_num_seqs"])  # fmt: skip
         d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines,
-                        pool_tokens=extras.get("sim_pool_tokens", extras.get("kv_pool_tokens")),
-                        bench=bench)  # fmt: skip
+                        pool_tokens=pool, bench=bench)  # fmt: skip
         d["kind"] = "serve"
         return d
     if isinstance(job, TrainJob):

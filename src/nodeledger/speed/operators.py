@@ -382,7 +382,8 @@ class OpPlan:
             t = max(wbytes / ((ck.table.stream_gbps or 1e3) * share * 1e9), flops / rate)
             t = ck.scale(t, flops, wbytes)
             if g.kind == "fp8_block":  # the fused MoE kernel's grid: per expert, its tiles
-                tiles = T.expected_row_tiles(moe.num_experts, moe.top_k, m, BLOCK_FP8_TILE_M)
+                tiles = max(1.0, T.expected_row_tiles(moe.num_experts, moe.top_k, m,
+                                                      BLOCK_FP8_TILE_M))  # fmt: skip
                 t = max(t, block_fp8_read_s(ck, rows, g.n, wbytes, touched, share, tiles))
             experts += g.layers * max(floor, t)
             if g.kind in ("fp8", "fp8_block") and "down" in g.name:
