@@ -128,3 +128,14 @@ def test_pipeline_parallel_rounds_are_one_groups_pass(h200x8):
         m1.parts(0, 32, 32 * ctx)["seconds"]
     )
     assert m2.parts(0, 64, 64 * ctx)["seconds"] < m1.parts(0, 64, 64 * ctx)["seconds"]
+
+
+def test_v0_mla_forces_chunked_prefill_off_in_0_7_1_and_0_7_2():
+    """vLLM PR 12642 (0.7.1): 'MLA is enabled; forcing chunked prefill and prefix caching to be
+    disabled'; by 0.7.4.dev4 only on non-CUDA platforms (taken from 0.7.3)."""
+    for v in ("0.7.1", "0.7.2"):
+        n, why = v0_max_num_batched_tokens(v, 163_840, mla=True)
+        assert n == 163_840 and "PR 12642" in why
+    assert v0_max_num_batched_tokens("0.7.3", 163_840, mla=True)[0] == 2048
+    assert v0_max_num_batched_tokens("0.7.2", 163_840, mla=False)[0] == 2048
+    assert v0_max_num_batched_tokens("0.7.0", 163_840, mla=True)[0] == 2048

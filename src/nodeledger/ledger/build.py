@@ -350,7 +350,8 @@ def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None
     capacity = card_capacity(machine, job.parallel.tp * job.parallel.pp * job.replicas)
     total, _ = _runtime_total(machine, capacity)
     rocm = bool(machine.accelerators) and machine.accelerators[0].vendor in ("amd", "hygon")
-    job, settings = eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm)
+    mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
+    job, settings = eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm, mla)
     if spec is not None:
         # a hybrid (Mamba-2 / Gated DeltaNet beside attention): vLLM raises the attention block
         # until one page holds one sequence's state of one such layer (per TP rank; the pages

@@ -203,21 +203,37 @@ def v1_batch_defaults(version: str, product: str, total_bytes: int | None) -> tu
     return pick["max_num_batched_tokens"], pick["max_num_seqs"], entry["source"]
 
 
-def v0_max_num_batched_tokens(version: str, max_model_len: int,
-                              rocm: bool = False) -> tuple[int, str]:  # fmt: skip
+# MLA models (DeepSeek-V2/V3/R1) in V0: vLLM 0.7.1 forced chunked prefill off ("MLA is enabled;
+# forcing chunked prefill and prefix caching to be disabled", vllm-project/vllm PR 12642, merged
+# 2025-02-01 for the 0.7.1 release; a 0.7.1.dev100 log prints it, PR 12638); by 0.7.4.dev4 the
+# rule applies on non-CUDA platforms only (a ROCm log: "MLA is enabled on a non-cuda platform",
+# ROCm/vllm issue 457): CUDA support is taken from 0.7.3, the release between
+MLA_NO_CHUNKED_PREFILL = ((0, 7, 1), (0, 7, 3))
+
+
+def v0_max_num_batched_tokens(version: str, max_model_len: int, rocm: bool = False,
+                              mla: bool = False) -> tuple[int, str]:  # fmt: skip
     """V0 scheduler budget: chunked prefill is on by default above 32,768 tokens of context
     (``use_long_context``) on CUDA cards, with a budget of 512 (to 0.6.4) or 2048 tokens
     (0.6.5+); without it one step holds a whole prompt: max(max_model_len, 2048)
     (``SchedulerConfig``).  ROCm keeps it off (``create_engine_config``: ``and not
-    current_platform.is_rocm()``, vllm 0.7 engine/arg_utils.py)."""
-    if max_model_len > 32768 and not rocm:
+    current_platform.is_rocm()``, vllm 0.7 engine/arg_utils.py), and so did 0.7.1-0.7.2 for
+    an MLA model on any card (MLA_NO_CHUNKED_PREFILL)."""
+    lo, hi = MLA_NO_CHUNKED_PREFILL
+    mla_off = mla and lo <= parse_version(version) < hi
+    if max_model_len > 32768 and not rocm and not mla_off:
         n = 512 if parse_version(version) <= (0, 6, 4) else 2048
         return n, "V0 chunked prefill (max_model_len > 32768): SchedulerConfig default"
-    return max(max_model_len, 2048), "V0 without chunked prefill: max(max_model_len, 2048)"
+    why = (
+        " (MLA forces it off in 0.7.1-0.7.2, vLLM PR 12642)"
+        if mla_off and max_model_len > 32768 and not rocm
+        else ""
+    )
+    return max(max_model_len, 2048), f"V0 without chunked prefill{why}: max(max_model_len, 2048)"
 
 
 def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None = None,
-                      rocm: bool = False):  # fmt: skip
+                      rocm: bool = False, mla: bool = False):  # fmt: skip
     """(job, settings): a vLLM job with every engine option it left out set to vLLM's own
     default for this release and card (SGLang's: ``resolve_sglang``; both reached through
     ledger/build.py SERVE_ENGINES) (``rocm``: an AMD card, where vLLM V0 keeps chunked
@@ -235,7 +251,7 @@ def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None 
             src["max_num_seqs"] = "V0 default (SchedulerConfig)"
         if job.max_num_batched_tokens is None:
             upd["max_num_batched_tokens"], src["max_num_batched_tokens"] = (
-                v0_max_num_batched_tokens(version, job.context, rocm)
+                v0_max_num_batched_tokens(version, job.context, rocm, mla)
             )
     else:
         mnbt, seqs, where = v1_batch_defaults(version, product, total_bytes)
