@@ -259,3 +259,25 @@ def test_block_fp8_fused_moe_streams_at_its_release_share():
     assert any(
         "0.332" in a for a in O.OpPlan(spec, ck, 8, None, "bf16", moe_stream=0.332).assumptions()
     )
+
+
+def test_a_block_fp8_gemm_is_held_to_its_kernels_large_m_rate():
+    """vLLM PR 23280 (H100, N=2112 K=7168): the Triton block-fp8 GEMM reaches 367-407 TFLOP/s at
+    M 1,024-8,192; a release running it (vLLM 0.6-0.10, SGLang 0.4.0-0.4.3) gets no more at any
+    M, log-interpolated between the rows, the 1,024 row below it."""
+    from nodeledger.speed.engines import engine_speed
+    from nodeledger.speed.kernels import block_fp8_gemm_tflops
+
+    assert block_fp8_gemm_tflops("triton", 1) == pytest.approx(366.839772)
+    assert block_fp8_gemm_tflops("triton", 4096) == pytest.approx(402.982983)
+    assert block_fp8_gemm_tflops("triton", 65536) == pytest.approx(406.51136)
+    assert 366.8 < block_fp8_gemm_tflops("triton", 1500) < 396.1
+    assert block_fp8_gemm_tflops("", 4096) is None
+    assert engine_speed("vllm", "0.7.3").block_fp8_gemm == "triton"
+    assert engine_speed("vllm", "0.11.0").block_fp8_gemm == ""
+    ck = O.card_kernels("NVIDIA H200", None, None)
+    m, n, k = 4096, 7168, 2048
+    t = O.gemm_kernel_s(ck, m, n, k, "fp8_block", 1.0, "triton")
+    assert t == pytest.approx(max(O.gemm_kernel_s(ck, m, n, k, "fp8_block", 1.0),
+                                  2 * m * n * k / 402.982983e12))  # fmt: skip
+    assert t > O.gemm_kernel_s(ck, m, n, k, "fp8_block", 1.0)

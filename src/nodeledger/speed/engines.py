@@ -50,6 +50,8 @@ class EngineSpeed:
     # (DeepSeek-V3's 128 x 128 scales), where a kernel benchmark of the release's era measured it
     moe_block_fp8_stream: float = 1.0
     moe_source: str = ""
+    # the dense block-fp8 GEMM kernel the release runs (triton | cutlass; "": not known)
+    block_fp8_gemm: str = ""
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -105,6 +107,7 @@ def _releases(name: str):
             request_overhead_s=over.get("ttft_s", 0.0), request_overhead_source=over.get("source", ""),
             moe_block_fp8_stream=row.get("moe_block_fp8_stream", 1.0),
             moe_source=row.get("moe_source", ""),
+            block_fp8_gemm=row.get("block_fp8_gemm", ""),
         )  # fmt: skip
 
     return resolve

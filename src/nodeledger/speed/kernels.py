@@ -68,6 +68,37 @@ BLOCK_FP8_PROGRAM_GBPS = 38.0
 BLOCK_FP8_SOURCE = ("block-fp8 GEMM: ceil(M/64) x ceil(N/128) programs (vLLM/SGLang "
                     "w8a8_block_fp8_matmul), 38 GB/s of weights per program (N=2112 K=7168 M=1: "
                     "23.3 us on H100, vLLM PR 23280)")  # fmt: skip
+# The same kernels' rate where the math binds (vLLM PR 23280, H100 80GB HBM3, DeepSeek-V3's
+# N=2112 K=7168, block (128, 128), TFLOP/s by M): the Triton w8a8_block_fp8_matmul the engines
+# ran until vLLM 0.11 and the CUTLASS kernel that PR made vLLM's default on SM90.  From M =
+# 1,024 the grid fills the card (272+ programs); below it the program count bounds this shape,
+# not the kernel, so a block-fp8 GEMM of any shape is held to the curve at max(M, 1,024): at
+# most its large-M rate (about 0.6 of a bf16 GEMM, 0.3 of the card's fp8 rate).  The H100's
+# tensor peak is the H200's (the same GH100 die), so the figures move with the H200 table.
+BLOCK_FP8_GEMM_TFLOPS = {
+    "triton": ((1024, 366.839772), (2048, 396.032348), (4096, 402.982983), (8192, 406.51136)),
+    "cutlass": ((1024, 350.64902), (2048, 426.640953), (4096, 456.931446), (8192, 489.655688)),
+}
+BLOCK_FP8_GEMM_MIN_M = 1024
+BLOCK_FP8_GEMM_SOURCE = ("block-fp8 GEMM math at most the engine's kernel's large-M rate "
+                         "(vLLM PR 23280, H100, N=2112 K=7168: Triton 367-407, CUTLASS 351-490 "
+                         "TFLOP/s at M 1,024-8,192)")  # fmt: skip
+
+
+def block_fp8_gemm_tflops(kernel: str, m: float) -> float | None:
+    """The block-fp8 GEMM rate (TFLOP/s) of ``kernel`` at max(M, 1,024), log-interpolated in M
+    between the measured rows, the last row beyond them; None for an unknown kernel."""
+    rows = BLOCK_FP8_GEMM_TFLOPS.get(kernel)
+    if not rows:
+        return None
+    m = max(float(m), BLOCK_FP8_GEMM_MIN_M)
+    if m >= rows[-1][0]:
+        return rows[-1][1]
+    for (m0, r0), (m1, r1) in itertools.pairwise(rows):
+        if m0 <= m <= m1:
+            w = math.log(m / m0) / math.log(m1 / m0)
+            return math.exp(math.log(r0) + w * math.log(r1 / r0))
+    return rows[0][1]
 
 
 def _num(row: dict, key: str, lo: float = 0.0) -> float:

@@ -33,6 +33,7 @@ from nodeledger.speed import hardware as H
 from nodeledger.speed import terms as T
 from nodeledger.speed import work as W
 from nodeledger.speed.kernels import (
+    BLOCK_FP8_GEMM_SOURCE,
     BLOCK_FP8_PROGRAM_GBPS,
     BLOCK_FP8_SOURCE,
     BLOCK_FP8_TILE_M,
@@ -42,6 +43,7 @@ from nodeledger.speed.kernels import (
     KERNEL_FLOOR_SOURCE,
     REF_HEAD_DIM,
     KernelTable,
+    block_fp8_gemm_tflops,
     table_for,
     table_from_rows,
 )
@@ -258,14 +260,19 @@ def gemm_table_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
 
 
 def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
-                  wbytes: float = 2.0) -> float:  # fmt: skip
+                  wbytes: float = 2.0, block_kernel: str = "") -> float:  # fmt: skip
     """One matmul's kernel time on the card (no host dispatch: counted per call apart): the
     table card's time (``gemm_table_s``) moved to this card by whichever roofline the shape
-    sits at, and for block fp8 at least the triton kernel's weight re-reads."""
+    sits at, and for block fp8 at least the triton kernel's weight re-reads and, where the
+    engine release's block-fp8 kernel is known (``block_kernel``: triton | cutlass), at most
+    its measured large-M rate (kernels.BLOCK_FP8_GEMM_TFLOPS)."""
     t = gemm_table_s(ck, m, n, k, kind, wbytes)
     t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k))
     if kind == "fp8_block":
         t = max(t, block_fp8_read_s(ck, m, n, n * k * wbytes))
+        rate = block_fp8_gemm_tflops(block_kernel, m) if block_kernel else None
+        if rate:
+            t = max(t, 2 * m * n * k / (rate * 1e12) * ck.ratio_compute)
     return t
 
 
@@ -288,8 +295,8 @@ def block_fp8_read_s(ck: CardKernels, rows: float, n: int, weight_bytes: float,
     return m_tiles * weight_bytes / (min(stream, programs * BLOCK_FP8_PROGRAM_GBPS) * 1e9)
 
 
-def _gemm(ck: CardKernels, m: float, g: Gemm) -> float:
-    return gemm_kernel_s(ck, m, g.n, g.k, g.kind, g.wbytes)
+def _gemm(ck: CardKernels, m: float, g: Gemm, block_kernel: str = "") -> float:
+    return gemm_kernel_s(ck, m, g.n, g.k, g.kind, g.wbytes, block_kernel)
 
 
 def round_128th(x: float) -> int:
@@ -307,8 +314,10 @@ class OpPlan:
     times and per-context KV bytes memoised: the simulator asks for thousands of steps."""
 
     def __init__(self, spec: ModelSpec, ck: CardKernels, tp: int, dtype: str, kv_dtype: str,
-                 dp_attn: int = 1, moe_stream: float = 1.0):  # fmt: skip
+                 dp_attn: int = 1, moe_stream: float = 1.0, block_kernel: str = ""):  # fmt: skip
         self.spec, self.ck, self.tp, self.dtype, self.kv_dtype = spec, ck, tp, dtype, kv_dtype
+        # the engine release's dense block-fp8 GEMM kernel (triton | cutlass; "" unknown)
+        self.block_kernel = block_kernel
         # the share of the card's streaming rate a block-fp8 fused MoE kernel reaches in the
         # engine release (its plug-in's moe_block_fp8_stream; 1: the table's GEMM streaming)
         self.moe_stream = moe_stream
@@ -356,7 +365,8 @@ class OpPlan:
         floor = KERNEL_FLOOR_S
         if m_attn is None:
             m_attn = math.ceil(m / self.dp_attn) if m else 0.0  # the busiest rank's rows
-        dense = sum(g.layers * max(floor, _gemm(ck, m_attn if g.attn and self.dp_attn > 1 else m, g))
+        bk = self.block_kernel
+        dense = sum(g.layers * max(floor, _gemm(ck, m_attn if g.attn and self.dp_attn > 1 else m, g, bk))
                     for g in self.dense)  # fmt: skip
         # W8A8: each fp8 GEMM's activations are quantised first (one kernel: read bf16, write
         # fp8 and the scales: 3 B per element)
@@ -405,6 +415,8 @@ class OpPlan:
         kinds = {g.kind for g in self.dense + self.experts}
         if "fp8_block" in kinds:
             out.append(BLOCK_FP8_SOURCE)
+            if self.block_kernel:
+                out.append(f"{BLOCK_FP8_GEMM_SOURCE}: the release's {self.block_kernel} kernel")
             if self.moe_stream < 1.0 and any(g.kind == "fp8_block" for g in self.experts):
                 out.append(f"block-fp8 fused MoE streams its experts at {self.moe_stream:.3g} of "
                            "the card's streaming rate (the engine release's kernel, measured: "
@@ -522,15 +534,16 @@ _PLANS: dict[tuple, tuple] = {}
 
 
 def plan_for(spec: ModelSpec, ck: CardKernels, tp: int = 1, dtype: str | None = "bf16",
-             kv_dtype: str = "bf16", dp_attn: int = 1, moe_stream: float = 1.0) -> OpPlan:  # fmt: skip
+             kv_dtype: str = "bf16", dp_attn: int = 1, moe_stream: float = 1.0,
+             block_kernel: str = "") -> OpPlan:  # fmt: skip
     """The memoised OpPlan of a replica (keyed by the objects themselves, held alive)."""
-    key = (id(spec), id(ck), tp, dtype, kv_dtype, dp_attn, moe_stream)
+    key = (id(spec), id(ck), tp, dtype, kv_dtype, dp_attn, moe_stream, block_kernel)
     hit = _PLANS.get(key)
     if hit is not None and hit[0] is spec and hit[1] is ck:
         return hit[2]
     if len(_PLANS) > 64:
         _PLANS.clear()
-    plan = OpPlan(spec, ck, tp, dtype, kv_dtype, dp_attn, moe_stream)
+    plan = OpPlan(spec, ck, tp, dtype, kv_dtype, dp_attn, moe_stream, block_kernel)
     _PLANS[key] = (spec, ck, plan)
     return plan
 

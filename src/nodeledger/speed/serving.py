@@ -46,7 +46,7 @@ class StepModel:
     @property
     def plan(self) -> O.OpPlan:
         return O.plan_for(self.spec, self.ck, self.tp, self.dtype, self.kv_dtype, self.dp_attn,
-                          self.engine.moe_block_fp8_stream)  # fmt: skip
+                          self.engine.moe_block_fp8_stream, self.engine.block_fp8_gemm)  # fmt: skip
 
     def allreduce_s(self, tokens: float) -> float:
         if self.tp <= 1 or not self.busbw_gbps or tokens <= 0:
