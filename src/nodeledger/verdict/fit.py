@@ -69,9 +69,9 @@ class FitResult:
 
 
 _ENGINE_FIELDS = {
-    "hf": {"new_tokens"},
-    "vllm": {"engine_version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens",
-             "max_num_seqs", "cuda_graphs"},
+    "hf": {"new_tokens", "experts"},
+    "vllm": {"engine_version", "gpu_memory_utilization", "block_size", "block_size_asked",
+             "max_num_batched_tokens", "max_num_seqs", "cuda_graphs"},
     "sglang": {"engine_version", "mem_fraction_static", "max_num_batched_tokens", "cuda_graphs"},
 }  # fmt: skip
 
@@ -83,6 +83,8 @@ def job_options(job) -> dict:
         mine = _ENGINE_FIELDS.get(job.engine, set())
         for k in set().union(*_ENGINE_FIELDS.values()) - mine:
             d.pop(k, None)
+        if d.get("block_size_asked") is None:  # vLLM kept the block asked (not a hybrid)
+            d.pop("block_size_asked", None)
     d.update(d.pop("parallel", None) or {})
     host = d.pop("host", None)
     if host and d.get("micro_batch") is not None:
