@@ -81,10 +81,13 @@ class StepModel:
             # sequences go through the stages as pp groups, one group per stage at a time, so
             # every stage card works on one group while the others work on the rest; a round in
             # which each sequence advances one token lasts one group's pass through all the
-            # layers (the op model's whole-model time on one card of the stage's TP group)
+            # layers (the op model's whole-model time on one card of the stage's TP group).  A
+            # lone prompt is not split: it passes the stages one after another
             decode_seqs = math.ceil(decode_seqs / pp) if decode_seqs else 0
-            prefill_tokens = math.ceil(prefill_tokens / pp) if prefill_tokens else 0
-            pre_seqs = pre_seqs / pp if pre_seqs else 0.0
+            if prefill_tokens:
+                split = min(float(pp), max(1.0, pre_seqs))
+                prefill_tokens = math.ceil(prefill_tokens / split)
+                pre_seqs = pre_seqs / split
         # a step runs from a captured graph when the engine captures and the step's tokens fit
         # the captured sizes (vLLM V1 captures mixed batches too, piecewise; SGLang and vLLM V0
         # decode batches only); otherwise every kernel is dispatched by the host
