@@ -342,3 +342,30 @@ def test_bad_step_time_raises():
         simulate(Scheduler("vllm", 8, 512, None), reqs, lambda p, d, kv: -1.0)
     with pytest.raises(ValueError, match="max_steps"):
         simulate(Scheduler("vllm", 8, 512, None), reqs, affine, max_steps=0)
+
+
+def test_v1_prefix_caching_resumes_a_preempted_request_from_its_cached_blocks():
+    """vLLM V1 keeps a preempted request's full blocks in its prefix cache: scheduled again, it
+    computes only what they do not hold (at most a block and its last token). Prompts of 4,000
+    tokens and answers of 200 into a pool of 8.5 such sequences preempt often: with recompute
+    the prefill work grows with every preemption, with the cache it stays within the prompts
+    plus 16 tokens per preemption; the pool is never exceeded either way."""
+    reqs = make_requests(40, math.inf, 4000, 200)
+    pool = 35_792
+    done = {}
+    for resume in (False, True):
+        work = [0]
+
+        def cost(p, d, kv, work=work):
+            work[0] += p
+            return affine(p, d, kv)
+
+        sched = Scheduler("vllm", 256, 2048, pool, resume_cached=resume)
+        res = simulate(sched, reqs, cost)
+        assert res.completed == 40 and res.preemptions > 0
+        assert res.batch["max"] * 4000 <= pool + 4000
+        done[resume] = (work[0], res.preemptions, res.duration_s)
+    prompts = 40 * 4000
+    work, preemptions, _ = done[True]
+    assert prompts <= work <= prompts + preemptions * 17
+    assert done[False][0] > work and done[False][2] > done[True][2]

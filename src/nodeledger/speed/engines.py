@@ -52,6 +52,8 @@ class EngineSpeed:
     moe_source: str = ""
     # the dense block-fp8 GEMM kernel the release runs (triton | cutlass; "": not known)
     block_fp8_gemm: str = ""
+    # prefix caching on by default: a preempted request resumes from its cached blocks
+    prefix_cache: bool = False
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -108,6 +110,7 @@ def _releases(name: str):
             moe_block_fp8_stream=row.get("moe_block_fp8_stream", 1.0),
             moe_source=row.get("moe_source", ""),
             block_fp8_gemm=row.get("block_fp8_gemm", ""),
+            prefix_cache=row.get("prefix_cache", False),
         )  # fmt: skip
 
     return resolve

@@ -163,6 +163,7 @@ def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
         kv_pool_tokens=pool_tokens,
         block_size=int(job.block_size or 16) if engine.paged_blocks else 1,
         static_batch=max(1, static_batch),
+        resume_cached=engine.prefix_cache and policy == "vllm",
     )
 
 

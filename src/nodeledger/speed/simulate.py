@@ -121,6 +121,9 @@ class Scheduler:
     static_batch: int = 1  # policy "static": sequences per batch
     new_token_ratio: float = 0.7  # sglang admission reserve (init), decays per step to min
     min_new_token_ratio: float = 0.1
+    # vLLM V1 with prefix caching (its default): a preempted request's full blocks stay in the
+    # cache, so when it is scheduled again only the tokens past them are computed
+    resume_cached: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -513,6 +516,7 @@ class _Sim:
         self.done_t: list[float | None] = [None] * n
         self.last_emit = [0.0] * n
         self.rejected = [False] * n
+        self.cached = [0] * n  # tokens a preempted request finds in the prefix cache (vLLM V1)
         self.waiting: deque[int] = deque()
         # decoding sequences as aggregates (module docstring, "Speed")
         self.G = 0  # decode steps so far
@@ -748,13 +752,17 @@ class _Sim:
 
     def preempt_last(self) -> int:
         """vLLM ``self.running.pop()``: the most recently admitted running request goes back to
-        the front of the waiting queue (recompute); returns it."""
+        the front of the waiting queue (recompute, or with V1's prefix caching only what its
+        cached full blocks do not hold); returns it."""
         if self.pre:
             k, comp = self.pre.pop()
             self.F += _cdiv(comp, self.bs)  # last_emit[k] is still its last token's time
         else:
             k = next(reversed(self.dec))
-            self.F += _cdiv(self.leave(k), self.bs)
+            comp = self.leave(k)
+            self.F += _cdiv(comp, self.bs)
+        if self.s.resume_cached:
+            self.cached[k] = comp // self.bs * self.bs
         self.waiting.appendleft(k)
         self.preemptions += 1
         return k
@@ -796,17 +804,21 @@ class _Sim:
         if not preempted:  # then the waiting queue, FCFS
             while self.waiting and budget > 0 and len(self.dec) + len(self.pre) < s.max_num_seqs:
                 k = self.waiting[0]
-                c = min(inp[k] + gen[k], budget)
+                # a preempted request's cached full blocks (V1 prefix caching; at least its
+                # last token is computed again)
+                hit = min(self.cached[k], inp[k] + gen[k] - 1)
+                c = min(inp[k] + gen[k] - hit, budget)
                 if bounded:
-                    nb = _cdiv(c, bs)
+                    nb = _cdiv(hit + c, bs)
                     if nb > self.F:
                         break
                     self.F -= nb
                 self.waiting.popleft()
-                self.pre.append([k, c])
+                self.cached[k] = 0
+                self.pre.append([k, hit + c])
                 budget -= c
                 prefill += c
-                kv += c
+                kv += hit + c
         dt = self.cost(prefill, nd, kv)
         T1 = T + dt
         self.record(T, dt, nd + len(self.pre))
