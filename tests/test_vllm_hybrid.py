@@ -242,3 +242,16 @@ def test_review_fixes_pp_resolve_v0_and_short_requests(nemotron):
     blocks = 2737
     running = min(1024, blocks // (4 + 6))
     assert eng.hybrid_sim_pool_tokens(blocks, 1, 6, 528, 2000, 1024) == (blocks - 6 * running) * 528
+
+
+def test_vllm_recomputes_a_preempted_hybrid(nemotron):
+    """vLLM turns prefix caching off for hybrids: the simulator does not resume them from
+    cached blocks (it does for a plain model on the same release)."""
+    from nodeledger.speed.engines import engine_speed
+    from nodeledger.speed.serving import scheduler_for
+
+    job = ServeJob(engine="vllm", engine_version="0.15.0", context=8192, max_num_seqs=256,
+                   max_num_batched_tokens=8192)  # fmt: skip
+    eng15 = engine_speed("vllm", "0.15.0")
+    assert scheduler_for(job, eng15, 10**6).resume_cached
+    assert not scheduler_for(job, eng15, 10**6, hybrid=True).resume_cached

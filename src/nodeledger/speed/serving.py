@@ -15,6 +15,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from nodeledger.ledger.engines import state_layers
 from nodeledger.ledger.jobs import ServeJob
 from nodeledger.model.spec import ModelSpec
 from nodeledger.speed import figures as F
@@ -142,8 +143,10 @@ def with_options(engine: EngineSpeed, options: dict) -> EngineSpeed:
 
 
 def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
-                  static_batch: int = 1) -> S.Scheduler:  # fmt: skip
-    """The simulator's scheduler from the engine plug-in and the job's resolved settings."""
+                  static_batch: int = 1, hybrid: bool = False) -> S.Scheduler:  # fmt: skip
+    """The simulator's scheduler from the engine plug-in and the job's resolved settings;
+    ``hybrid``: a model with Mamba-style state layers, for which vLLM turns prefix caching off
+    (so a preempted request is recomputed)."""
     policy = engine.policy
     if policy == "vllm-v0":
         # V0 runs a prompt alone in its step unless chunked prefill is on (by default above
@@ -163,7 +166,7 @@ def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
         kv_pool_tokens=pool_tokens,
         block_size=int(job.block_size or 16) if engine.paged_blocks else 1,
         static_batch=max(1, static_batch),
-        resume_cached=engine.prefix_cache and policy == "vllm",
+        resume_cached=engine.prefix_cache and policy == "vllm" and not hybrid,
     )
 
 
@@ -276,7 +279,8 @@ def serving_benchmark(spec: ModelSpec, job: ServeJob, machine, *, num_prompts: i
                    itl_median_s=None)  # fmt: skip
         return out
     batch = static_batch or max_concurrency or job.concurrency or 1
-    sched = scheduler_for(job, model.engine, pool_tokens, static_batch=batch)
+    sched = scheduler_for(job, model.engine, pool_tokens, static_batch=batch,
+                          hybrid=bool(state_layers(spec)))  # fmt: skip
     res = run_benchmark(model, sched, reqs)
     out.update(res)
     out.update(
@@ -345,7 +349,8 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
     if model is None or (pool_tokens is not None and pool_tokens < (job.block_size or 16)):
         return None  # no kernel table reaches the card, or no sequence fits: the roofline says
     static = model.engine.policy == "static"
-    sched = scheduler_for(job, model.engine, pool_tokens, static_batch=concurrency or 1)
+    sched = scheduler_for(job, model.engine, pool_tokens, static_batch=concurrency or 1,
+                          hybrid=bool(state_layers(spec)))  # fmt: skip
 
     done: dict = {}  # one simulation per (prompts, rate, cap, dataset): deterministic
 
