@@ -112,17 +112,22 @@ def test_ttft_holds_the_api_server_s_share(h200x8):
     assert res["ttft_median_s"] == pytest.approx(raw["ttft_s"]["median"] + 6.9e-3, rel=1e-6)
 
 
+def _pp2_and_one(machine, mean_input: int):
+    """Llama-3.1-8B step models on vLLM 0.11 at PP 2 and on one card (no TP)."""
+    spec = load_model("llama-3.1-8b")[0]
+    pp2 = ServeJob(engine="vllm", engine_version="0.11.0", context=4096, concurrency=1,
+                   parallel=Parallel(tp=1, pp=2))  # fmt: skip
+    one = dataclasses.replace(pp2, parallel=Parallel(tp=1, pp=1))
+    return (SV.step_model_for(spec, pp2, machine, mean_input)[0],
+            SV.step_model_for(spec, one, machine, mean_input)[0])  # fmt: skip
+
+
 def test_pipeline_parallel_rounds_are_one_groups_pass(h200x8):
     """PP: the running sequences go through the stages as pp groups; a round (each sequence one
     token) lasts one group's pass through all the layers.  PP 2 decoding 64 sequences costs
     what one card's whole-model step of 32 costs (no TP: no all-reduce), not twice a step of 64
     (the defect a 2 x RTX 4090 PP-2 run exposed: TPOT +156 %, now +1 %)."""
-    spec = load_model("llama-3.1-8b")[0]
-    pp2 = ServeJob(engine="vllm", engine_version="0.11.0", context=4096, concurrency=1,
-                   parallel=Parallel(tp=1, pp=2))  # fmt: skip
-    one = dataclasses.replace(pp2, parallel=Parallel(tp=1, pp=1))
-    m2, _ = SV.step_model_for(spec, pp2, h200x8, 512)
-    m1, _ = SV.step_model_for(spec, one, h200x8, 512)
+    m2, m1 = _pp2_and_one(h200x8, 512)
     ctx = 2000
     assert m2.parts(0, 64, 64 * ctx)["seconds"] == pytest.approx(
         m1.parts(0, 32, 32 * ctx)["seconds"]
@@ -144,11 +149,6 @@ def test_v0_mla_forces_chunked_prefill_off_in_0_7_1_and_0_7_2():
 def test_a_lone_prompt_passes_the_pipeline_stages_one_after_another(h200x8):
     """PP 2: one prompt's prefill is not split between the stages' groups (its TTFT is the whole
     model's), four prompts are (two per group)."""
-    spec = load_model("llama-3.1-8b")[0]
-    pp2 = ServeJob(engine="vllm", engine_version="0.11.0", context=4096, concurrency=1,
-                   parallel=Parallel(tp=1, pp=2))  # fmt: skip
-    one = dataclasses.replace(pp2, parallel=Parallel(tp=1, pp=1))
-    m2, _ = SV.step_model_for(spec, pp2, h200x8, 1024)
-    m1, _ = SV.step_model_for(spec, one, h200x8, 1024)
+    m2, m1 = _pp2_and_one(h200x8, 1024)
     assert m2.parts(1024, 0, 0)["seconds"] == pytest.approx(m1.parts(1024, 0, 0)["seconds"])
     assert m2.parts(4096, 0, 0)["seconds"] == pytest.approx(m1.parts(2048, 0, 0)["seconds"])

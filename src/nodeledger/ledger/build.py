@@ -682,25 +682,26 @@ def _vllm_card(
     available = vllm_kv_pool_bytes(budget, torch_fixed, charged + graph_charged)
     page = kv.paged_page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
     hybrid = fam.concurrency != "tokens"
-    pages = eng.vllm_hybrid_pages(spec, job.engine_version, job.block_size, kv_dtype_bytes,
-                                  kv.kv_split_across_tp(spec, tp), tp)  # fmt: skip
-    if eng.state_layers(spec) and pages is None:
+    # the block is already raised for a hybrid (_resolve_vllm): only whether it is modelled
+    with_state = eng.vllm_hybrid_modelled(spec, job.engine_version)
+    state = eng.state_layers(spec)
+    if state and not with_state:
         if not any(a.kind != "linear" for a in spec.attention):
             why = "a model without attention layers: vLLM's pool for it is not modelled"
         else:
             why = (f"not in this ledger for vLLM {eng.vllm_version(job.engine_version)} "
                    f"(modelled for V1 from {eng.data()['vllm']['hybrid']['first']}, the hybrid "
                    "KV manager read)")  # fmt: skip
-        notes.append(f"{len(eng.state_layers(spec))} Mamba-2 / Gated DeltaNet layers: their "
+        notes.append(f"{len(state)} Mamba-2 / Gated DeltaNet layers: their "
                      f"per-sequence state is {why}")  # fmt: skip
     groups = (
-        eng.kv_groups(spec, with_state=pages is not None)
+        eng.kv_groups(spec, with_state=with_state)
         if hybrid
         else [eng.KvGroup("full", sum(1 for a in spec.attention if a.kind != "linear"), None)]
     )
     per_block_layers = groups[0].layers
-    attn_groups = sum(1 for g in groups if g.kind != "state") or 1
-    state_groups = len(groups) - sum(1 for g in groups if g.kind != "state")
+    state_groups = sum(1 for g in groups if g.kind == "state")
+    attn_groups = len(groups) - state_groups or 1
     # bytes per token of the attention groups (the state groups hold a page per sequence)
     per_token = page * per_block_layers * attn_groups / job.block_size
     extras: dict = {

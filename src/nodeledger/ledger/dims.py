@@ -127,8 +127,10 @@ def _dims_of(spec: ModelSpec) -> Dims:
         dense_layers = count
     moe = spec.moe
     moe_inter = 0
+    experts_gated = True
     if moe is not None:
         e = _first(spec, "routed_experts", ("gate_proj.weight", "gate_up_proj.weight"))
+        experts_gated = e is not None
         if e is None:  # non-gated experts (Nemotron-H: up / down only)
             e = _first(spec, "routed_experts", ("up_proj.weight",))
         if e is not None:
@@ -139,9 +141,6 @@ def _dims_of(spec: ModelSpec) -> Dims:
             )
     shared = _first(spec, "shared_experts", ("gate_proj.weight",)) or _first(
         spec, "shared_experts", ("up_proj.weight",)
-    )
-    experts_gated = not any(t.part == "routed_experts" for t in spec.tensors) or any(
-        t.part == "routed_experts" and ("gate" in t.name.rsplit(".", 2)[-2]) for t in spec.tensors
     )
     norm_bias = any(t.part == "norms" and t.name.endswith(".bias") for t in spec.tensors)
     names = {t.name for t in spec.tensors}

@@ -547,6 +547,17 @@ def vllm_state_dtypes(spec, version: str | None) -> tuple[int, int, str]:
     )
 
 
+def vllm_hybrid_modelled(spec, version: str | None) -> bool:
+    """Whether the release's hybrid pool is modelled for ``spec``: Mamba-2 / Gated DeltaNet
+    layers beside attention, a V1 release from engines.toml ``[vllm.hybrid]`` first."""
+    if not state_layers(spec) or not any(a.kind != "linear" for a in spec.attention):
+        return False
+    first = parse_version(data()["vllm"]["hybrid"]["first"])
+    if parse_version(vllm_version(version)) < first:
+        return False
+    return vllm_family(version).engine != "V0"  # VLLM_USE_V1=0: V0's own mamba cache, not read
+
+
 def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes: int,
                       kv_split: float, tp: int) -> HybridPages | None:  # fmt: skip
     """The release's hybrid page for a model with Mamba-2 / Gated DeltaNet layers beside
@@ -554,17 +565,12 @@ def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes
     first): attention block = max(block_size, 16 x ceil(state page / (16 x attention bytes per
     token per layer))); page = that block's bytes (``HybridAttentionMambaModelConfig
     .verify_and_update_config``)."""
-    state = state_layers(spec)
-    if not state or not any(a.kind != "linear" for a in spec.attention):
+    if not vllm_hybrid_modelled(spec, version):
         return None
     hy = data()["vllm"]["hybrid"]
-    if parse_version(vllm_version(version)) < parse_version(hy["first"]):
-        return None
-    if vllm_family(version).engine == "V0":  # VLLM_USE_V1=0: V0's own mamba cache, not read
-        return None
     conv_b, ssm_b, how = vllm_state_dtypes(spec, version)
     pages = []
-    for a in state:
+    for a in state_layers(spec):
         conv, ssm = kv.vllm_state_elements(a, tp)
         pages.append(conv * conv_b + ssm * ssm_b)
     state_page = max(pages)

@@ -154,10 +154,9 @@ def vllm_state_elements(layer: AttentionLayer, tp: int = 1) -> tuple[int, int]:
         if groups % tp:
             groups = tp  # extra_groups_for_head_shards: tp - n_groups more
         conv_dim = layer.kv_heads * layer.v_head_dim + 2 * groups * layer.k_head_dim
-        ssm = (layer.kv_heads // tp) * layer.v_head_dim * layer.k_head_dim
     else:
         conv_dim = layer.conv_state_elements // width
-        ssm = (layer.kv_heads // tp) * layer.v_head_dim * layer.k_head_dim
+    ssm = (layer.kv_heads // tp) * layer.v_head_dim * layer.k_head_dim
     return (conv_dim // tp) * width, ssm
 
 

@@ -48,8 +48,7 @@ class EngineSpeed:
     request_overhead_source: str = ""
     # the share of the card's streaming rate its fused MoE kernel reaches on block-fp8 experts
     # (DeepSeek-V3's 128 x 128 scales), where a kernel benchmark of the release's era measured it
-    moe_block_fp8_stream: float = 1.0
-    moe_source: str = ""
+    moe_block_fp8_stream: float = 1.0  # its source: engines.toml moe_source
     # the dense block-fp8 GEMM kernel the release runs (triton | cutlass; "": not known)
     block_fp8_gemm: str = ""
     # prefix caching on by default: a preempted request resumes from its cached blocks
@@ -108,7 +107,6 @@ def _releases(name: str):
             paged_blocks=row.get("paged_blocks", True), seqs_rule=row.get("seqs_rule", "job"),
             request_overhead_s=over.get("ttft_s", 0.0), request_overhead_source=over.get("source", ""),
             moe_block_fp8_stream=row.get("moe_block_fp8_stream", 1.0),
-            moe_source=row.get("moe_source", ""),
             block_fp8_gemm=row.get("block_fp8_gemm", ""),
             prefix_cache=row.get("prefix_cache", False),
         )  # fmt: skip

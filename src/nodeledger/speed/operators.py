@@ -270,7 +270,7 @@ def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
     t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k))
     if kind == "fp8_block":
         t = max(t, block_fp8_read_s(ck, m, n, n * k * wbytes))
-        rate = block_fp8_gemm_tflops(block_kernel, m) if block_kernel else None
+        rate = block_fp8_gemm_tflops(block_kernel, m)
         if rate:
             t = max(t, 2 * m * n * k / (rate * 1e12) * ck.ratio_compute)
     return t
