@@ -159,16 +159,21 @@ def test_weight_only_experts_read_their_packed_bytes(h200):
     spec, _ = load_model(str(shared_models_or_skip() / "gpt-oss-20b"))
     ck = O.card_kernels("NVIDIA H200", None, None)
     experts = [g for g in O.gemms(spec, 1, O.W.scheme(spec, None)) if g.expert]
-    assert experts and all(g.kind == "weight_only" for g in experts)
+    assert experts and all(g.kind == "marlin" for g in experts)
     assert experts[0].wbytes == pytest.approx(17 / 32)
     g = experts[0]
     bf16 = O.gemm_kernel_s(ck, 1, g.n, g.k, "bf16", 2.0)
     packed = O.gemm_kernel_s(ck, 1, g.n, g.k, g.kind, g.wbytes)
     assert packed == pytest.approx(bf16 * (17 / 32) / 2, rel=0.02)
-    # at large M the math is the bf16 GEMM's: the saved bytes are a small part of it
-    assert O.gemm_kernel_s(ck, 8192, g.n, g.k, g.kind, g.wbytes) > 0.9 * O.gemm_kernel_s(
-        ck, 8192, g.n, g.k, "bf16", 2.0
-    )
+    # at large M the math binds: a Marlin-family kernel reaches at most 0.61 of the table's best
+    # bf16 rate (vLLM PR 2497: 141.1 of 231.4 TFLOP/s), so it is slower than the bf16 GEMM
+    big = O.gemm_kernel_s(ck, 8192, g.n, g.k, g.kind, g.wbytes)
+    floor = 2 * 8192 * g.n * g.k / (0.61 * ck.table.peak_flops("bf16"))
+    assert big == pytest.approx(max(floor, big), rel=1e-9) and big >= floor
+    assert big > O.gemm_kernel_s(ck, 8192, g.n, g.k, "bf16", 2.0)
+    # bitsandbytes nf4 dequantises to bf16 and runs the bf16 GEMM: no Marlin ceiling
+    nf4 = O.gemm_kernel_s(ck, 8192, g.n, g.k, "weight_only", g.wbytes)
+    assert nf4 < big
 
 
 def test_routers_and_mla_down_projections_stay_whole_under_tp():

@@ -87,10 +87,27 @@ EAGER_SOURCE = (
 #   fp8        W8A8 with per-tensor / per-channel scales (torch._scaled_mm: the table's fp8 GEMMs)
 #   fp8_block  W8A8 with 128x128 block scales (DeepSeek-V3 layout): its own kernel rows where
 #              a table has them, else the fp8 rows
-#   weight_only  int8 / int4 / nf4 / mxfp4 weights dequantised in the kernel and multiplied in
-#              bf16 (Marlin, Machete, triton matmul_ogs on cards without FP4 tensor cores): the
-#              bf16 GEMM with its weight read shrunk to the packed bytes
+#   marlin     int8 / int4 / mxfp4 weights dequantised in the kernel and multiplied in bf16 by
+#              the serving engines' Marlin-family kernels (AWQ / GPTQ Marlin, fused Marlin MoE;
+#              vLLM 0.11 runs gpt-oss's mxfp4 experts through Marlin on Hopper and Ampere unless
+#              triton_kernels is installed, vllm/model_executor/layers/quantization/mxfp4.py
+#              get_mxfp4_backend): the bf16 GEMM with its weight read shrunk to the packed
+#              bytes, its math at most MARLIN_BF16_SHARE of the card's best bf16 GEMM rate
+#   weight_only  nf4 (bitsandbytes: dequantised to bf16, then the bf16 GEMM): the weight read
+#              shrunk, the math at the bf16 rate
 WEIGHT_ONLY = ("int8", "int4", "nf4", "mxfp4")
+MARLIN_SCHEMES = ("int8", "int4", "mxfp4")
+# Marlin's math saturates at 141 TFLOP/s from M = 64 up while the fp16 GEMM keeps climbing:
+# speedup over torch 0.74 / 0.73 / 0.66 / 0.60 / 0.61 at M = 256 / 512 / 1,024 / 2,048 / 4,000
+# (IST-DASLab marlin bench.py, vllm-project/vllm PR 2497, comment of 2024-01-24): at large M it
+# runs at 0.61 of the fp16 GEMM's rate on the same card (141.1 of 231.4 TFLOP/s).  Measured on an
+# Ampere card; on Hopper Marlin keeps Ampere's mma.sync while cuBLAS uses wgmma, so the share
+# there is at most this.
+MARLIN_BF16_SHARE = 0.61
+MARLIN_SOURCE = (
+    "Marlin-family weight-only kernels: math at most 0.61 of the card's best bf16 "
+    "GEMM rate (141.1 of 231.4 TFLOP/s at M = 4,000, vllm-project/vllm PR 2497)"
+)
 
 
 @dataclass(frozen=True)
@@ -123,6 +140,8 @@ def _kind(t, scheme, blocks: bool = False) -> tuple[str, float]:
         return "bf16", wb
     if scheme.name == "fp8":
         return ("fp8_block" if blocks else "fp8"), wb
+    if scheme.name in MARLIN_SCHEMES:
+        return "marlin", wb
     return ("weight_only" if scheme.name in WEIGHT_ONLY else "bf16"), wb
 
 
@@ -256,6 +275,10 @@ def gemm_table_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
     t = ck.table.gemm_s(m, n, k, rows, graphs=True)
     if rows == "bf16" and wbytes < 2.0:
         t = weight_only_s(ck.table, t, m, n, k, wbytes)
+    if kind == "marlin":  # its math at most MARLIN_BF16_SHARE of the best bf16 rate
+        t = max(
+            t, 2.0 * m * n * k / (MARLIN_BF16_SHARE * (ck.table.peak_flops("bf16") or math.inf))
+        )
     return t
 
 
@@ -421,9 +444,11 @@ class OpPlan:
                 out.append(f"block-fp8 fused MoE streams its experts at {self.moe_stream:.3g} of "
                            "the card's streaming rate (the engine release's kernel, measured: "
                            "speed/engines.toml moe_source)")  # fmt: skip
-        if "weight_only" in kinds:
+        if "weight_only" in kinds or "marlin" in kinds:
             out.append(f"{self.scheme.label()} weights dequantised in the kernel: the bf16 GEMM "
                        "reading the packed bytes")  # fmt: skip
+        if "marlin" in kinds:
+            out.append(MARLIN_SOURCE)
         if self.dp_attn > 1:
             out.append(f"DP attention over {self.dp_attn} ranks: the attention projections whole "
                        "on each, the busiest rank's share of the sequences")  # fmt: skip
