@@ -156,3 +156,20 @@ def test_compare_puts_the_capacity_within_service_levels_side_by_side(tmp_path):
     assert 0 < rates["dgx-h100"] < rates["hgx-h200"]
     text = run_cli("compare", "dgx-h100", "hgx-h200", "--workloads", str(cat)).stdout
     assert "Capacity within each" in text and "req/s" in text
+
+
+def test_sglang_dp_attention_chunks_a_prompt_on_its_rank():
+    """SGLang with --enable-dp-attention divides chunked_prefill_size by dp_size (= tp) and scales
+    the admission reserve by 0.3 (server_args.py _handle_data_parallelism): the scheduler gets a
+    per-prompt cap of budget // tp and new_token_ratio 0.7 x 0.3; without DP attention neither."""
+    from nodeledger.speed.serving import scheduler_for
+
+    eng = E.engine_speed("sglang", "0.4.3")
+    job = ServeJob(engine="sglang", engine_version="0.4.3", max_num_batched_tokens=8192,
+                   dp_attention=True, parallel=Parallel(tp=8))  # fmt: skip
+    s = scheduler_for(job, eng, 400_000)
+    assert s.max_num_batched_tokens == 8192 and s.prompt_chunk == 1024
+    assert s.new_token_ratio == pytest.approx(0.21)
+    assert s.min_new_token_ratio == pytest.approx(0.21 * 0.14)
+    plain = scheduler_for(dataclasses.replace(job, dp_attention=False), eng, 400_000)
+    assert plain.prompt_chunk is None and plain.new_token_ratio == pytest.approx(0.7)

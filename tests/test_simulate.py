@@ -128,6 +128,35 @@ def test_max_concurrency_one_gives_ttft_of_one_prefill():
         assert res.batch["max"] == 1
 
 
+def test_prompt_chunk_prefills_one_prompt_a_share_of_the_step_by_hand():
+    """SGLang DP attention: a 3,000-token prompt on a rank whose budget is 8,192 // 8 = 1,024
+    takes ceil(3000 / 1024) = 3 prefill steps (1,024 + 1,024 + 952) before its first token, and
+    every request still completes; without the cap it takes one."""
+    reqs = make_requests(3, math.inf, 3000, 4, max_concurrency=1)
+
+    def cost(p, d, kv):
+        return 0.001 + 1e-5 * p + 1e-4 * d
+
+    whole = simulate(Scheduler("sglang", 8, 8192, None, 1), reqs, cost)
+    assert whole.ttft_s["median"] == pytest.approx(cost(3000, 0, 3000))
+    part = simulate(Scheduler("sglang", 8, 8192, None, 1, prompt_chunk=1024), reqs, cost)
+    assert part.completed == 3
+    assert part.ttft_s["median"] == pytest.approx(
+        cost(1024, 0, 0) + cost(1024, 0, 0) + cost(952, 0, 0)
+    )
+    assert part.steps == whole.steps + 3 * 2
+
+
+def test_prompt_chunk_keeps_every_request_under_load():
+    """With the per-prompt cap below the budget, prompts arriving together are chunked one at
+    a time and none is dropped (each completes once)."""
+    reqs = make_requests(40, math.inf, 3200, 50, max_concurrency=16, seed=1)
+    sched = Scheduler("sglang", 4096, 8192, 400_000, 1, prompt_chunk=1024)
+    res = simulate(sched, reqs, affine)
+    assert res.completed == 40
+    assert res.batch["max"] <= 16
+
+
 def test_preemption_when_the_pool_is_short_and_all_complete():
     """vLLM admits a request for its first chunk's blocks only: 16 sequences growing to 36
     blocks each in a pool of 4 x 36 blocks must preempt, and every request still finishes."""
@@ -323,6 +352,7 @@ def test_sharegpt_lengths_match_the_published_means():
         (lambda: Scheduler("vllm", 8, 512, 4, block_size=16), "kv_pool_tokens"),
         (lambda: Scheduler("vllm", 64, 32, None), "max_num_batched_tokens (32) must be >="),
         (lambda: Scheduler("sglang", 8, 512, None, new_token_ratio=0.05), "min_new_token_ratio"),
+        (lambda: Scheduler("sglang", 8, 512, None, prompt_chunk=0), "prompt_chunk"),
         (lambda: make_requests(10, -1.0, 10, 10), "request_rate must be > 0"),
         (lambda: make_requests(10, 1.0, -10, 10), "input_len must be an integer >= 1"),
         (lambda: make_requests(10, 1.0, None, 10), "input_len is required"),

@@ -159,14 +159,26 @@ def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
         # SGLang's max_running_requests unset: min(KV tokens // 2, req pool), the pool clamped
         # to [2048, 4096] (srt/managers/tp_worker.py; model_runner.py, 0.3.6-0.5.23)
         seqs = min((pool_tokens or 8192) // 2, 4096)
+    budget = int(job.max_num_batched_tokens or 8192)
+    dp_kw: dict = {}
+    if job.dp_attention and policy == "sglang":
+        # SGLang with DP attention (dp_size = tp_size): a prompt is prefilled on one rank at
+        # most chunked_prefill_size // dp_size tokens a step, and the admission reserve is
+        # scaled by schedule_conservativeness x 0.3: new_token_ratio 0.7 x 0.3, its floor
+        # 0.14 of that (server_args.py _handle_data_parallelism; scheduler.py
+        # init_new_token_ratio / min_new_token_ratio, global_config 0.7 / 0.14; 0.4-0.5)
+        dp = max(1, job.parallel.tp)
+        dp_kw = {"prompt_chunk": max(1, budget // dp), "new_token_ratio": 0.7 * 0.3,
+                 "min_new_token_ratio": 0.7 * 0.3 * 0.14}  # fmt: skip
     return S.Scheduler(
         policy=policy,
         max_num_seqs=int(seqs or (static_batch if policy == "static" else 256)),
-        max_num_batched_tokens=int(job.max_num_batched_tokens or 8192),
+        max_num_batched_tokens=budget,
         kv_pool_tokens=pool_tokens,
         block_size=int(job.block_size or 16) if engine.paged_blocks else 1,
         static_batch=max(1, static_batch),
         resume_cached=engine.prefix_cache and policy == "vllm" and not hybrid,
+        **dp_kw,
     )
 
 

@@ -124,6 +124,10 @@ class Scheduler:
     # vLLM V1 with prefix caching (its default): a preempted request's full blocks stay in the
     # cache, so when it is scheduled again only the tokens past them are computed
     resume_cached: bool = False
+    # the most tokens of one prompt a step prefills (None: the whole budget).  SGLang with DP
+    # attention runs a prompt on one rank, whose own budget is chunked_prefill_size // dp_size
+    # (server_args.py, "DP attention is enabled. The chunked prefill size is adjusted to ...")
+    prompt_chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -132,6 +136,12 @@ class Scheduler:
             v = getattr(self, name)
             if not _is_int(v) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.prompt_chunk is not None and (
+            not _is_int(self.prompt_chunk) or self.prompt_chunk < 1
+        ):
+            raise ValueError(
+                f"prompt_chunk must be None or an integer >= 1, got {self.prompt_chunk!r}"
+            )
         if self.kv_pool_tokens is not None and (
             not _is_int(self.kv_pool_tokens) or self.kv_pool_tokens < self.block_size
         ):
@@ -866,12 +876,13 @@ class _Sim:
         free = self.F
         rem_total = (free * bs if bounded else math.inf) - self.reserved()
         rem_chunk = s.max_num_batched_tokens
+        one = s.prompt_chunk or rem_chunk  # one prompt's share of a step
         batch: list[tuple[int, int, int]] = []  # (request, computed before, chunk)
         chunk = self.chunk
         if chunk is not None:  # add_chunked_req: the chunked request continues first
             k, comp = chunk
             left = inp[k] + gen[k] - comp
-            c = min(left, rem_chunk, math.floor(rem_total) if rem_total < math.inf else left)
+            c = min(left, rem_chunk, one, math.floor(rem_total) if rem_total < math.inf else left)
             if bounded:  # what its blocks and the free ones hold
                 c = min(c, (_cdiv(comp, bs) + free) * bs - comp)
             if c > 0:
@@ -880,6 +891,11 @@ class _Sim:
                     free -= _cdiv(comp + c, bs) - _cdiv(comp, bs)
                 rem_total -= c + (min(out[k] - gen[k], clip) if c == left else 0)
                 rem_chunk -= c
+                if c < left:
+                    # one prompt is chunked at a time: with prompt_chunk below the budget the
+                    # rest of the step stays with it (a DP rank's parallel prefills are not
+                    # modelled: an upper bound on the prefill wait)
+                    rem_chunk = 0
         while self.waiting and rem_chunk > 0:
             if len(self.dec) + len(batch) >= s.max_num_seqs or rem_total <= 0:
                 self.full = True  # batch_is_full: no new try until the running batch shrinks
@@ -887,7 +903,7 @@ class _Sim:
             k = self.waiting[0]
             tot = inp[k] + gen[k]
             mx = min(out[k] - gen[k], clip)
-            c = min(tot, rem_chunk)
+            c = min(tot, rem_chunk, one)
             if tot + mx >= rem_total or (bounded and _cdiv(c, bs) > free):  # NO_TOKEN
                 self.full = True
                 break
