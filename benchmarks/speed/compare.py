@@ -221,9 +221,14 @@ def _simulated(case: dict, spec, m, tp: int, pp: int, inp: int, out: int) -> flo
     rate = case.get("request_rate", "inf")
     rate = float("inf") if rate in (None, "inf") else float(rate)
     capped = conc is not None and int(conc) < prompts
+    # a ShareGPT case's input_len / output_len are its printed totals / requests: the
+    # simulator's ShareGPT-like lengths rescaled to those means (the spread kept)
+    sharegpt = case.get("dataset") == "sharegpt"
     d = serving_benchmark(spec, job, m, num_prompts=prompts, request_rate=rate,
-                          max_concurrency=int(conc) if capped else None, input_len=inp,
-                          output_len=out, pool_tokens=pool)  # fmt: skip
+                          max_concurrency=int(conc) if capped else None,
+                          input_len=None if sharegpt else inp, output_len=None if sharegpt else out,
+                          dataset="sharegpt" if sharegpt else "random",
+                          sharegpt_means=(inp, out) if sharegpt else None, pool_tokens=pool)  # fmt: skip
     kind = case["kind"]
     if kind == "serve_output_tokens_per_s":
         return d.get("output_tokens_per_s")
