@@ -128,20 +128,20 @@ def test_max_concurrency_one_gives_ttft_of_one_prefill():
         assert res.batch["max"] == 1
 
 
-def test_sharegpt_means_rescale_the_drawn_lengths_and_keep_their_spread():
+def test_means_rescale_the_drawn_lengths_and_keep_their_spread():
     """A run's printed totals (215.2 / 122.8 tokens per request) rescale the ShareGPT-like
     draws: the means land on them (within rounding), the spread stays (no fixed length), the
     same seed draws the same shape."""
     base = make_requests(2000, math.inf, None, None, dataset="sharegpt", seed=3)
     scaled = make_requests(2000, math.inf, None, None, dataset="sharegpt", seed=3,
-                           sharegpt_means=(215.2, 122.8))  # fmt: skip
+                           means=(215.2, 122.8))  # fmt: skip
     assert statistics.fmean(scaled.input_lens) == pytest.approx(215.2, rel=0.01)
     assert statistics.fmean(scaled.output_lens) == pytest.approx(122.8, rel=0.01)
     assert statistics.pstdev(scaled.output_lens) > 0.5 * statistics.fmean(scaled.output_lens)
     order = sorted(range(2000), key=lambda i: base.output_lens[i])
     assert [scaled.output_lens[i] for i in order] == sorted(scaled.output_lens)
-    with pytest.raises(ValueError, match="sharegpt_means"):
-        make_requests(10, 1.0, None, None, dataset="sharegpt", sharegpt_means=(0.0, 10.0))
+    with pytest.raises(ValueError, match="means"):
+        make_requests(10, 1.0, None, None, dataset="sharegpt", means=(0.0, 10.0))
 
 
 def test_prompt_chunk_prefills_one_prompt_a_share_of_the_step_by_hand():

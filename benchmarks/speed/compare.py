@@ -228,7 +228,7 @@ def _simulated(case: dict, spec, m, tp: int, pp: int, inp: int, out: int) -> flo
                           max_concurrency=int(conc) if capped else None,
                           input_len=None if sharegpt else inp, output_len=None if sharegpt else out,
                           dataset="sharegpt" if sharegpt else "random",
-                          sharegpt_means=(inp, out) if sharegpt else None, pool_tokens=pool)  # fmt: skip
+                          means=(inp, out) if sharegpt else None, pool_tokens=pool)  # fmt: skip
     kind = case["kind"]
     if kind == "serve_output_tokens_per_s":
         return d.get("output_tokens_per_s")

@@ -85,29 +85,27 @@ def _old_range(run: dict) -> bool:
     return v.startswith(("0.4", "0.5", "0.6", "0.7", "0.8"))
 
 
-def sharegpt_means(run: dict) -> tuple[float, float] | None:
-    """A ShareGPT run's mean input / output lengths from its printed token totals (answers that
-    stopped early included), None without them: its requests are then the simulator's
-    ShareGPT-like lengths rescaled to these means (the spread kept: a fixed length has no tail)."""
+def printed_means(run: dict) -> tuple[float, float] | None:
+    """The run's mean input / output lengths from its printed token totals (answers that
+    stopped early included), None without them: its requests, drawn as its client draws them
+    (ShareGPT-like, or uniform in the random dataset's range), are rescaled to these means (the
+    spread kept: a run of fixed lengths ends with all its requests together)."""
     m = run["metrics"]
     n = m.get("completed") or run.get("num_prompts")
-    if run["dataset"] == "sharegpt" and m.get("total_input_tokens") and m.get("total_generated_tokens") and n:  # fmt: skip
+    if m.get("total_input_tokens") and m.get("total_generated_tokens") and n:
         return m["total_input_tokens"] / n, m["total_generated_tokens"] / n
     return None
 
 
 def lengths(run: dict) -> tuple[int | None, int | None, float]:
-    """(input_len, output_len, symmetric range ratio) as the run's client drew them; the printed
-    token totals, where the output has them, give the lengths that were really served (answers
-    that stopped early included).  ShareGPT runs: (None, None, 0): the simulator's
-    ShareGPT-like distribution (rescaled to the printed means where there are totals)."""
-    m = run["metrics"]
-    n = m.get("completed") or run.get("num_prompts")
+    """(input_len, output_len, symmetric range ratio) as the run's client drew them (the printed
+    totals then rescale them: ``printed_means``).  ShareGPT runs: (None, None, 0): the
+    simulator's ShareGPT-like distribution."""
     if run["dataset"] == "sharegpt":
         return None, None, 0.0
-    if m.get("total_input_tokens") and m.get("total_generated_tokens") and n:
-        return round(m["total_input_tokens"] / n), round(m["total_generated_tokens"] / n), 0.0
     inp, out = int(run["input_len"]), int(run["output_len"])
+    if run["dataset"] != "random":  # sonnet: lines up to the length asked, answers up to theirs
+        return inp, out, 0.0
     r = float(run.get("range_ratio") or 0.0)
     if _old_range(run):  # uniform in [len x r, len]: centre len (1 + r) / 2
         if r >= 1.0:
@@ -175,7 +173,7 @@ def predict(run: dict) -> dict:
         range_ratio=ratio,
         pool_tokens=lg.extras.get("kv_pool_tokens"),
         engine_options=engine_options(run),
-        sharegpt_means=sharegpt_means(run),
+        means=printed_means(run),
     )  # fmt: skip
 
 

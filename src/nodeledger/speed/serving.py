@@ -268,17 +268,17 @@ def serving_benchmark(spec: ModelSpec, job: ServeJob, machine, *, num_prompts: i
                       pool_tokens: int | None = None, static_batch: int | None = None,
                       seed: int = 0, machines: int = 1,
                       engine_options: dict | None = None,
-                      sharegpt_means: tuple[float, float] | None = None) -> dict:  # fmt: skip
+                      means: tuple[float, float] | None = None) -> dict:  # fmt: skip
     """One benchmark run as the engines' clients make it: ``num_prompts`` requests at
     ``request_rate`` (inf: all at once) under an optional client cap; figures in seconds and
-    tokens/s (None where unknown, with the reason in ``unknown``).  ``sharegpt_means``: the
-    ShareGPT-like lengths rescaled to these means (simulate.make_requests)."""
+    tokens/s (None where unknown, with the reason in ``unknown``).  ``means``: the drawn
+    lengths rescaled to these means (simulate.make_requests)."""
     from nodeledger.ledger.build import resolve_job
 
     job, _ = resolve_job(job, machine, spec)
     reqs = S.make_requests(num_prompts, request_rate, input_len, output_len, dataset=dataset,
                            range_ratio=range_ratio, max_concurrency=max_concurrency, seed=seed,
-                           sharegpt_means=sharegpt_means)  # fmt: skip
+                           means=means)  # fmt: skip
     mean_in = sum(reqs.input_lens) / max(1, len(reqs.input_lens))
     model, unknown = step_model_for(spec, job, machine, mean_in, machines)
     if model is not None and engine_options:

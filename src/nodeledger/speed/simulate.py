@@ -285,7 +285,7 @@ def _rescaled(xs: list[int], mean: float, name: str) -> list[int]:
     """``xs`` scaled by mean / their mean, each rounded and at least 1 (the mean then within a
     rounding of ``mean``)."""
     if not _is_num(mean) or not mean >= 1:
-        raise ValueError(f"sharegpt_means: the {name} mean must be a number >= 1, got {mean!r}")
+        raise ValueError(f"means: the {name} mean must be a number >= 1, got {mean!r}")
     f = mean / (sum(xs) / len(xs))
     return [max(1, round(x * f)) for x in xs]
 
@@ -300,13 +300,14 @@ def make_requests(
     range_ratio: float = 0.0,
     max_concurrency: int | None = None,
     seed: int = 0,
-    sharegpt_means: tuple[float, float] | None = None,
+    means: tuple[float, float] | None = None,
 ) -> Requests:
     """Requests as ``vllm bench serve`` makes them: ``dataset`` "random" (lengths uniform around
     input_len / output_len, ``range_ratio`` as --random-range-ratio) or "sharegpt" (lengths from
-    datasets.toml; input_len / output_len override a side when given; ``sharegpt_means``: each
-    drawn side rescaled so that its mean is the given one, as a run's printed token totals /
-    requests say it was: the shape kept, the scale the run's own); Poisson arrivals at
+    datasets.toml; input_len / output_len override a side when given); ``means``: each drawn
+    side rescaled so that its mean is the given one, as a run's printed token totals / requests
+    say it was (the shape kept, the scale the run's own: answers that stopped early); Poisson
+    arrivals at
     ``request_rate`` per second (float('inf'): all at t = 0).  Deterministic for a seed
     (random.Random(seed): lengths first, then the gaps)."""
     if not _is_int(num_prompts) or num_prompts < 1:
@@ -328,9 +329,9 @@ def make_requests(
         outs = _uniform_lens(num_prompts, output_len, range_ratio, rng, 1)
     else:
         ins, outs = _sharegpt_lens(num_prompts, input_len, output_len, rng)
-        if sharegpt_means is not None:
-            ins, outs = (_rescaled(xs, m, name) for xs, m, name in
-                         ((ins, sharegpt_means[0], "input"), (outs, sharegpt_means[1], "output")))  # fmt: skip
+    if means is not None:
+        ins, outs = (_rescaled(xs, m, name) for xs, m, name in
+                     ((ins, means[0], "input"), (outs, means[1], "output")))  # fmt: skip
     arr = arrival_times(num_prompts, float(request_rate), rng)
     return Requests(tuple(ins), tuple(outs), tuple(arr), max_concurrency)
 
