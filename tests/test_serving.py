@@ -159,17 +159,22 @@ def test_compare_puts_the_capacity_within_service_levels_side_by_side(tmp_path):
 
 
 def test_sglang_dp_attention_chunks_a_prompt_on_its_rank():
-    """SGLang with --enable-dp-attention divides chunked_prefill_size by dp_size (= tp) and scales
-    the admission reserve by 0.3 (server_args.py _handle_data_parallelism): the scheduler gets a
-    per-prompt cap of budget // tp and new_token_ratio 0.7 x 0.3; without DP attention neither."""
+    """SGLang with --enable-dp-attention (server_args.py): 0.3.6-0.4.3 give each of the tp ranks
+    chunked_prefill_size // 2, the 0.4.4+ line chunked_prefill_size // dp_size; both scale the
+    admission reserve by 0.3.  The scheduler gets a per-prompt cap of the rank's budget, the
+    machine's budget, and new_token_ratio 0.7 x 0.3; without DP attention none of it."""
     from nodeledger.speed.serving import scheduler_for
 
-    eng = E.engine_speed("sglang", "0.4.3")
+    old = E.engine_speed("sglang", "0.4.3")
     job = ServeJob(engine="sglang", engine_version="0.4.3", max_num_batched_tokens=8192,
                    dp_attention=True, parallel=Parallel(tp=8))  # fmt: skip
-    s = scheduler_for(job, eng, 400_000)
-    assert s.max_num_batched_tokens == 8192 and s.prompt_chunk == 1024
+    s = scheduler_for(job, old, 400_000)
+    assert s.prompt_chunk == 4096 and s.max_num_batched_tokens == 8 * 4096
     assert s.new_token_ratio == pytest.approx(0.21)
     assert s.min_new_token_ratio == pytest.approx(0.21 * 0.14)
-    plain = scheduler_for(dataclasses.replace(job, dp_attention=False), eng, 400_000)
+    new = E.engine_speed("sglang", "0.5.0")
+    s = scheduler_for(dataclasses.replace(job, engine_version="0.5.0"), new, 400_000)
+    assert s.prompt_chunk == 1024 and s.max_num_batched_tokens == 8192
+    plain = scheduler_for(dataclasses.replace(job, dp_attention=False), old, 400_000)
     assert plain.prompt_chunk is None and plain.new_token_ratio == pytest.approx(0.7)
+    assert plain.max_num_batched_tokens == 8192

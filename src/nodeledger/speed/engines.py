@@ -53,6 +53,11 @@ class EngineSpeed:
     block_fp8_gemm: str = ""
     # prefix caching on by default: a preempted request resumes from its cached blocks
     prefix_cache: bool = False
+    # SGLang --enable-dp-attention: each rank's prefill budget, "half" (chunked_prefill_size // 2
+    # per rank, dp_size = tp_size) or "per_dp" (chunked_prefill_size // dp_size per rank, the
+    # machine's budget the flag's value); its source in engines.toml dp_attention_source
+    dp_attention_chunk: str = "per_dp"
+    dp_attention_source: str = ""
 
     def host_s(self, running: float) -> float:
         """Host seconds per step not hidden behind the card, at ``running`` sequences."""
@@ -109,6 +114,8 @@ def _releases(name: str):
             moe_block_fp8_stream=row.get("moe_block_fp8_stream", 1.0),
             block_fp8_gemm=row.get("block_fp8_gemm", ""),
             prefix_cache=row.get("prefix_cache", False),
+            dp_attention_chunk=row.get("dp_attention_chunk", "per_dp"),
+            dp_attention_source=row.get("dp_attention_source", ""),
         )  # fmt: skip
 
     return resolve

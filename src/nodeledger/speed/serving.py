@@ -162,13 +162,16 @@ def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
     budget = int(job.max_num_batched_tokens or 8192)
     dp_kw: dict = {}
     if job.dp_attention and policy == "sglang":
-        # SGLang with DP attention (dp_size = tp_size): a prompt is prefilled on one rank at
-        # most chunked_prefill_size // dp_size tokens a step, and the admission reserve is
-        # scaled by schedule_conservativeness x 0.3: new_token_ratio 0.7 x 0.3, its floor
-        # 0.14 of that (server_args.py _handle_data_parallelism; scheduler.py
-        # init_new_token_ratio / min_new_token_ratio, global_config 0.7 / 0.14; 0.4-0.5)
+        # SGLang with DP attention: a prompt is prefilled on one rank, at most that rank's
+        # budget a step ("half": chunked_prefill_size // 2 on each of the tp ranks; "per_dp":
+        # chunked_prefill_size // dp_size, dp_size = tp here), and the admission reserve is
+        # scaled by schedule_conservativeness x 0.3: new_token_ratio 0.7 x 0.3, its floor 0.14
+        # of that (engines.toml dp_attention_source; scheduler.py init_new_token_ratio /
+        # min_new_token_ratio, global_config 0.7 / 0.14)
         dp = max(1, job.parallel.tp)
-        dp_kw = {"prompt_chunk": max(1, budget // dp), "new_token_ratio": 0.7 * 0.3,
+        rank = max(1, budget // 2) if engine.dp_attention_chunk == "half" else max(1, budget // dp)
+        budget = rank * dp if engine.dp_attention_chunk == "half" else budget
+        dp_kw = {"prompt_chunk": rank, "new_token_ratio": 0.7 * 0.3,
                  "min_new_token_ratio": 0.7 * 0.3 * 0.14}  # fmt: skip
     return S.Scheduler(
         policy=policy,
