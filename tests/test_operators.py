@@ -286,3 +286,18 @@ def test_a_block_fp8_gemm_is_held_to_its_kernels_large_m_rate():
     assert t == pytest.approx(max(O.gemm_kernel_s(ck, m, n, k, "fp8_block", 1.0),
                                   2 * m * n * k / 402.982983e12))  # fmt: skip
     assert t > O.gemm_kernel_s(ck, m, n, k, "fp8_block", 1.0)
+
+
+def test_a_moved_gemm_never_beats_the_cards_own_rooflines(h200):
+    """Moved to an H100 (same compute, 3,350 / 4,800 of the bandwidth), an fp8 GEMM of Llama
+    405B's MLP at TP 8 (N = 6,656, K = 16,384, 109 MB of weights) at M = 128 sits past the bf16
+    ridge on the H200 but not past the fp8 one: it reads its weights at no more than the H100's
+    moved streaming rate (it had been moved by the compute ratio: 97 % of the datasheet)."""
+    ck = O.card_kernels("NVIDIA H100 80GB HBM3", 989.5, 3350.0)
+    n, k = 6656, 16384
+    for m in (1, 32, 128, 256):
+        t = O.gemm_kernel_s(ck, m, n, k, "fp8", 1.0)
+        floor = (n * k * 1.0) / (h200.stream_gbps * 1e9 * 3350.0 / 4800.0)
+        assert t >= floor * 0.999
+        bf16 = O.gemm_kernel_s(ck, m, n, k, "bf16", 2.0)
+        assert bf16 >= 2 * floor * 0.999

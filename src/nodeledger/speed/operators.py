@@ -184,15 +184,23 @@ class CardKernels:
     ratio_compute: float = 1.0
     ratio_memory: float = 1.0
 
-    def scale(self, t: float, flops: float, nbytes: float) -> float:
+    def scale(self, t: float, flops: float, nbytes: float, dtype: str = "bf16") -> float:
         """A time on the table's card as a time on this one: the measured efficiency at that
-        shape kept, the roofline moved (compute- or memory-bound, whichever the shape is)."""
+        shape kept, the roofline moved (compute- or memory-bound, whichever the shape is, its
+        math at the table's best rate for ``dtype``), and never below either of this card's
+        own rooflines (its bytes at the moved streaming rate, its math at the moved peak): a
+        shape just past the ridge on the table's card may sit below it on a card of less
+        bandwidth (an fp8 decode GEMM at M = 128 moved from an H200 to an H100 by the compute
+        ratio had read its weights at 97 % of the H100's datasheet bandwidth)."""
         if self.ratio_compute == 1.0 and self.ratio_memory == 1.0:
             return t
         # which bound the shape sits at on the table's card decides the ratio that moves it
-        f_time = flops / max(self.table.peak_tflops or 1.0, 1e-9) / 1e12
+        peak = self.table.peak_flops(dtype) if dtype != "bf16" else 0.0
+        peak = peak or (self.table.peak_tflops or 1.0) * 1e12
+        f_time = flops / max(peak, 1e-9)
         b_time = nbytes / max(self.table.stream_gbps or 1.0, 1e-9) / 1e9
-        return t * (self.ratio_compute if f_time >= b_time else self.ratio_memory)
+        moved = t * (self.ratio_compute if f_time >= b_time else self.ratio_memory)
+        return max(moved, f_time * self.ratio_compute, b_time * self.ratio_memory)
 
 
 def card_kernels(product: str | None, bf16_tflops: float | None,
@@ -290,7 +298,7 @@ def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
     engine release's block-fp8 kernel is known (``block_kernel``: triton | cutlass), at most
     its measured large-M rate (kernels.BLOCK_FP8_GEMM_TFLOPS)."""
     t = gemm_table_s(ck, m, n, k, kind, wbytes)
-    t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k))
+    t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k), _table_rows(ck, kind))
     if kind == "fp8_block":
         t = max(t, block_fp8_read_s(ck, m, n, n * k * wbytes))
         rate = block_fp8_gemm_tflops(block_kernel, m)
