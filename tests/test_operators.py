@@ -301,3 +301,27 @@ def test_a_moved_gemm_never_beats_the_cards_own_rooflines(h200):
         assert t >= floor * 0.999
         bf16 = O.gemm_kernel_s(ck, m, n, k, "bf16", 2.0)
         assert bf16 >= 2 * floor * 0.999
+
+
+def test_an_engines_eager_step_dispatches_its_counted_calls(h200):
+    """An engine's eager step (SGLang's prefill, vLLM V0's) dispatches, per Llama layer, its 4
+    GEMMs, the attention call and the 11 counted calls around them (+ 2 all-reduces under TP):
+    Llama-3.1-70B (80 layers) at TP 4 -> 80 x (4 + 1 + 13) + the LM head = 1,441 calls at the
+    table's dispatch.  A DeepSeek-V3 layer adds its MLA and MoE small kernels and one grouped
+    call per expert GEMM."""
+    ck = O.card_kernels("NVIDIA H200", None, None)
+    llama, _ = load_model("llama-3.1-70b")
+    plan = O.plan_for(llama, ck, tp=4)
+    per = O.ENGINE_EAGER_CALLS_PER_LAYER + O.ENGINE_EAGER_TP_CALLS
+    st = plan.step(prefill_tokens=512, prefill_seqs=1, graphs=False, calls_per_layer=per,
+                   expert_loop=False)  # fmt: skip
+    assert st["calls"] == 80 * (4 + 1 + 13) + 1
+    assert st["parts"]["dispatch"] == pytest.approx(st["calls"] * h200.dispatch_s)
+    ds, _ = load_model("deepseek-v3")
+    dplan = O.plan_for(ds, ck, tp=8)
+    fused = dplan.step(prefill_tokens=512, prefill_seqs=1, graphs=False, calls_per_layer=per,
+                       expert_loop=False)["calls"]  # fmt: skip
+    gemm_calls = sum(g.layers for g in dplan.dense)
+    extra = 61 * O.MLA_KERNELS + ds.moe.moe_layers * O.MOE_KERNELS
+    expert_calls = sum(g.layers for g in dplan.experts)  # one grouped call per expert GEMM
+    assert fused == gemm_calls + 61 + 1 + 61 * per + extra + expert_calls

@@ -36,7 +36,9 @@ class EngineSpeed:
     host_source: str
     graph_source: str
     piecewise_prefill: bool = False  # prefill / mixed steps replayed too (vLLM V1's piecewise)
-    calls_per_layer: int = 4  # non-GEMM calls per layer when a step is not replayed
+    # host calls per layer beside the GEMMs and attention when a step is not replayed
+    # (speed/operators.py ENGINE_EAGER_CALLS_PER_LAYER; + ENGINE_EAGER_TP_CALLS under TP)
+    calls_per_layer: int = 11
     multi_step: int = 1  # decode steps scheduled at once (vLLM 0.6 --num-scheduler-steps)
     expert_loop: bool = False  # routed experts one call each (transformers' eager MoE)
     paged_blocks: bool = True  # KV in blocks of the job's block_size (vLLM); False: per token

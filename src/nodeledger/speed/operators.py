@@ -76,6 +76,19 @@ ENGINE_CALLS_PER_LAYER = 4
 LAYER_KERNELS = ENGINE_CALLS_PER_LAYER + 1
 MLA_KERNELS = 2
 MOE_KERNELS = 10  # the profiled 12 less the router GEMM and its split-K reduce (a dense GEMM here)
+# host calls of a serving engine's decoder layer when its step runs eager (no graph: SGLang's
+# prefill and its decode above the captured sizes, vLLM V0's prefill), beside the GEMMs and the
+# attention kernel, counted in vLLM's and SGLang's model_executor/models/llama.py (0.4-0.6): the
+# two fused add + RMSNorm, the q/k/v split, rotary, the KV-cache write (reshape_and_cache_flash /
+# set_kv_buffer), the q/k/v/output views around the attention call (4), SiluAndMul's output
+# allocation and its kernel (2): 11; + the two all-reduce calls under tensor parallelism
+# (ENGINE_EAGER_TP_CALLS).  At the table's dispatch (22 us a call) a Llama layer of 4 GEMMs and
+# one attention call is ~0.35-0.40 ms of host: an eager prefill of Qwen3-4B (36 layers) at 129
+# tokens took 16.6 ms where its CUDA graph took 5.7 (wejoncy/sfllm PR 46, 0.46 ms a layer).
+# A MoE or MLA layer adds its small kernels (MOE_KERNELS, MLA_KERNELS) and one grouped call per
+# expert GEMM.
+ENGINE_EAGER_CALLS_PER_LAYER = 11
+ENGINE_EAGER_TP_CALLS = 2
 EAGER_SOURCE = (
     "transformers modeling_llama.py (4.57) decoder layer, calls counted: RMSNorm 7 x 2, "
     "rotary 12, cache update 2, SDPA 1, residual 2, act + mul 2, + one per matmul"
@@ -381,6 +394,10 @@ class OpPlan:
         moe_layers = spec.moe.moe_layers if spec.moe and self.experts else 0
         self.small_kernels = (spec.num_layers * LAYER_KERNELS + mla * MLA_KERNELS
                               + moe_layers * MOE_KERNELS)  # fmt: skip
+        # an engine's eager step dispatches the MoE block's and MLA's small kernels and one
+        # grouped call per expert GEMM besides its per-layer calls (ENGINE_EAGER_CALLS_PER_LAYER)
+        self.fused_extra_calls = (mla * MLA_KERNELS + moe_layers * MOE_KERNELS
+                                  + sum(g.layers for g in self.experts))  # fmt: skip
         self._mm: dict[float, tuple[float, int, float, float]] = {}
         self._kv: dict[int, float] = {}
 
@@ -554,6 +571,8 @@ class OpPlan:
             calls += 1
         if not graphs:
             calls += spec.num_layers * calls_per_layer
+            if not expert_loop:  # a serving engine's fused MoE / MLA layers
+                calls += self.fused_extra_calls
             parts["dispatch"] = calls * ck.table.dispatch_s
         gpu = sum(v for k, v in parts.items() if k != "dispatch")
         # eager: the host dispatches each call while the card runs the previous one; the step

@@ -101,7 +101,8 @@ class StepModel:
         )
         op = self.plan.step(prefill_tokens=prefill_tokens, prefill_seqs=pre_seqs,
                             decode_seqs=decode_seqs, decode_ctx=decode_ctx, graphs=graphs,
-                            calls_per_layer=eng.calls_per_layer,
+                            calls_per_layer=eng.calls_per_layer + (
+                                O.ENGINE_EAGER_TP_CALLS if self.tp > 1 and not eng.expert_loop else 0),
                             expert_loop=eng.expert_loop)  # fmt: skip
         # piecewise graphs leave attention outside: one dispatched call per attention layer
         dispatch = 0.0
