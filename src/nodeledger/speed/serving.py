@@ -329,6 +329,22 @@ class BenchOptions:
     capped_at_rate: bool = False
 
 
+def _engine_terms(model: StepModel, job: ServeJob) -> list[str]:
+    """The engine plug-in's step terms the figures rest on: the host calls of a step that runs
+    eager, and SGLang DP attention's prefill budget."""
+    eng, out = model.engine, []
+    if not eng.expert_loop:
+        tp = O.ENGINE_EAGER_TP_CALLS if model.tp > 1 else 0
+        out.append(f"a step run eager (no graph: {'prefill, ' if not eng.piecewise_prefill else ''}"
+                   f"decode above {eng.max_graph_batch or 0} sequences) dispatches "
+                   f"{eng.calls_per_layer + tp} host calls a layer beside its GEMMs and attention "
+                   "at the kernel table's dispatch (counted in vLLM's and SGLang's llama.py; an "
+                   "eager Qwen3-4B prefill at 0.46 ms a layer, wejoncy/sfllm PR 46)")  # fmt: skip
+    if job.dp_attention and eng.dp_attention_source:
+        out.append(f"DP attention prefill budget: {eng.dp_attention_source}")
+    return out
+
+
 def _binding(model: StepModel, seqs: int, ctx: float) -> str:
     """What a decode step of ``seqs`` sequences at context ``ctx`` waits on most."""
     p = model.parts(0, seqs, seqs * ctx)
@@ -394,7 +410,8 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
         "kernels": model.ck.source,
         "step_terms": model.plan.assumptions() + ([
             f"TTFT + {model.engine.request_overhead_s * 1e3:.1f} ms of API server per request "
-            f"({model.engine.request_overhead_source})"] if model.engine.request_overhead_s else []),
+            f"({model.engine.request_overhead_source})"] if model.engine.request_overhead_s else [])
+        + _engine_terms(model, job),
         "unknown": unknown,
         "source": "nodeledger.speed.serving: the engine's scheduler simulated (speed/simulate.py) "
         "over operator-level step times from the card's kernel table (speed/operators.py) + "
