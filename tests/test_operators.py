@@ -169,7 +169,7 @@ def test_weight_only_experts_read_their_packed_bytes(h200):
     # bf16 rate (vLLM PR 2497: 141.1 of 231.4 TFLOP/s), so it is slower than the bf16 GEMM
     big = O.gemm_kernel_s(ck, 8192, g.n, g.k, g.kind, g.wbytes)
     floor = 2 * 8192 * g.n * g.k / (0.61 * ck.table.peak_flops("bf16"))
-    assert big == pytest.approx(max(floor, big), rel=1e-9) and big >= floor
+    assert big >= floor * (1 - 1e-9)
     assert big > O.gemm_kernel_s(ck, 8192, g.n, g.k, "bf16", 2.0)
     # bitsandbytes nf4 dequantises to bf16 and runs the bf16 GEMM: no Marlin ceiling
     nf4 = O.gemm_kernel_s(ck, 8192, g.n, g.k, "weight_only", g.wbytes)
@@ -325,3 +325,17 @@ def test_an_engines_eager_step_dispatches_its_counted_calls(h200):
     extra = 61 * O.MLA_KERNELS + ds.moe.moe_layers * O.MOE_KERNELS
     expert_calls = sum(g.layers for g in dplan.experts)  # one grouped call per expert GEMM
     assert fused == gemm_calls + 61 + 1 + 61 * per + extra + expert_calls
+
+
+def test_copies_and_attention_move_by_the_memory_ratio_alone(h200):
+    """The GEMM floor of a moved table does not apply to copies or decode attention: the H200
+    table's copies (4.28 TB/s) and decode attention (4.39 TB/s) stream faster than its GEMMs
+    (3.9 TB/s), so on an H100 they take exactly their H200 time x 4,800 / 3,350."""
+    ck = O.card_kernels("NVIDIA H100 80GB HBM3", 989.5, 3350.0)
+    nbytes = 2 * 2**30
+    t = h200.copy_s(nbytes)
+    assert ck.scale(t, 0.0, nbytes) == pytest.approx(t * 4800 / 3350)
+    kv = 256 * 8192 * 2 * 8 * 128 * 2  # 256 sequences x 8k keys, K and V, 8 KV heads, bf16
+    a = h200.attn_decode_s(kv)
+    assert ck.scale(a, 0.0, kv) == pytest.approx(a * 4800 / 3350)
+    assert ck.scale(a, 0.0, kv) < ck.scale(a, 0.0, kv, gemm=True)  # the GEMM floor would bind

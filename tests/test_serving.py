@@ -178,3 +178,28 @@ def test_sglang_dp_attention_chunks_a_prompt_on_its_rank():
     plain = scheduler_for(dataclasses.replace(job, dp_attention=False), old, 400_000)
     assert plain.prompt_chunk is None and plain.new_token_ratio == pytest.approx(0.7)
     assert plain.max_num_batched_tokens == 8192
+
+
+def test_an_engines_eager_prefill_counts_its_tp_all_reduce_calls():
+    """StepModel wiring: an eager prefill step of an engine dispatches 11 calls a layer beside
+    its GEMMs and attention, 13 under tensor parallelism (the two all-reduces); transformers'
+    unfused layer (hf) keeps its own count."""
+    from nodeledger.speed import operators as O
+    from nodeledger.speed.serving import step_model_for
+
+    spec, _ = load_model("llama-3.1-8b")
+    m = resolve_machine("hgx-h200")
+    calls = {}
+    for engine, tp in (("vllm", 1), ("vllm", 2), ("hf", 1)):
+        job = ServeJob(engine=engine, engine_version="0.6.3" if engine == "vllm" else None,
+                       parallel=Parallel(tp=tp))  # fmt: skip
+        model, _ = step_model_for(spec, job, m, 512)
+        p = model.parts(512, 0, 512)  # V0 runs a prefill eager
+        assert p["graphs"] is False
+        calls[(engine, tp)] = p["parts"]["dispatch"] / model.ck.table.dispatch_s
+    assert calls[("vllm", 2)] - calls[("vllm", 1)] == pytest.approx(32 * O.ENGINE_EAGER_TP_CALLS)
+    gemms_attn_head = 32 * (4 + 1) + 1
+    assert calls[("vllm", 1)] == pytest.approx(
+        gemms_attn_head + 32 * O.ENGINE_EAGER_CALLS_PER_LAYER
+    )
+    assert calls[("hf", 1)] > calls[("vllm", 1)]  # transformers' 32 calls a layer

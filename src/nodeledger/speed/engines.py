@@ -14,6 +14,7 @@ from importlib import resources
 from nodeledger.errors import InputError
 from nodeledger.ledger.engines import data as memory_data
 from nodeledger.ledger.engines import parse_version
+from nodeledger.speed.operators import ENGINE_EAGER_CALLS_PER_LAYER
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,8 +38,8 @@ class EngineSpeed:
     graph_source: str
     piecewise_prefill: bool = False  # prefill / mixed steps replayed too (vLLM V1's piecewise)
     # host calls per layer beside the GEMMs and attention when a step is not replayed
-    # (speed/operators.py ENGINE_EAGER_CALLS_PER_LAYER; + ENGINE_EAGER_TP_CALLS under TP)
-    calls_per_layer: int = 11
+    # (+ ENGINE_EAGER_TP_CALLS under TP; speed/operators.py, where the count is derived)
+    calls_per_layer: int = ENGINE_EAGER_CALLS_PER_LAYER
     multi_step: int = 1  # decode steps scheduled at once (vLLM 0.6 --num-scheduler-steps)
     expert_loop: bool = False  # routed experts one call each (transformers' eager MoE)
     paged_blocks: bool = True  # KV in blocks of the job's block_size (vLLM); False: per token
@@ -116,11 +117,19 @@ def _releases(name: str):
             moe_block_fp8_stream=row.get("moe_block_fp8_stream", 1.0),
             block_fp8_gemm=row.get("block_fp8_gemm", ""),
             prefix_cache=row.get("prefix_cache", False),
-            dp_attention_chunk=row.get("dp_attention_chunk", "per_dp"),
+            dp_attention_chunk=_dp_chunk(row),
             dp_attention_source=row.get("dp_attention_source", ""),
         )  # fmt: skip
 
     return resolve
+
+
+def _dp_chunk(row: dict) -> str:
+    """A release row's DP-attention prefill rule, checked: "half" or "per_dp"."""
+    v = row.get("dp_attention_chunk", "per_dp")
+    if v not in ("half", "per_dp"):
+        raise InputError(f"speed/engines.toml: dp_attention_chunk {v!r} is not 'half' or 'per_dp'")
+    return v
 
 
 def _hf(version: str | None) -> EngineSpeed:

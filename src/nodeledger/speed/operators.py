@@ -130,7 +130,7 @@ class Gemm:
     k: int  # input features on one card
     layers: int  # how many layers run it
     expert: bool = False  # a routed expert (per layer: one of num_experts)
-    kind: str = "bf16"  # bf16 | fp8 | fp8_block | weight_only (see above)
+    kind: str = "bf16"  # bf16 | fp8 | fp8_block | marlin | weight_only (see above)
     wbytes: float = 2.0  # bytes per weight element as stored (scales included)
     attn: bool = False  # an attention projection (q/k/v/o, MLA's down/up projections)
 
@@ -197,14 +197,17 @@ class CardKernels:
     ratio_compute: float = 1.0
     ratio_memory: float = 1.0
 
-    def scale(self, t: float, flops: float, nbytes: float, dtype: str = "bf16") -> float:
+    def scale(self, t: float, flops: float, nbytes: float, dtype: str = "bf16",
+              gemm: bool = False) -> float:  # fmt: skip
         """A time on the table's card as a time on this one: the measured efficiency at that
         shape kept, the roofline moved (compute- or memory-bound, whichever the shape is, its
-        math at the table's best rate for ``dtype``), and never below either of this card's
-        own rooflines (its bytes at the moved streaming rate, its math at the moved peak): a
-        shape just past the ridge on the table's card may sit below it on a card of less
-        bandwidth (an fp8 decode GEMM at M = 128 moved from an H200 to an H100 by the compute
-        ratio had read its weights at 97 % of the H100's datasheet bandwidth)."""
+        math at the table's best rate for ``dtype``).  ``gemm``: a matmul, also never below
+        either of this card's own rooflines (its bytes at the moved weight-streaming rate, its
+        math at the moved peak): a GEMM just past the ridge on the table's card may sit below
+        it on a card of less bandwidth (an fp8 decode GEMM at M = 128 moved from an H200 to an
+        H100 by the compute ratio had read its weights at 97 % of the H100's datasheet
+        bandwidth).  Copies and attention keep their own measured rates (the table's copies
+        and decode attention stream faster than its GEMMs: no GEMM floor for them)."""
         if self.ratio_compute == 1.0 and self.ratio_memory == 1.0:
             return t
         # which bound the shape sits at on the table's card decides the ratio that moves it
@@ -213,6 +216,8 @@ class CardKernels:
         f_time = flops / max(peak, 1e-9)
         b_time = nbytes / max(self.table.stream_gbps or 1.0, 1e-9) / 1e9
         moved = t * (self.ratio_compute if f_time >= b_time else self.ratio_memory)
+        if not gemm:
+            return moved
         return max(moved, f_time * self.ratio_compute, b_time * self.ratio_memory)
 
 
@@ -311,7 +316,8 @@ def gemm_kernel_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
     engine release's block-fp8 kernel is known (``block_kernel``: triton | cutlass), at most
     its measured large-M rate (kernels.BLOCK_FP8_GEMM_TFLOPS)."""
     t = gemm_table_s(ck, m, n, k, kind, wbytes)
-    t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k), _table_rows(ck, kind))
+    t = ck.scale(t, 2 * m * n * k, n * k * wbytes + 2 * m * (n + k), _table_rows(ck, kind),
+                 gemm=True)  # fmt: skip
     if kind == "fp8_block":
         t = max(t, block_fp8_read_s(ck, m, n, n * k * wbytes))
         rate = block_fp8_gemm_tflops(block_kernel, m)
@@ -438,7 +444,7 @@ class OpPlan:
             flops = 2 * m * moe.top_k * g.n * g.k
             share = self.moe_stream if g.kind == "fp8_block" else 1.0
             t = max(wbytes / ((ck.table.stream_gbps or 1e3) * share * 1e9), flops / rate)
-            t = ck.scale(t, flops, wbytes)
+            t = ck.scale(t, flops, wbytes, _table_rows(ck, kind), gemm=True)
             if g.kind == "fp8_block":  # the fused MoE kernel's grid: per expert, its tiles
                 tiles = max(1.0, T.expected_row_tiles(moe.num_experts, moe.top_k, m,
                                                       BLOCK_FP8_TILE_M))  # fmt: skip
@@ -502,7 +508,8 @@ class OpPlan:
              expert_loop: bool = True) -> dict:  # fmt: skip
         """``graphs``: replayed from a graph (no host dispatch); else every call is dispatched,
         ``calls_per_layer`` of them beside the GEMMs and attention (transformers' unfused layer
-        by default, ENGINE_CALLS_PER_LAYER for a serving engine's fused one).  ``expert_loop``:
+        by default, ENGINE_EAGER_CALLS_PER_LAYER (+ ENGINE_EAGER_TP_CALLS) for a serving engine's
+        fused one, whose MoE / MLA small kernels and grouped expert calls come with it).  ``expert_loop``:
         routed experts run one call each (transformers' eager MoE), not as one grouped kernel
         (an engine's fused MoE, graphs or not)."""
         spec, ck, tp = self.spec, self.ck, self.tp

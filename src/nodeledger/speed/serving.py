@@ -162,7 +162,7 @@ def scheduler_for(job: ServeJob, engine: EngineSpeed, pool_tokens: int | None,
         seqs = min((pool_tokens or 8192) // 2, 4096)
     budget = int(job.max_num_batched_tokens or 8192)
     dp_kw: dict = {}
-    if job.dp_attention and policy == "sglang":
+    if job.dp_attention and engine.policy == "sglang":
         # SGLang with DP attention: a prompt is prefilled on one rank, at most that rank's
         # budget a step ("half": chunked_prefill_size // 2 on each of the tp ranks; "per_dp":
         # chunked_prefill_size // dp_size, dp_size = tp here), and the admission reserve is
@@ -335,11 +335,16 @@ def _engine_terms(model: StepModel, job: ServeJob) -> list[str]:
     eng, out = model.engine, []
     if not eng.expert_loop:
         tp = O.ENGINE_EAGER_TP_CALLS if model.tp > 1 else 0
-        out.append(f"a step run eager (no graph: {'prefill, ' if not eng.piecewise_prefill else ''}"
-                   f"decode above {eng.max_graph_batch or 0} sequences) dispatches "
-                   f"{eng.calls_per_layer + tp} host calls a layer beside its GEMMs and attention "
-                   "at the kernel table's dispatch (counted in vLLM's and SGLang's llama.py; an "
-                   "eager Qwen3-4B prefill at 0.46 ms a layer, wejoncy/sfllm PR 46)")  # fmt: skip
+        if not eng.graphs or eng.max_graph_batch is None:
+            when = "every step (no graphs)"
+        elif eng.piecewise_prefill:
+            when = f"steps of more than {eng.max_graph_batch} tokens"
+        else:
+            when = f"prefill steps and decode above {eng.max_graph_batch} sequences"
+        out.append(f"eager steps ({when}) dispatch {eng.calls_per_layer + tp} host calls a layer "
+                   "beside its GEMMs and attention at the kernel table's dispatch (counted in "
+                   "vLLM's and SGLang's llama.py; an eager Qwen3-4B prefill at 0.46 ms a layer, "
+                   "wejoncy/sfllm PR 46)")  # fmt: skip
     if job.dp_attention and eng.dp_attention_source:
         out.append(f"DP attention prefill budget: {eng.dp_attention_source}")
     return out

@@ -282,8 +282,8 @@ def _sharegpt_lens(n: int, input_len, output_len, rng: random.Random) -> tuple[l
 
 
 def _rescaled(xs: list[int], mean: float, name: str) -> list[int]:
-    """``xs`` scaled by mean / their mean, each rounded and at least 1 (the mean then within a
-    rounding of ``mean``)."""
+    """``xs`` scaled by mean / their mean, each rounded and at least 1 (the mean then within
+    a rounding of ``mean``, a little above it where lengths below 1 are raised to 1)."""
     if not _is_num(mean) or not mean >= 1:
         raise ValueError(f"means: the {name} mean must be a number >= 1, got {mean!r}")
     f = mean / (sum(xs) / len(xs))
@@ -907,11 +907,10 @@ class _Sim:
                     free -= _cdiv(comp + c, bs) - _cdiv(comp, bs)
                 rem_total -= c + (min(out[k] - gen[k], clip) if c == left else 0)
                 rem_chunk -= c
-                if c < left:
-                    # one prompt is chunked at a time: with prompt_chunk below the budget the
-                    # rest of the step stays with it (a DP rank's parallel prefills are not
-                    # modelled: an upper bound on the prefill wait)
-                    rem_chunk = 0
+        # one prompt is chunked at a time: while the chunked one is unfinished, the step's
+        # budget left takes only prompts that fit whole (with prompt_chunk below the budget,
+        # SGLang's DP ranks would chunk one each: an upper bound on the prefill wait)
+        chunk_open = chunk is not None and not (batch and batch[0][2] >= left)
         while self.waiting and rem_chunk > 0:
             if len(self.dec) + len(batch) >= s.max_num_seqs or rem_total <= 0:
                 self.full = True  # batch_is_full: no new try until the running batch shrinks
@@ -920,6 +919,8 @@ class _Sim:
             tot = inp[k] + gen[k]
             mx = min(out[k] - gen[k], clip)
             c = min(tot, rem_chunk, one)
+            if c < tot and chunk_open:
+                break  # a second prompt would be chunked: it waits for the next step
             if tot + mx >= rem_total or (bounded and _cdiv(c, bs) > free):  # NO_TOKEN
                 self.full = True
                 break
