@@ -339,3 +339,27 @@ def test_copies_and_attention_move_by_the_memory_ratio_alone(h200):
     a = h200.attn_decode_s(kv)
     assert ck.scale(a, 0.0, kv) == pytest.approx(a * 4800 / 3350)
     assert ck.scale(a, 0.0, kv) < ck.scale(a, 0.0, kv, gemm=True)  # the GEMM floor would bind
+
+
+def test_bitsandbytes_nf4_dequantises_beyond_one_row_and_adds_its_calls(h200):
+    """bitsandbytes' Linear4bit: one token's row runs the 4-bit GEMV (packed bytes read), more
+    rows dequantise the weight to bf16 (read packed, write 2 B a weight) and run the bf16 GEMM;
+    its wrapper adds 2 host calls per linear at one row and 5 beyond, in an eager step."""
+    ck = O.card_kernels("NVIDIA H200", None, None)
+    n, k, wb = 14336, 4096, 0.53
+    bf16 = O.gemm_table_s(ck, 8, n, k)
+    assert O.gemm_table_s(ck, 8, n, k, "weight_only", wb) == pytest.approx(
+        bf16 + h200.copy_s(n * k * (wb + 2.0))
+    )
+    one = O.gemm_table_s(ck, 1, n, k, "weight_only", wb)
+    assert one < O.gemm_table_s(ck, 1, n, k)  # the GEMV reads the packed bytes only
+    spec, _ = load_model("llama-3.1-8b")
+    linears = 32 * 7  # q, k, v, o, gate, up, down unfused (transformers)
+    for seqs, extra in ((1, O.BNB_CALLS_ONE_ROW), (8, O.BNB_CALLS_ROWS)):
+        plain = O.plan_for(spec, ck, dtype="bf16").step(decode_seqs=seqs, decode_ctx=128,
+                                                         graphs=False)["calls"]  # fmt: skip
+        nf4 = O.plan_for(spec, ck, dtype="nf4").step(decode_seqs=seqs, decode_ctx=128,
+                                                      graphs=False)["calls"]  # fmt: skip
+        dense = O.plan_for(spec, ck, dtype="nf4").dense
+        assert sum(g.layers * g.members for g in dense) == linears
+        assert nf4 - plain == extra * linears

@@ -208,16 +208,24 @@ def _simulated(case: dict, spec, m, tp: int, pp: int, inp: int, out: int) -> flo
     from nodeledger.verdict.fit import ledger_for
 
     eng = str(case.get("engine", ""))
-    engine = "sglang" if eng.startswith("sglang") else "vllm"
+    hf = eng.startswith(("hf", "transformers"))
+    engine = "hf" if hf else "sglang" if eng.startswith("sglang") else "vllm"
     version = case.get("engine_version")
     match = re.search(r"(\d+\.\d+\.\d+)", eng) if version is None else None
-    version = version or (match.group(1) if match else None)
-    dtype = case.get("dtype") if case.get("dtype") not in (None, "bf16") else None
+    version = None if hf else version or (match.group(1) if match else None)
+    dtype = case.get("dtype") if case.get("dtype") not in (None, "bf16", "fp16") else None
     job = ServeJob(engine=engine, engine_version=version, dtype=dtype, context=inp + out,
                    concurrency=1, parallel=Parallel(tp=tp, pp=pp))  # fmt: skip
-    pool = ledger_for(spec, job, m).extras.get("kv_pool_tokens")
+    pool = None if hf else ledger_for(spec, job, m).extras.get("kv_pool_tokens")
     conc = case.get("concurrency")
     prompts = int(case.get("num_prompts") or conc or 1000)
+    if hf:  # generate(): one static batch of `concurrency` prompts (speed/simulate.py "static")
+        d = serving_benchmark(spec, job, m, num_prompts=prompts, request_rate=float("inf"),
+                              max_concurrency=None, input_len=inp, output_len=out,
+                              static_batch=int(conc or 1))  # fmt: skip
+        if case["kind"] in ("serve_tpot_ms", "decode_latency_ms"):
+            return None if d.get("tpot_median_s") is None else d["tpot_median_s"] * 1e3
+        raise KeyError(case["kind"])
     rate = case.get("request_rate", "inf")
     rate = float("inf") if rate in (None, "inf") else float(rate)
     capped = conc is not None and int(conc) < prompts

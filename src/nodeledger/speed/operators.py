@@ -89,6 +89,12 @@ MOE_KERNELS = 10  # the profiled 12 less the router GEMM and its split-K reduce 
 # expert GEMM.
 ENGINE_EAGER_CALLS_PER_LAYER = 11
 ENGINE_EAGER_TP_CALLS = 2
+# host calls a bitsandbytes 4-bit linear adds to its matmul (weight_only kind, see below): at
+# one row and at more (counted in its Linear4bit.forward and matmul_4bit); an H100 measured
+# +7.0 ms at batch 1 and +22 ms at batch 8 over bf16 for Llama-3.1-8B's 224 linears
+# (bitsandbytes benchmarking/README.md, v0.45.0: 0.0331 / 0.0476 s against 0.0244 / 0.0255 s)
+BNB_CALLS_ONE_ROW = 2
+BNB_CALLS_ROWS = 5
 EAGER_SOURCE = (
     "transformers modeling_llama.py (4.57) decoder layer, calls counted: RMSNorm 7 x 2, "
     "rotary 12, cache update 2, SDPA 1, residual 2, act + mul 2, + one per matmul"
@@ -106,8 +112,11 @@ EAGER_SOURCE = (
 #              triton_kernels is installed, vllm/model_executor/layers/quantization/mxfp4.py
 #              get_mxfp4_backend): the bf16 GEMM with its weight read shrunk to the packed
 #              bytes, its math at most MARLIN_BF16_SHARE of the card's best bf16 GEMM rate
-#   weight_only  nf4 (bitsandbytes: dequantised to bf16, then the bf16 GEMM): the weight read
-#              shrunk, the math at the bf16 rate
+#   weight_only  nf4 (bitsandbytes Linear4bit, bitsandbytes/autograd/_functions.py matmul_4bit):
+#              one token's row runs its 4-bit GEMV (gemv_4bit: the packed bytes read, the bf16
+#              GEMV's efficiency); more rows dequantise the whole weight to bf16 first
+#              (dequantize_4bit: the packed bytes read, 2 B written per weight) and run the bf16
+#              GEMM on it (MatMul4Bit.forward)
 WEIGHT_ONLY = ("int8", "int4", "nf4", "mxfp4")
 MARLIN_SCHEMES = ("int8", "int4", "mxfp4")
 # Marlin's math saturates at 141 TFLOP/s from M = 64 up while the fp16 GEMM keeps climbing:
@@ -133,6 +142,7 @@ class Gemm:
     kind: str = "bf16"  # bf16 | fp8 | fp8_block | marlin | weight_only (see above)
     wbytes: float = 2.0  # bytes per weight element as stored (scales included)
     attn: bool = False  # an attention projection (q/k/v/o, MLA's down/up projections)
+    members: int = 1  # the checkpoint's linears fused into it (q/k/v: 3, gate/up: 2)
 
 
 def block_fp8(spec: ModelSpec) -> bool:
@@ -183,7 +193,7 @@ def gemms(spec: ModelSpec, tp: int = 1, scheme=None) -> list[Gemm]:
         whole = module == "router" or bool(REPLICATED.search(parts[0][1]))
         if tp > 1 and not whole:
             n, k = (n, max(1, k // tp)) if row else (max(1, n // tp), k)
-        out.append(Gemm(name, n, k, layers, expert, kind, wb, attn))
+        out.append(Gemm(name, n, k, layers, expert, kind, wb, attn, len(parts)))
     return out
 
 
@@ -299,6 +309,8 @@ def gemm_table_s(ck: CardKernels, m: float, n: int, k: int, kind: str = "bf16",
     fp8 rows) is the bf16 GEMM with its weight read shrunk (``weight_only_s``)."""
     rows = _table_rows(ck, kind)
     t = ck.table.gemm_s(m, n, k, rows, graphs=True)
+    if kind == "weight_only" and m > 1:  # bitsandbytes: dequantise, then the bf16 GEMM
+        return t + (ck.table.copy_s(n * k * (wbytes + 2.0)) or 0.0)
     if rows == "bf16" and wbytes < 2.0:
         t = weight_only_s(ck.table, t, m, n, k, wbytes)
     if kind == "marlin":  # its math at most MARLIN_BF16_SHARE of the best bf16 rate
@@ -526,6 +538,16 @@ class OpPlan:
         parts["gemm"], parts["experts"] = dense, experts
         if not graphs and expert_loop:  # transformers' eager MoE: a call per touched expert
             calls += round(touched_layers)
+        if not graphs:
+            # bitsandbytes' Linear4bit (nf4, one per checkpoint linear: q, k, v apart) calls
+            # around each matmul: the compute-dtype casts
+            # of its input and output and the gemv_4bit wrapper at one row (+2); beyond it the
+            # MatMul4Bit autograd function, dequantize_4bit's output allocation and kernel and
+            # the transposed linear (+5) (bitsandbytes/nn/modules.py Linear4bit.forward,
+            # autograd/_functions.py matmul_4bit / MatMul4Bit.forward, counted)
+            per = BNB_CALLS_ONE_ROW if m <= 1 else BNB_CALLS_ROWS
+            calls += per * sum(g.layers * g.members for g in self.dense
+                               if g.kind == "weight_only")  # fmt: skip
         # attention: decode reads K and V of each sequence; a prefill chunk its causal FLOPs
         n_attn = self.n_attn
         dp = self.dp_attn
