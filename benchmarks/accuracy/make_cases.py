@@ -522,6 +522,98 @@ OP_SAC_CASES = [
     ),
 ]
 CASES += OP_SAC_CASES
+# Nemotron 3 Nano (NemotronH with MoE layers 'E', transformers 5): 8 of its layers, every kind
+# kept; config in tests/fixtures/models (PROVENANCE.md).  The _latent cases set moe_latent_size
+# (the latent projections around the experts, as Nemotron 3 Super's config has them; no config
+# of that model is in the fixtures, so Nano's shapes with a latent of 1,024 stand in).
+NEMOTRON3_L8 = {"num_hidden_layers": 8, "hybrid_override_pattern": "MEM*EMEM"}
+NEMOTRON3_LATENT = {**NEMOTRON3_L8, "moe_latent_size": 1024}
+NANO = "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+MOE_PATH_CASES = [
+    serve(
+        "nemotron3-nano-30b-L8-serve-b2-s4096-t16",
+        NANO,
+        2,
+        4096,
+        16,
+        overrides=NEMOTRON3_L8,
+        fixtures="project",
+    ),
+    serve(
+        "nemotron3-nano-30b-L8-serve-b1-s16384-t4-prefill",
+        NANO,
+        1,
+        16384,
+        4,
+        overrides=NEMOTRON3_L8,
+        fixtures="project",
+    ),
+    serve(
+        "nemotron3-nano-30b-L8-serve-b32-s512-t64-decode",
+        NANO,
+        32,
+        512,
+        64,
+        overrides=NEMOTRON3_L8,
+        fixtures="project",
+    ),
+    train(
+        "nemotron3-nano-30b-L8-train-bf16-foreach-b1-s2048",
+        NANO,
+        1,
+        2048,
+        overrides=NEMOTRON3_L8,
+        fixtures="project",
+    ),
+    serve(
+        "nemotron3-nano-30b-L8-latent1024-serve-b2-s4096-t16",
+        NANO,
+        2,
+        4096,
+        16,
+        overrides=NEMOTRON3_LATENT,
+        fixtures="project",
+    ),
+    serve(
+        "nemotron3-nano-30b-L8-latent1024-serve-b1-s16384-t4-prefill",
+        NANO,
+        1,
+        16384,
+        4,
+        overrides=NEMOTRON3_LATENT,
+        fixtures="project",
+    ),
+    train(
+        "nemotron3-nano-30b-L8-latent1024-train-bf16-foreach-b1-s2048",
+        NANO,
+        1,
+        2048,
+        overrides=NEMOTRON3_LATENT,
+        fixtures="project",
+    ),
+    # transformers' experts implementations (--experts): batched_mm gathers each routed pair's
+    # expert weights
+    serve(
+        "qwen3-30b-a3b-L8-serve-b4-s2048-t16-experts-batched_mm",
+        "Qwen3-30B-A3B",
+        4,
+        2048,
+        16,
+        overrides={"num_hidden_layers": 8},
+        experts="batched_mm",
+    ),
+    serve(
+        "gpt-oss-20b-L4-serve-b1-s8192-t4-prefill-experts-batched_mm",
+        "gpt-oss-20b",
+        1,
+        8192,
+        4,
+        attention="eager",
+        overrides={"num_hidden_layers": 4},
+        experts="batched_mm",
+    ),
+]
+CASES += MOE_PATH_CASES
 
 
 def main() -> None:
