@@ -177,13 +177,15 @@ def place(
             )
     con.print(f"free after placement: {', '.join(map(str, res['free_after'])) or 'none'}")
     if res.get("k8s_devices"):
+        from nodeledger.machine.vendors import spec as vendor_spec
+
         kd = res["k8s_devices"]
         con.print(
             f"Kubernetes cards: {kd['why']}"
             + ("." if kd["enforced"] else
                "; the planned cards and the lifeboat are not enforced"
-               + (" (--k8s-devices dra pins them where NVIDIA's DRA driver runs)."
-                  if profile.accelerators[0].vendor in em.DRA_CLASS else ".")),
+               + (f" (--k8s-devices dra pins them where {vs.label}'s DRA driver runs)."
+                  if (vs := vendor_spec(profile.accelerators[0].vendor)).dra_class else ".")),
             markup=False,
         )  # fmt: skip
     for w in written:

@@ -18,6 +18,7 @@ from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.facts import Facts, MountEntry, Proc, cpuset, hf_cache
 from nodeledger.machine.probe.linux import NETWORK_FS
 from nodeledger.machine.profile import Accelerator, MachineProfile
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.units import GiB, MiB
 
 SEVERITIES = ("ok", "skip", "unknown", "info", "warning", "error")
@@ -227,17 +228,22 @@ def big_processes(facts: Facts | None) -> list[Proc]:
 # -- cards -------------------------------------------------------------------------------------
 
 
-def _cards_or_skip(s: MachineState, f: Finding, vendor: str | None = None) -> list[Accelerator]:
-    cards = [a for a in s.profile.accelerators if vendor is None or a.vendor.value == vendor]
+def _nv(a: Accelerator) -> bool:
+    """The card has NVIDIA's driver settings and tools (persistence mode, MIG, MPS, nvidia-smi)."""
+    return vendor_spec(a.vendor).nvidia_settings
+
+
+def _cards_or_skip(s: MachineState, f: Finding, nvidia_only: bool = False) -> list[Accelerator]:
+    cards = [a for a in s.profile.accelerators if not nvidia_only or _nv(a)]
     if not cards:
         f.severity = "skip"
-        f.message = f"no {vendor.upper() + ' ' if vendor else ''}accelerator on this machine"
+        f.message = f"no {'NVIDIA ' if nvidia_only else ''}accelerator on this machine"
     return cards
 
 
 def persistence_mode(s: MachineState, **_) -> Finding:
     f = Finding("persistence-mode", "Persistence mode (NVIDIA)", "ok", "")
-    cards = _cards_or_skip(s, f, "nvidia")
+    cards = _cards_or_skip(s, f, nvidia_only=True)
     if not cards:
         return f
     off = [a.index for a in cards if a.persistence_mode == "disabled"]
@@ -421,7 +427,7 @@ def card_dead_pid(s: MachineState, **_) -> Finding:
                      "context still open, or in another PID namespace when doctor runs in a "
                      "container): " + ", ".join(f"card {a.index} pid {cp.pid}" for a, cp in gone))  # fmt: skip
         idx = sorted({a.index for a, _ in gone})
-        if all(a.vendor.value == "nvidia" for a, _ in gone):
+        if all(_nv(a) for a, _ in gone):
             f.fix = (f"sudo fuser -v {' '.join(f'/dev/nvidia{i}' for i in idx)}   # who still holds it; "
                      f"none: sudo nvidia-smi --gpu-reset -i {','.join(map(str, idx))}")  # fmt: skip
         else:
@@ -457,7 +463,7 @@ def mig_state(s: MachineState, **_) -> Finding:
         f.severity = "info"
         f.message = (f"cards {_ranges(on)} are split (MIG / compute partitions): a job that needs "
                      "a whole card cannot use them; good for light work on the idle card")  # fmt: skip
-        if all(a.vendor.value == "nvidia" for a in cards if a.index in on):
+        if all(_nv(a) for a in cards if a.index in on):
             f.fix = f"sudo nvidia-smi -i {','.join(map(str, on))} -mig 0   # after destroying its instances; takes effect on reset"
     elif all(a.partition is None for a in cards):
         f.severity, f.message = "unknown", "no card reports its MIG / partition state"
@@ -486,7 +492,7 @@ def mps_state(s: MachineState, **_) -> Finding:
         f.fix = "echo quit | nvidia-cuda-mps-control   # to stop MPS (wait for its clients first)"
     elif fa.processes is None:
         f.severity, f.message = "unknown", fa.problems.get("processes", "process table unknown")
-    elif not any(a.vendor.value == "nvidia" for a in s.profile.accelerators):
+    elif not any(_nv(a) for a in s.profile.accelerators):
         f.severity, f.message = "skip", "no NVIDIA card and no MPS daemon"
     else:
         f.message = "no MPS daemon"

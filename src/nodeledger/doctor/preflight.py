@@ -24,6 +24,7 @@ from nodeledger.doctor.machine_state import MachineState
 from nodeledger.ledger.build import check_parallel
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import Accelerator
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB
 from nodeledger.verdict.lifeboat import one_card_note
@@ -33,8 +34,6 @@ LEVELS = ("ok", "info", "warning", "wait", "no-go")
 SMALL_HOST = field_notes.value("offload_small_host", "small_host_bytes")  # tutorials' hosts
 CARD_BUSY_FRACTION = 0.05  # a card with more memory used than this (and no listed process) is busy
 DATALOADER_WARN = 0.25  # dataloader memory above this share of the free RAM
-VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES",
-           "hygon": "HIP_VISIBLE_DEVICES", "huawei": "ASCEND_RT_VISIBLE_DEVICES"}  # fmt: skip
 
 
 @dataclass
@@ -116,7 +115,7 @@ def choose_cards(free: list[Accelerator], needed: int) -> list[Accelerator]:
 def _binding_lines(chosen: list[Accelerator], state: MachineState) -> list[str]:
     if not chosen:
         return []
-    var = VISIBLE.get(chosen[0].vendor.value, "CUDA_VISIBLE_DEVICES")
+    var = vendor_spec(chosen[0].vendor).launch_visible
     ids = ",".join(str(a.index) for a in chosen)
     nodes = sorted({a.numa_node for a in chosen if a.numa_node is not None})
     if not nodes or any(a.numa_node is None for a in chosen):

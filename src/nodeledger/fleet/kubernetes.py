@@ -27,7 +27,9 @@ import ipaddress
 import re
 
 from nodeledger.errors import InputError
-from nodeledger.machine.profile import MachineProfile, Vendor
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.machine.vendors import names as vendor_names
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.placement.emit import NFD_PREFIX as PREFIX
 from nodeledger.placement.emit import check_image, label_value, node_selector, to_yaml_docs
 from nodeledger.watch.exporter import DEFAULT_PORT
@@ -100,12 +102,9 @@ def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
         raise InputError(f"--namespace {namespace!r} is not a Kubernetes namespace name")
     if not 1 <= port <= 65535:
         raise InputError(f"--port {port}: not a TCP port")
-    try:
-        v = Vendor(vendor)
-    except ValueError:
-        raise InputError(
-            f"--vendor {vendor!r} is not one of {', '.join(x.value for x in Vendor)}"
-        ) from None
+    if vendor not in vendor_names():
+        raise InputError(f"--vendor {vendor!r} is not one of {', '.join(vendor_names())}")
+    vs = vendor_spec(vendor)
     for k, val in (node_selector or {}).items():
         if not re.fullmatch(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}", k) or (
             val and label_value(val) != val
@@ -143,19 +142,13 @@ def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
     ]
     env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     security: dict = {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
-    if v in (Vendor.amd, Vendor.hygon):
-        for name, path in (("kfd", "/dev/kfd"), ("dri", "/dev/dri")):
-            volumes.append({"name": name, "hostPath": {"path": path}})
-            mounts.append({"name": name, "mountPath": path})
-        security = {"privileged": True}  # the render nodes' access, as AMD's exporter runs
-    elif v == Vendor.huawei:
-        for name, path in (("dev", "/dev"), ("ascend-driver", "/usr/local/Ascend/driver"),
-                           ("npu-smi", "/usr/local/sbin/npu-smi")):  # fmt: skip
-            volumes.append({"name": name, "hostPath": {"path": path}})
-            mounts.append({"name": name, "mountPath": path, "readOnly": True})
-        security = {"privileged": True}  # npu-smi opens /dev/davinci_manager
-    else:
-        env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})  # NVIDIA's runtime
+    for hp in vs.exporter_host_paths:  # the device nodes and tools the vendor's sampler opens
+        volumes.append({"name": hp.name, "hostPath": {"path": hp.path}})
+        ro = {} if hp.read_only is None else {"readOnly": hp.read_only}
+        mounts.append({"name": hp.name, "mountPath": hp.path, **ro})
+    if vs.exporter_privileged:
+        security = {"privileged": True}
+    env += [{"name": k, "value": val} for k, val in vs.exporter_env]
     container = {
         "name": "exporter", "image": image, "command": ["nodeledger"], "args": args,
         "env": env, "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],

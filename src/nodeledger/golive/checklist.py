@@ -49,6 +49,8 @@ from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.files import check_user_file
 from nodeledger.machine.parsers.proc import pid_stat, pid_status
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.machine.vendors import all_specs as all_vendor_specs
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.units import GiB, MiB
 
 STATUSES = ("pass", "fail", "unavailable")
@@ -149,7 +151,7 @@ def partition_split(p: str | None) -> bool:
 def card_problems(a) -> tuple[list[str], list[str]]:
     """(failures, notes) of one card's settings (pure)."""
     bad, notes = [], []
-    nv = a.vendor.value == "nvidia"
+    nv = vendor_spec(a.vendor).nvidia_settings  # persistence mode is NVIDIA's driver setting
     if nv and a.persistence_mode == "disabled":
         bad.append("persistence mode off (sudo nvidia-smi -pm 1)")
     if a.ecc_mode == "disabled":
@@ -396,9 +398,9 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
     card = lifeboat
     env = dict(os.environ)
     if card is not None:
-        for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
-            env[var] = str(card)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        for vs in all_vendor_specs():  # every vendor's variable: the card is the one named
+            env[vs.launch_visible] = str(card)
+            env.update(vs.launch_env)
     where = f"lifeboat card {card}" if card is not None else "the host (no card on this machine)"
     used0, used_src = used_fn(card) if card is not None else (None, "no card")
     avail0 = _avail(runner)

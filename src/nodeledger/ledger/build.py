@@ -32,6 +32,8 @@ from nodeledger.ledger.weights import (
     weight_bytes,
 )
 from nodeledger.machine.profile import MachineProfile
+from nodeledger.machine.vendors import DEFAULT_VENDOR
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB, MiB
 
@@ -263,7 +265,9 @@ def _first_card(machine: MachineProfile) -> tuple[str, str, int | None]:
     """(product, vendor, driver-reserved bytes) of the machine's first card, which the engine
     rules read (all cards of a replica are taken as the first one)."""
     acc = machine.accelerators[0] if machine.accelerators else None
-    return (acc.product, acc.vendor, acc.memory_reserved_bytes) if acc else ("", "nvidia", None)
+    return (
+        (acc.product, acc.vendor, acc.memory_reserved_bytes) if acc else ("", DEFAULT_VENDOR, None)
+    )
 
 
 def _runtime_total(machine: MachineProfile, capacity: int | None) -> tuple[int | None, str]:
@@ -330,7 +334,11 @@ def _quant_linear_delta(
     if not total:
         return 0, ""
     if scheme.name == "fp8":
-        why = "ROCm row padding" if vendor == "amd" else f"sm{sm}: Marlin scales in the model dtype"
+        why = (
+            "ROCm row padding"
+            if vendor_spec(vendor).vllm_rocm_figures
+            else f"sm{sm}: Marlin scales in the model dtype"
+        )
     else:
         why = "Marlin drops GPTQ zero points and g_idx"
     return total, f" {'+' if total > 0 else '-'} {why} ({abs(total) / MiB:,.0f} MiB)"
@@ -349,7 +357,7 @@ def _resolve_sglang(job: ServeJob, machine: MachineProfile, spec: ModelSpec | No
 def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None):
     capacity = card_capacity(machine, job.parallel.tp * job.parallel.pp * job.replicas)
     total, _ = _runtime_total(machine, capacity)
-    rocm = bool(machine.accelerators) and machine.accelerators[0].vendor in ("amd", "hygon")
+    rocm = bool(machine.accelerators) and vendor_spec(machine.accelerators[0].vendor).rocm_runtime
     mla = spec is not None and any(a.kind == "mla" for a in spec.attention)
     job, settings = eng.resolve_serve_job(job, _first_card(machine)[0], total, rocm, mla)
     if spec is not None:

@@ -27,6 +27,8 @@ from math import ceil
 
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger.jobs import JobError, ServeJob
+from nodeledger.machine.vendors import DEFAULT_VENDOR
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.units import GiB, KiB, MiB
 
 if sys.version_info >= (3, 11):
@@ -380,8 +382,9 @@ def vllm_linear_delta_bytes(
     q = data()["vllm"]["quant"]
     row = name.rsplit(".", 2)[-2] in _ROW_PARALLEL if "." in name else False
     n, k = (out, inp // tp) if row else (out // tp, inp)
+    vs = vendor_spec(vendor)
     if scheme.name == "fp8":
-        if vendor == "amd":
+        if vs.vllm_rocm_figures:
             return n * q["rocm_fp8_pad_values"] if k % q["rocm_fp8_pad_row_multiple"] == 0 else 0
         if sm is None or sm >= q["fp8_marlin_below_sm"]:
             return 0
@@ -389,7 +392,7 @@ def vllm_linear_delta_bytes(
             bn, bk = scheme.block
             return 2 * n * ceil(k / bk) - 4 * ceil(n / bn) * ceil(k / bk)
         return 2 * n - 4
-    if scheme.name == "int4" and scheme.g_idx and vendor == "nvidia" and sm is not None:
+    if scheme.name == "int4" and scheme.g_idx and vs.vllm_marlin and sm is not None:
         machete = (
             sm == q["machete_sm"]
             and scheme.bits == 4
@@ -458,12 +461,13 @@ def graph_capture_sizes(rule: str, max_num_seqs: int, max_num_batched_tokens: in
     return [s for s in sizes if s <= n and s <= max_num_batched_tokens]
 
 
-def cuda_graph_bytes(graphs: int, layers: int, vendor: str = "nvidia") -> int:
+def cuda_graph_bytes(graphs: int, layers: int, vendor: str = DEFAULT_VENDOR) -> int:
     """Graph memory: graphs x decoder layers x memory per graph per layer (each graph holds
     one launch of every kernel of every layer); engines.toml ``graph_kib_per_graph_layer``
     from real start-up logs' "Graph capturing finished ... took X GiB"."""
     rt = data()["vllm"]["runtime"]
-    per = rt["graph_kib_per_graph_layer_rocm" if vendor == "amd" else "graph_kib_per_graph_layer"]
+    rocm = vendor_spec(vendor).vllm_rocm_figures
+    per = rt["graph_kib_per_graph_layer_rocm" if rocm else "graph_kib_per_graph_layer"]
     return int(graphs * layers * per * KiB)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from nodeledger.machine.vendors import DEFAULT_VENDOR
 from nodeledger.units import MiB
 
 
@@ -96,11 +97,11 @@ def provenance(vendor: str) -> dict:
     (runtimes.toml): {"vendor", "runtime", "measured", "caveat"}; ``caveat`` is the phrase a
     verdict line carries when they were not measured on that vendor's runtime."""
     table = _runtimes()
-    v = (vendor or "nvidia").lower()
+    v = (vendor or DEFAULT_VENDOR).lower()
     entry = table.get(v)
     if entry is None:
         return {"vendor": v, "runtime": "unknown", "measured": False,
-                "caveat": f"runtime constants assumed from {table['nvidia']['source']} (vendor {v!r} not known)"}  # fmt: skip
+                "caveat": f"runtime constants assumed from {table[DEFAULT_VENDOR]['source']} (vendor {v!r} not known)"}  # fmt: skip
     if entry["measured"]:
         return {"vendor": v, "runtime": entry["runtime"], "measured": True, "caveat": ""}
     base = table[entry["assumed_from"]]

@@ -24,16 +24,8 @@ import re
 from pathlib import Path
 
 from nodeledger.machine.parsers.common import pci_address
-from nodeledger.machine.profile import MachineProfile, Vendor
-
-VISIBLE_VARS = {
-    Vendor.nvidia: ("CUDA_VISIBLE_DEVICES",),
-    Vendor.amd: ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
-    Vendor.hygon: ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
-    Vendor.huawei: ("ASCEND_RT_VISIBLE_DEVICES",),
-}
-INDEX_NAME = {Vendor.nvidia: "CUDA index", Vendor.amd: "HIP index", Vendor.hygon: "HIP index",
-              Vendor.huawei: "ASCEND_RT index"}  # fmt: skip
+from nodeledger.machine.profile import MachineProfile
+from nodeledger.machine.vendors import spec as vendor_spec
 
 
 def _bus_key(bus: str | None) -> tuple:
@@ -73,27 +65,29 @@ def device_identity(profile: MachineProfile, env: dict | None = None,
     if not cards:
         return {"rows": [], "notes": ["no accelerator"], "index_name": None}
     vendor = cards[0].vendor
+    vs = vendor_spec(vendor)
     by_pci = [a.index for a in sorted(cards, key=lambda a: _bus_key(a.pci_bus_id))]
-    if vendor == Vendor.nvidia:
-        mode = env.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST"
+    if vs.device_order_env:  # CUDA: FASTEST_FIRST unless CUDA_DEVICE_ORDER=PCI_BUS_ID
+        var = vs.device_order_env
+        mode = env.get(var) or "FASTEST_FIRST"
         if mode == "PCI_BUS_ID":
             order, known = by_pci, True
         elif len({a.product for a in cards}) == 1:
             order, known = by_pci, True
-            notes.append(f"CUDA_DEVICE_ORDER={mode}: identical cards taken in PCI order (the "
-                         "heuristic's order is not guaranteed); set CUDA_DEVICE_ORDER=PCI_BUS_ID, "
+            notes.append(f"{var}={mode}: identical cards taken in PCI order (the "
+                         f"heuristic's order is not guaranteed); set {var}=PCI_BUS_ID, "
                          "as `place` and `run` do")  # fmt: skip
         else:
             order, known = by_pci, False
-            notes.append(f"CUDA_DEVICE_ORDER={mode} with mixed card models: CUDA's order is unknown; "
-                         "set CUDA_DEVICE_ORDER=PCI_BUS_ID")  # fmt: skip
+            notes.append(f"{var}={mode} with mixed card models: {vs.runtime}'s order is unknown; "
+                         f"set {var}=PCI_BUS_ID")  # fmt: skip
     else:
         order, known = by_pci, True
         notes.append(f"{vendor.value}: runtime order taken as PCI order (assumed)")
     if any(a.pci_bus_id is None for a in cards):
         notes.append("PCI bus ids unknown (a preset): PCI order taken as the smi index order")
     uuids = {a.index: a.uuid for a in cards if a.uuid}
-    for var in VISIBLE_VARS.get(vendor, ()):
+    for var in vs.visible_filters:
         if var in env:
             order, why = _filter(order, env[var], uuids)
             notes.append(f"{var}={env[var]!r}" + (f": {why}" if why else ""))
@@ -112,7 +106,7 @@ def device_identity(profile: MachineProfile, env: dict | None = None,
             "dev_minor": node[1] if node else None,
             "numa_node": a.numa_node,
         })  # fmt: skip
-    return {"rows": rows, "notes": notes, "index_name": INDEX_NAME.get(vendor, "runtime index")}
+    return {"rows": rows, "notes": notes, "index_name": vs.index_name or "runtime index"}
 
 
 def read_dev_nodes(root: str = "/") -> dict[str, tuple[str, int]]:

@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from nodeledger.machine.vendors import Vendor  # re-exported: machine.Vendor
+
 UNKNOWN = "unknown"
 
 
@@ -54,14 +56,6 @@ class _Strict(BaseModel):
     # defer_build: the validator is built on the first validation, not at import, so a command
     # that reads only bundled presets (``construct_trusted``) never pays for it
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
-
-
-class Vendor(str, Enum):
-    nvidia = "nvidia"
-    amd = "amd"
-    hygon = "hygon"
-    huawei = "huawei"
-    other = "other"
 
 
 class LinkKind(str, Enum):
@@ -327,7 +321,7 @@ def _convert(tp: Any, value: Any) -> Any:
         return dict(value)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return construct_trusted(tp, value)
-    if isinstance(tp, type) and issubclass(tp, Enum):
+    if isinstance(tp, type) and issubclass(tp, (Enum, Vendor)):
         return tp(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -31,23 +31,10 @@ import yaml
 from nodeledger import atomic
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import cpulist_count
-from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
+from nodeledger.machine.profile import LinkKind, MachineProfile
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.placement.planner import GiB
 from nodeledger.verdict.catalogue import CONTROL_RE, ID_RULE, valid_id
-
-DEVICE_FILE = {
-    Vendor.nvidia: "/dev/nvidia{i}",
-    Vendor.amd: "/dev/dri/renderD{r}",
-    Vendor.hygon: "/dev/dri/renderD{r}",
-    Vendor.huawei: "/dev/davinci{i}",
-}
-K8S_RESOURCE = {
-    Vendor.nvidia: "nvidia.com/gpu",  # NVIDIA device plugin
-    Vendor.amd: "amd.com/gpu",  # ROCm k8s-device-plugin
-    Vendor.hygon: "hygon.com/dcu",  # Hygon DCU device plugin
-    Vendor.huawei: "huawei.com/Ascend910",  # Ascend device plugin (910 family)
-}
-
 
 NODE_NAME_RE = re.compile(r"[A-Za-z0-9._\[\],-]+", re.ASCII)  # a host name or hostlist
 
@@ -129,7 +116,7 @@ def gres_conf(machine: MachineProfile, node_name: str) -> str:
         "AutoDetect=off",
     ]
     for a in machine.accelerators:
-        dev = DEVICE_FILE.get(a.vendor, "/dev/nvidia{i}").format(i=a.index, r=128 + a.index)
+        dev = vendor_spec(a.vendor).device_file.format(i=a.index, r=128 + a.index)
         parts = [
             f"NodeName={node_name}",
             "Name=gpu",
@@ -224,15 +211,7 @@ def sbatch_scripts(
             "",
             "# card, CPU and memory binding come from Slurm (gres.conf Cores=, enforce-binding)",
         ]
-        if vendor == Vendor.huawei:
-            # Slurm names the job's cards in SLURM_JOB_GPUS (gres.conf order = /dev/davinciN);
-            # Ascend's runtime reads ASCEND_RT_VISIBLE_DEVICES, which Slurm does not set
-            lines += [
-                'ASCEND_RT_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}"',
-                "export ASCEND_RT_VISIBLE_DEVICES",
-            ]
-        else:
-            lines.append("export CUDA_DEVICE_ORDER=PCI_BUS_ID")
+        lines += vendor_spec(vendor).sbatch_env_lines  # the runtime's cards and their order
         # srun of Slurm 22.05 onwards does not take sbatch's --cpus-per-task: ask again
         if any("$" in c or "`" in c for c in cmd or ()):  # literal on purpose: argv, no shell
             lines.append("# shellcheck disable=SC2016  # the plan's command words are literal")
@@ -273,7 +252,6 @@ def check_image(image: str) -> str:
 # (k8s.io/dynamic-resource-allocation/deviceattribute).  Its "index" attribute was removed
 # (commit 36fc80ab, 2025-09-25: "Remove GPU index ... attribute advertisement"), so a card is
 # named by its UUID, else its PCI bus id.  No other vendor's DRA driver is modelled here.
-DRA_CLASS = {Vendor.nvidia: "gpu.nvidia.com"}
 K8S_DEVICES = ("auto", "dra", "device-plugin")
 _UUID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,95}$", re.ASCII)
 _BDF = re.compile(
@@ -284,7 +262,7 @@ _BDF = re.compile(
 def dra_selector(acc) -> str | None:
     """A CEL expression that matches this one card in NVIDIA's DRA driver, or None when the
     profile has neither its UUID nor its PCI bus id."""
-    dom = DRA_CLASS.get(acc.vendor)
+    dom = vendor_spec(acc.vendor).dra_class
     if dom is None:
         return None
     if isinstance(acc.uuid, str) and _UUID.match(acc.uuid) and acc.uuid.lower() != "unknown":
@@ -303,10 +281,11 @@ def k8s_devices(machine: MachineProfile, result: dict, mode: str = "auto") -> tu
     if mode not in K8S_DEVICES:
         raise InputError(f"--k8s-devices {mode!r} is not one of {', '.join(K8S_DEVICES)}")
     vendor = machine.accelerators[0].vendor
-    res = K8S_RESOURCE.get(vendor, "nvidia.com/gpu")
+    vs = vendor_spec(vendor)
+    res = vs.k8s_resource
     if mode == "device-plugin":
         return mode, f"--k8s-devices device-plugin: the device plugin ({res}) chooses the cards"
-    if vendor not in DRA_CLASS:
+    if vs.dra_class is None:
         why = (f"no DRA driver is modelled for {vendor.value} cards: the device plugin ({res}) "
                "chooses the cards")  # fmt: skip
         if mode == "dra":
@@ -322,8 +301,8 @@ def k8s_devices(machine: MachineProfile, result: dict, mode: str = "auto") -> tu
         if mode == "dra":
             raise InputError(f"--k8s-devices dra: {why}")
         return "device-plugin", why
-    return "dra", (f"a ResourceClaim per Pod selects the planned cards in NVIDIA's DRA driver "
-                   f"(DeviceClass {DRA_CLASS[vendor]}; Kubernetes 1.34+, resource.k8s.io/v1)")  # fmt: skip
+    return "dra", (f"a ResourceClaim per Pod selects the planned cards in {vs.label}'s DRA driver "
+                   f"(DeviceClass {vs.dra_class}; Kubernetes 1.34+, resource.k8s.io/v1)")  # fmt: skip
 
 
 def k8s_pods(
@@ -338,8 +317,8 @@ def k8s_pods(
     (memory_mib) = the ledger's host peak of the replica + its /dev/shm (shm_bytes; a
     memory-backed emptyDir counts against the Pod's memory)."""
     image = check_image(image) if image else "IMAGE"
-    vendor = machine.accelerators[0].vendor
-    res_name = K8S_RESOURCE.get(vendor, "nvidia.com/gpu")
+    vs = vendor_spec(machine.accelerators[0].vendor)
+    res_name = vs.k8s_resource
     mode, mode_why = k8s_devices(machine, result, devices)
     by_index = {a.index: a for a in machine.accelerators}
     boats = ",".join(str(c) for c in result.get("lifeboat") or []) or "none"
@@ -381,8 +360,7 @@ def k8s_pods(
             "name": "main",
             "image": image,
             **({"command": list(cmd)} if cmd else {}),
-            "env": [{"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
-            if vendor == Vendor.nvidia else [],
+            "env": [{"name": k, "value": v} for k, v in vs.launch_env],
             "resources": {"limits": dict(limits), "requests": dict(limits),
                           **({"claims": [{"name": "cards"}]} if mode == "dra" else {})},
             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -407,7 +385,7 @@ def k8s_pods(
         }  # fmt: skip
         docs = [pod]
         if mode == "dra":
-            cls = DRA_CLASS[vendor]
+            cls = vs.dra_class
             requests = [{"name": f"card-{c}", "exactly": {
                 "deviceClassName": cls, "allocationMode": "ExactCount", "count": 1,
                 "selectors": [{"cel": {"expression": dra_selector(by_index[c])}}]}}
@@ -428,8 +406,8 @@ def k8s_pods(
             if mode == "dra" else
             f"# Cards: {mode_why}: it may hand out any {len(r['cards'])} card(s), the lifeboat "
             f"({boats}) included; the planned cards ({planned}) are not enforced.\n"
-            + ("# To pin them: NVIDIA's DRA driver and `place --emit k8s --k8s-devices dra`."
-               if vendor in DRA_CLASS else
+            + (f"# To pin them: {vs.label}'s DRA driver and `place --emit k8s --k8s-devices dra`."
+               if vs.dra_class else
                "# nodeledger models no DRA driver for these cards: nothing here keeps the "
                "lifeboat free.")
         )  # fmt: skip

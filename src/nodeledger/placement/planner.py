@@ -36,7 +36,8 @@ from nodeledger.errors import InputError
 from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.parsers.common import cpulist_ids
 from nodeledger.machine.parsers.numa import compress_cpus
-from nodeledger.machine.profile import LinkKind, MachineProfile, Vendor
+from nodeledger.machine.profile import LinkKind, MachineProfile
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB
 from nodeledger.verdict.catalogue import Workload
@@ -49,22 +50,6 @@ KIND_SCORE = {
     LinkKind.pxb: 40, LinkKind.pcie: 35, LinkKind.phb: 30, LinkKind.node: 20, LinkKind.sys: 10,
     LinkKind.unknown: 0,
 }  # fmt: skip
-VISIBLE = {
-    Vendor.nvidia: "CUDA_VISIBLE_DEVICES",
-    Vendor.amd: "HIP_VISIBLE_DEVICES",
-    Vendor.hygon: "HIP_VISIBLE_DEVICES",
-    Vendor.huawei: "ASCEND_RT_VISIBLE_DEVICES",
-}
-SHARE_NOTE = {
-    Vendor.nvidia: "shares its card: run under MPS (nvidia-cuda-mps-control -d) or give each "
-    "replica a MIG slice (A100/H100/H200 class)",
-    Vendor.amd: "shares its card: ROCm time-slices processes (no MPS); or a compute partition "
-    "(MI300 CPX) where the card has one",
-    Vendor.hygon: "shares its card: the DCU time-slices processes (no MPS equivalent)",
-    Vendor.huawei: "shares its card: split it into vNPUs (npu-smi set -t create-vnpu) where "
-    "the chip supports it",
-    Vendor.other: "shares its card with another replica",
-}
 MAX_NODES = 50_000  # search budget (nodes of the depth-first search), for one lifeboat choice
 TOTAL_NODES = 60_000  # and for all lifeboat choices together (each gets at least MIN_NODES)
 MIN_NODES = 2_000
@@ -460,8 +445,8 @@ def _bindings(
         ns = {numa.get(c) for c in p.cards}
         key = ns.pop() if len(ns) == 1 else None
         by_node.setdefault(key, []).append(p)
-    vendor = machine.accelerators[0].vendor
-    var = VISIBLE.get(vendor, "CUDA_VISIBLE_DEVICES")
+    vs = vendor_spec(machine.accelerators[0].vendor)
+    var = vs.launch_visible
     host_used = sum(p.unit.host_bytes for p in placed if not p.shared)
     spare = None if ram is None else max(0, int(ram * TIGHT["host RAM"]) - host_used)
     out = []
@@ -480,9 +465,7 @@ def _bindings(
                 workers = max(0, len(mine) - 1)
                 if spare is not None and placed:
                     workers = min(workers, spare // len(placed) // WORKER_BYTES)
-            env = {var: ",".join(str(c) for c in p.cards)}
-            if vendor == Vendor.nvidia:
-                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            env = {var: ",".join(str(c) for c in p.cards), **dict(vs.launch_env)}
             bind = (
                 f"numactl --physcpubind={compress_cpus(mine)} --membind={node}"
                 if mine
@@ -502,7 +485,7 @@ def _bindings(
                 "host_bytes": p.unit.host_bytes,
                 "env": env,
                 "launch": f"{prefix} {bind + ' -- ' if bind else ''}{commands.get(p.unit.workload) or 'CMD'}".strip(),
-                "note": SHARE_NOTE.get(vendor, SHARE_NOTE[Vendor.other]) if p.shared else None,
+                "note": vs.share_note if p.shared else None,
             })  # fmt: skip
     out.sort(key=lambda r: r["replica"])
     return out

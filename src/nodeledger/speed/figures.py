@@ -13,6 +13,7 @@ unknown: the verdicts use it only where it still decides, and say so.
 from __future__ import annotations
 
 from nodeledger.machine.profile import MachineProfile
+from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.speed import hardware as H
 from nodeledger.speed.hardware import Figure
 from nodeledger.units import GiB
@@ -98,7 +99,7 @@ def _card_class(a) -> str:
     c = H.card(a.product)
     if c and c.get("class"):
         return c["class"]
-    return "datacenter" if a.vendor.value in ("hygon", "huawei", "amd") else "unknown"
+    return vendor_spec(a.vendor).default_card_class
 
 
 def card_peak_floor(machine: MachineProfile) -> Figure:

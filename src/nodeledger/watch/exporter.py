@@ -18,7 +18,8 @@ device-metrics-exporter on amd-smi / amdsmi / rocm-smi (``gpu_used_vram``, ``gpu
 ``gpu_free_vram`` in MiB, ``gpu_gfx_activity``; labels ``gpu_id``, ``serial_number``,
 ``card_model``, ``hostname``, ``gpu_partition_id``, ``gpu_compute_partition_type``); Ascend's
 npu-exporter on npu-smi (``npu_chip_info_hbm_used_memory`` / ``_hbm_total_memory`` in MiB,
-``npu_chip_info_utilization``; labels ``id``, ``model_name``, ``vdie_id``).  VENDOR_NAMES.
+``npu_chip_info_utilization``; labels ``id``, ``model_name``, ``vdie_id``): each vendor's
+``ExporterNames`` in machine/vendors.
 ``--no-vendor-series`` leaves these out (the box runs the vendor's exporter already: two
 series per card otherwise); the ``Hostname`` / ``hostname`` label is ``NODE_NAME`` when set.
 nodeledger's own (``card`` label = the card index, and ``gpu`` = the same, as dcgm-exporter
@@ -63,6 +64,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nodeledger.errors import InputError
 from nodeledger.files import check_user_file
+from nodeledger.machine.vendors import ExporterNames
+from nodeledger.machine.vendors import of_backend as vendor_of_backend
 from nodeledger.units import MiB
 from nodeledger.verdict.fit import TIGHT
 from nodeledger.watch.analyze import Analyzer
@@ -77,46 +80,26 @@ DEFAULT_WORKERS = 8
 DEFAULT_CLIENT_TIMEOUT = 5.0
 DEFAULT_MAX_CONNECTIONS = 1024
 EVICT_SCAN = 32  # waiting connections looked at for an idle one to drop
-DEVICE_PREFIX = {"nvml": "nvidia", "nvidia-smi": "nvidia", "amd-smi": "card", "rocm-smi": "card", "hy-smi": "card",
-                 "npu-smi": "davinci"}  # fmt: skip
 
 
-# The vendor's own exporter names, used instead of dcgm-exporter's on its cards (a dashboard
-# made for that exporter works unchanged).  Memory in MiB ("MB" in both exporters' docs: amd-smi's
-# MB are bytes // 2**20; npu-smi's HBM MB are binary too), utilisation in %.
-#   AMD: ROCm/device-metrics-exporter docs/configuration/metricslist.md and configmap.md @
-#     afd0fe81 (GPU_USED_VRAM / GPU_TOTAL_VRAM / GPU_FREE_VRAM "in MB", GPU_GFX_ACTIVITY %;
-#     labels that "are always set": serial_number, gpu_id, card_model, hostname,
-#     gpu_partition_id, gpu_compute_partition_type, as its example series print them).
-#   Ascend: MindX DL npu-exporter (npu_chip_info_hbm_used_memory / _hbm_total_memory in MB,
-#     npu_chip_info_utilization %, labels id, model_name, vdie_id), as queried by public
-#     dashboards and HAMi's metrics generator.
-# Hygon's DCU exporter names are not documented in a public source found: hy-smi keeps dcgm's.
-VENDOR_NAMES = {
-    "amd": {"used": "gpu_used_vram", "total": "gpu_total_vram", "free": "gpu_free_vram",
-            "util": "gpu_gfx_activity",
-            "labels": ["gpu_id", "serial_number", "card_model", "hostname", "gpu_partition_id",
-                       "gpu_compute_partition_type"]},
-    "ascend": {"used": "npu_chip_info_hbm_used_memory", "total": "npu_chip_info_hbm_total_memory",
-               "free": None, "util": "npu_chip_info_utilization",
-               "labels": ["id", "model_name", "vdie_id"]},
-}  # fmt: skip
-# NVIDIA, Hygon and the fake scenarios: dcgm-exporter's (it serves no total)
-DCGM_NAMES = {"used": "DCGM_FI_DEV_FB_USED", "total": None, "free": "DCGM_FI_DEV_FB_FREE",
-              "util": "DCGM_FI_DEV_GPU_UTIL",
-              "labels": ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]}  # fmt: skip
-VENDOR_OF_BACKEND = {"amd-smi": "amd", "amdsmi": "amd", "rocm-smi": "amd", "npu-smi": "ascend"}
+# The vendor's own exporter names (machine/vendors: ``ExporterNames`` with their sources), used
+# instead of dcgm-exporter's on its cards (a dashboard made for that exporter works unchanged).
+# NVIDIA, Hygon (its DCU exporter's names are not in a public source found) and the fake
+# scenarios: dcgm-exporter's (it serves no total).
+DCGM_NAMES = ExporterNames(
+    used="DCGM_FI_DEV_FB_USED", total=None, free="DCGM_FI_DEV_FB_FREE", util="DCGM_FI_DEV_GPU_UTIL",
+    labels=(("gpu", "index"), ("UUID", "uuid"), ("pci_bus_id", "pci_bus_id"), ("device", "device"),
+            ("modelName", "name"), ("Hostname", "hostname")),
+)  # fmt: skip
 
 
-def _card_labels(vendor: str | None, i: int, d: dict, hostname: str, prefix: str) -> list[str]:
-    """Card ``i``'s label values in the order of its exporter's labels ("" where nodeledger
+def _card_labels(labels: tuple[tuple[str, str], ...], i: int, d: dict, hostname: str,
+                 prefix: str) -> list[str]:  # fmt: skip
+    """Card ``i``'s label values in the order of its exporter's ``labels`` ("" where nodeledger
     does not know one)."""
-    if vendor == "amd":
-        return [str(i), "", d.get("name") or "", hostname, "", ""]
-    if vendor == "ascend":
-        return [str(i), d.get("name") or "", d.get("uuid") or ""]
-    return [str(i), d.get("uuid") or "", d.get("pci_bus_id") or "", f"{prefix}{i}",
-            d.get("name") or "", hostname]  # fmt: skip
+    known = {"index": str(i), "uuid": d.get("uuid") or "", "pci_bus_id": d.get("pci_bus_id") or "",
+             "device": f"{prefix}{i}", "name": d.get("name") or "", "hostname": hostname}  # fmt: skip
+    return [known.get(what, "") for _, what in labels]
 
 
 # An idle finding's likely cause (free text with figures) as a label value of few values: the
@@ -171,15 +154,15 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict,
     mach = header.get("machine") or {}
     info = {c["index"]: c for c in mach.get("cards", [])}
     hostname = mach.get("hostname") or ""
-    prefix = DEVICE_PREFIX.get(header.get("backend", ""), "card")
-    vendor = VENDOR_OF_BACKEND.get(header.get("backend", ""))
-    names = VENDOR_NAMES.get(vendor, DCGM_NAMES)
-    dl = names["labels"]
+    vs = vendor_of_backend(header.get("backend", ""))
+    prefix = vs.device_label_prefix if vs else "card"
+    names = (vs.exporter_names if vs else None) or DCGM_NAMES
+    dl = [label for label, _ in names.labels]
 
     def vendor_family(key: str, doc: str):  # None where the vendor's exporter has no such name
-        if not vendor_series or not names[key]:
+        if not vendor_series or not getattr(names, key):
             return None
-        return GaugeMetricFamily(names[key], doc, labels=dl)
+        return GaugeMetricFamily(getattr(names, key), doc, labels=dl)
 
     fb_used = vendor_family("used", "Card memory used (in MiB).")
     fb_free = vendor_family("free", "Card memory free (in MiB).")
@@ -209,7 +192,7 @@ def families(sample: dict | None, header: dict, an: Analyzer, state: dict,
     for c in (sample or {}).get("cards", []):
         i = c["index"]
         d = info.get(i, {})
-        labels = _card_labels(vendor, i, d, hostname, prefix)
+        labels = _card_labels(names.labels, i, d, hostname, prefix)
         cg = [str(i), str(i)]  # card, gpu
         used, total = c.get("used_bytes"), c.get("total_bytes") or d.get("total_bytes")
         if used is not None:

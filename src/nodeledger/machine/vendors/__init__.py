@@ -1,0 +1,30 @@
+"""One module per card vendor (``nvidia``, ``amd``, ``hygon``, ``ascend``, ``other``), each a
+:class:`VendorSpec` registered by name; consumers ask ``spec(vendor)`` and never branch on a
+vendor's name.  Adding a vendor = one module here (+ its parsers and probe, + data)."""
+
+from nodeledger.machine.vendors.base import (
+    DEFAULT_VENDOR,
+    ExporterNames,
+    HostPath,
+    Vendor,
+    VendorSpec,
+    all_specs,
+    names,
+    of_backend,
+    register,
+    spec,
+    unregister,
+)
+
+# registration order is the order vendors are listed in (as the Enum listed them)
+# isort: off
+from nodeledger.machine.vendors import nvidia  # noqa: F401
+from nodeledger.machine.vendors import amd  # noqa: F401
+from nodeledger.machine.vendors import hygon  # noqa: F401
+from nodeledger.machine.vendors import ascend  # noqa: F401
+from nodeledger.machine.vendors import other  # noqa: F401
+
+# isort: on
+
+__all__ = ["DEFAULT_VENDOR", "ExporterNames", "HostPath", "Vendor", "VendorSpec", "all_specs",
+           "names", "of_backend", "register", "spec", "unregister"]  # fmt: skip
