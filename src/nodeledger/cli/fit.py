@@ -116,110 +116,20 @@ def fit_cmd(
         raise NodeledgerError(
             "--from-engine-log applies to --job serve --engine vllm or --engine sglang"
         )
-    reported = _read_engine_log(engine_log, engine) if engine_log is not None else None
-    if reported is not None and reported.get("version") and not opts.get("engine_version"):
-        opts = {**opts, "engine_version": reported["version"].split("+")[0]}
-    from nodeledger.ledger.build import resolve_job
-    from nodeledger.ledger.jobs import build_job
-    from nodeledger.machine import resolve_machine
-    from nodeledger.model import load_model
-    from nodeledger.verdict.fit import fit
+    from nodeledger.verdict.assess import FitRequest, assess_fit
 
-    job_obj = build_job(job, opts)
-    profile = resolve_machine(machine)
-    spec, src = load_model(model, online=online)
-    settings: dict = {}
-    if job == "serve":
-        job_obj, settings = resolve_job(job_obj, profile, spec)
-    result = fit(spec, job_obj, profile)
-    data = _fit_json(result, src, profile, job)
-    from nodeledger.verdict.fit import flips
-
-    data["verdict"]["flips"] = flips(spec, job_obj, profile, result.verdict.tier)
-    if settings.get("assumed"):  # a release newer than any read: the verdict line says so
-        data["verdict"]["flips"].insert(0, settings["assumed"])
-    if job == "serve" and not ENGINE_TRAITS[job_obj.engine].start_log and job_obj.concurrency == 1:
-        data["verdict"]["flips"].append(
-            "assumes the hf engine at 1 sequence (--concurrency N|max, or --engine vllm|sglang for a serving engine's pool)"
-        )
-    from nodeledger.ledger.runtime import provenance
-
-    data["runtime"] = provenance(profile.accelerators[0].vendor if profile.accelerators else "")
-    from nodeledger.speed.job import job_speed
-
-    bench = None
-    if job == "serve":
-        from nodeledger.speed.serving import BenchOptions
-
-        bench = BenchOptions(request_rate=request_rate or float("inf"), num_prompts=num_prompts,
-                             dataset=dataset or "random", slo_ttft_p99_s=slo_ttft,
-                             slo_tpot_p99_s=slo_tpot,
-                             capped_at_rate=job_opts.get("concurrency") is not None)  # fmt: skip
-    data["speed"] = job_speed(spec, job_obj, profile, result.ledger.extras, bench=bench)
-    if search:
-        data["search"] = _search(spec, job_obj, profile, lifeboat)
-    if reported is not None:
-        from nodeledger.verdict.engine_check import engine_check
-
-        data["engine_check"] = engine_check(result.ledger, job_obj, reported, spec)
-    exit_tier = data["verdict"]["tier"]
-    if search:
-        # --search asks which layouts fit: its exit follows the best one found, not the layout
-        # given (which the verdict line above still judges)
-        tiers = {x["tier"] for x in data["search"]["best"]}
-        found = "fits" if "fits" in tiers else "tight" if "tight" in tiers else None
-        data["search"]["exit_tier"] = exit_tier = found or exit_tier
+    report = assess_fit(
+        FitRequest(model=model, job=job, job_options=opts, machine=machine, online=online,
+                   search=search, lifeboat=lifeboat, engine_log=engine_log,
+                   request_rate=request_rate, num_prompts=num_prompts, dataset=dataset,
+                   slo_ttft_p99_s=slo_ttft, slo_tpot_p99_s=slo_tpot)
+    )  # fmt: skip
+    data = report.to_json()
     if as_json:
         print_json(data)
     else:
         _render_fit(data)
-    verdict_exit(exit_tier, no_fail)
-
-
-def _read_engine_log(path: str, engine: str) -> dict[str, Any]:
-    """The engine's figures from its log (bounded read, one line on a bad file)."""
-    from nodeledger.files import read_user_text
-    from nodeledger.ledger.jobs import ENGINE_NAMES
-    from nodeledger.machine.parsers import parse_kind
-
-    name = ENGINE_NAMES.get(engine, engine)
-    return parse_kind(f"{engine}-log", read_user_text(path, f"{name} start-up log"))
-
-
-def _search(spec, job_obj, profile, lifeboat: int) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from nodeledger.ledger.jobs import JobError, ServeJob, TrainJob
-    from nodeledger.verdict.lifeboat import resolve_lifeboat
-    from nodeledger.verdict.search import search_serve, search_train
-
-    lifeboat, lifeboat_note = resolve_lifeboat(len(profile.accelerators), lifeboat)
-    if isinstance(job_obj, TrainJob):
-        found, tried = search_train(spec, job_obj, profile, lifeboat=lifeboat)
-    elif isinstance(job_obj, ServeJob):
-        found, tried = search_serve(spec, job_obj, profile, lifeboat=lifeboat)
-    else:
-        raise JobError("--search applies to serve and train/lora/qlora jobs")
-    return {"tried": tried, "lifeboat": lifeboat, "lifeboat_note": lifeboat_note,
-            "best": [asdict(x) for x in found]}  # fmt: skip
-
-
-def _fit_json(result, src, profile, job_kind: str) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    lg, v = result.ledger, result.verdict
-    return {
-        "model": src.catalogue_entry["id"] if src.catalogue_entry else src.where,
-        "machine": profile.name,
-        "job": job_kind,
-        "cards": [asdict(c) for c in lg.cards],
-        "host": asdict(lg.host),
-        "verdict": asdict(v),
-        "job_options": result.job_options,
-        "extras": lg.extras,
-        "notes": lg.notes,
-        "units": "bytes",
-    }
+    verdict_exit(report.exit_tier, no_fail)
 
 
 EXTRA_UNITS = {

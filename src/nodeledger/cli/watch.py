@@ -428,13 +428,9 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
 
     def check(cards: list[int], profile=None):
         from nodeledger.errors import NodeledgerError
-        from nodeledger.ledger.build import resolve_job
-        from nodeledger.ledger.jobs import build_job
         from nodeledger.machine import resolve_machine
         from nodeledger.machine.parsers import parse_kind
-        from nodeledger.model import load_model
-        from nodeledger.verdict.engine_check import engine_check
-        from nodeledger.verdict.fit import fit
+        from nodeledger.verdict.assess import check_engine_log
         from nodeledger.watch.engine_log import kv_pool_finding, kv_pool_summary
 
         try:  # what the watch collected is kept whatever the log holds by now
@@ -442,15 +438,8 @@ def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
             reported = parse_kind(f"{engine}-log", text)
         except NodeledgerError as exc:
             return {"file": path, "notes": [f"the engine log could not be used: {exc}"]}, None
-        opts = dict(job_opts)
-        if reported.get("version") and not opts.get("engine_version"):
-            opts["engine_version"] = reported["version"].split("+")[0]
-        job_obj = build_job("serve", opts)
         profile = profile or resolve_machine(machine)  # the watch's own plan's machine
-        spec, _ = load_model(model)
-        job_obj, _ = resolve_job(job_obj, profile, spec)
-        res = fit(spec, job_obj, profile)
-        chk = engine_check(res.ledger, job_obj, reported, spec)
+        chk = check_engine_log(model, job_opts, reported, profile)
         summary = kv_pool_summary(chk, path, cut)
         if reported.get("version") and not job_opts.get("engine_version"):
             summary["notes"].append(
