@@ -10,3 +10,13 @@ TiB = 2**40
 KB = 10**3
 MB = 10**6
 GB = 10**9
+
+
+def gib_text(
+    n: float | None, decimals: int = 1, unknown: str = "unknown", unit: str = " GiB"
+) -> str:
+    """Bytes as GiB (2**30) with thousands separators, the one byte formatter every output
+    uses: ``gib_text(3 * 2**30)`` -> ``"3.0 GiB"``; ``None`` -> ``unknown``."""
+    if n is None:
+        return unknown
+    return f"{n / GiB:,.{decimals}f}{unit}"

@@ -4,11 +4,14 @@ other."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from typing import Any
 
 import click
+
+from nodeledger.units import gib_text
 
 UNKNOWN = "unknown"
 
@@ -53,11 +56,7 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")  # strict JSON
 
 
-def gib(n: int | None) -> str:
-    """Bytes as GiB (2**30); None -> unknown."""
-    if n is None:
-        return UNKNOWN
-    return f"{n / 2**30:,.2f} GiB"
+gib = functools.partial(gib_text, decimals=2, unknown=UNKNOWN)  # bytes as GiB, 2 decimals
 
 
 MAX_ROWS = 50  # list items / incident rows drawn on a terminal; --json has every one

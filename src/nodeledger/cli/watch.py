@@ -12,6 +12,7 @@ Exit codes of `watch` (a gate for a job's first minutes):
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from nodeledger.cli.common import (
 )
 from nodeledger.cli.options import job_options, json_option
 from nodeledger.errors import InputError
-from nodeledger.units import GiB
+from nodeledger.units import GiB, gib_text
 
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
@@ -514,8 +515,7 @@ def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str,
         exit_with(code)
 
 
-def _gib(b) -> str:
-    return "-" if b is None else f"{b / GiB:,.1f}"
+_gib = functools.partial(gib_text, unknown="-", unit="")  # a table cell: GiB in the header
 
 
 def _bar(used, total, planned, width: int = 24) -> str:

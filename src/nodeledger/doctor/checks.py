@@ -19,7 +19,7 @@ from nodeledger.machine.probe.facts import Facts, MountEntry, Proc, cpuset, hf_c
 from nodeledger.machine.probe.linux import NETWORK_FS
 from nodeledger.machine.profile import Accelerator, MachineProfile
 from nodeledger.machine.vendors import spec as vendor_spec
-from nodeledger.units import GiB, MiB
+from nodeledger.units import GiB, MiB, gib_text
 
 SEVERITIES = ("ok", "skip", "unknown", "info", "warning", "error")
 RANK = {"ok": 0, "skip": 0, "unknown": 0, "info": 0, "warning": 1, "error": 2}
@@ -51,8 +51,7 @@ class Finding:
         return asdict(self)
 
 
-def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GiB:,.1f} GiB"
+_gib = gib_text  # bytes as GiB, 1 decimal
 
 
 def _unreadable(facts: Facts | None, path: str) -> str:

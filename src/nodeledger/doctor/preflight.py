@@ -26,7 +26,7 @@ from nodeledger.ledger.jobs import LoadJob, ServeJob, TrainJob
 from nodeledger.machine.profile import Accelerator
 from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import GiB
+from nodeledger.units import GiB, gib_text
 from nodeledger.verdict.lifeboat import one_card_note
 
 VERDICT_EXIT = {"go": 0, "wait": 1, "no-go": 3}
@@ -65,8 +65,7 @@ class Preflight:
         return d
 
 
-def _g(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GiB:,.1f} GiB"
+_g = gib_text  # bytes as GiB, 1 decimal
 
 
 def cards_needed(job) -> int:

@@ -35,6 +35,7 @@ Exit code: 0 when no step fails (unavailable allowed), 1 when any step fails; 2 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -51,7 +52,7 @@ from nodeledger.machine.parsers.proc import pid_stat, pid_status
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.vendors import all_specs as all_vendor_specs
 from nodeledger.machine.vendors import spec as vendor_spec
-from nodeledger.units import GiB, MiB
+from nodeledger.units import GiB, MiB, gib_text
 
 STATUSES = ("pass", "fail", "unavailable")
 CANARY_HOST_BYTES = 512 * MiB
@@ -96,8 +97,7 @@ def step(sid: str, title: str, status: str, summary: str, evidence: list[str] | 
             "evidence": list(evidence or []), "details": details}  # fmt: skip
 
 
-def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / GiB:,.2f} GiB"
+_gib = functools.partial(gib_text, decimals=2)
 
 
 # ---------------------------------------------------------------------------------------

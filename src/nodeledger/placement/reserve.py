@@ -26,6 +26,7 @@ file and then execs the command in its own process, so the pid it recorded is th
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import time
@@ -36,7 +37,7 @@ from pathlib import Path
 from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.machine.parsers.proc import meminfo, pid_stat
 from nodeledger.machine.probe.runner import Runner
-from nodeledger.units import GiB
+from nodeledger.units import gib_text
 
 EXIT_REFUSED = 4
 POLL_S = 1.0  # --wait: seconds between checks
@@ -159,8 +160,7 @@ def host_memory(runner: Runner | None = None) -> tuple[int | None, int | None, s
     return mem.get("MemAvailable"), mem.get("MemTotal"), where
 
 
-def gib(n: int) -> str:
-    return f"{n / GiB:,.2f} GiB"
+gib = functools.partial(gib_text, decimals=2)
 
 
 # ---------------------------------------------------------------------------------------

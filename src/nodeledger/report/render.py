@@ -10,13 +10,12 @@ from __future__ import annotations
 from html import escape
 
 from nodeledger.machine.profile import MachineProfile
-from nodeledger.units import GiB
+from nodeledger.units import gib_text
 
 TIER_COLOUR = {"can": "#2e7d32", "tight": "#ef6c00", "cannot": "#c62828", "unknown": "#616161"}
 
 
-def _gib(b) -> str:
-    return "unknown" if b is None else f"{b / GiB:,.1f} GiB"
+_gib = gib_text  # bytes as GiB, 1 decimal
 
 
 def _expect(r: dict) -> str:
