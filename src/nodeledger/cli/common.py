@@ -100,32 +100,17 @@ def ranges(indices) -> str:
 
 
 def report_machine(machine: str | None) -> tuple[Any, list[str]]:
-    """--machine as given; none: probe this host, or the reference machine without cards
-    (``machine.resolve_or_reference``); with the intro line that says which."""
-    from nodeledger import field_notes
-    from nodeledger.machine import DEFAULT_PRESET, resolve_or_reference
+    """The machine of a report-like command, with its intro line (report.usecase)."""
+    from nodeledger.report.usecase import report_machine as resolve
 
-    r = resolve_or_reference(machine)
-    if machine is not None:
-        return r.profile, [f"machine: {machine}"]
-    if not r.reference:
-        return r.profile, [
-            f"machine: live probe of this host ({len(r.profile.accelerators)} cards)"
-        ]
-    return r.profile, [
-        f"No accelerator found on this host (live probe): reporting on the bundled reference "
-        f"machine {DEFAULT_PRESET} ({field_notes.origin()}). Use --machine PRESET|FILE|BUNDLE for "
-        "another."
-    ]
+    return resolve(machine)
 
 
 def catalogue(workloads: str | None):
-    """(workloads, specs, source) of a workload catalogue: the bundled default, a FILE, or
-    '+FILE' added to the default."""
-    from nodeledger.verdict.catalogue import load_catalogue, load_specs
+    """(workloads, specs, source) of a workload catalogue (report.usecase)."""
+    from nodeledger.report.usecase import catalogue as load
 
-    ws, src = load_catalogue(workloads)
-    return ws, load_specs(ws), src
+    return load(workloads)
 
 
 def card_indices(text: str | None, flag: str = "--cards") -> list[int] | None:

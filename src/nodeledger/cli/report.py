@@ -15,7 +15,6 @@ from nodeledger.cli.common import (
     console,
     escape,
     num,
-    report_machine,
     verdict_exit,
 )
 from nodeledger.cli.options import json_option, no_fail_option
@@ -101,38 +100,23 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, d
     expects (0 can, 1 tight or unknown, 3 cannot; a workload expected to be "cannot" that is
     cannot does not fail the report); --no-fail: 0 whatever the verdicts; 2 bad input."""
     from nodeledger.report import render
-    from nodeledger.report.capacity import capacity_report
+    from nodeledger.report.usecase import CapacityRequest, assess_capacity
 
     fmt = "json" if as_json else _pick_format(fmt, output)
-    profile, intro = report_machine(machine)
-    ws, specs, src = catalogue(workloads)
-    intro.append(f"workloads: {src} ({len(ws)})")
-    rep = capacity_report(profile, ws, specs, lifeboat)
+    ans = assess_capacity(CapacityRequest(machine=machine, workloads=workloads, lifeboat=lifeboat))
+    rep, intro = ans.report, ans.intro
     if fmt == "json":
-        _write(json.dumps({"intro": intro, **rep}, indent=2, default=str), output)
+        _write(json.dumps(ans.to_json(), indent=2, default=str), output)
     elif fmt == "md":
         _write(render.markdown(rep, intro), output)
     elif fmt == "html":
-        _write(render.html(rep, profile, intro), output)
+        _write(render.html(rep, ans.profile, intro), output)
     else:
         _render_report(rep, intro, output, details)
-    tier, why = gate(rep)
+    tier, why = ans.tier, ans.why
     if tier != "can" and not no_fail:
         sys.stderr.write(f"nodeledger: {why} (exit {VERDICT_EXIT[tier]}; --no-fail: exit 0)\n")
     verdict_exit(tier, no_fail)
-
-
-def gate(rep: dict) -> tuple[str, str]:
-    """(worst tier, why) over the workloads whose outcome is not the one their catalogue entry
-    expects (``agrees`` True: e.g. a 671B model the notes say cannot run on one box)."""
-    order = {"can": 0, "unknown": 1, "tight": 2, "cannot": 3}
-    rows = [r for r in rep["workloads"] if r.get("agrees") is not True]
-    worst = max(rows, key=lambda r: order.get(r["tier_name"], 1), default=None)
-    if worst is None or worst["tier_name"] == "can":
-        return "can", ""
-    tier = worst["tier_name"]
-    same = [r["id"] for r in rows if r["tier_name"] == tier]
-    return tier, f"{len(same)} workload(s) {tier}: {', '.join(same)}"
 
 
 TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
