@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "k8s": ("nodeledger.cli.fleet", "k8s", "Kubernetes: NFD feature files (node labels: cards, NUMA, lifeboat) and the exporter's DaemonSet."),
     "fleet": ("nodeledger.cli.fleet", "fleet_cmd", "One row per box (free cards, lifeboat, host-RAM headroom, findings) from bundles or Prometheus."),
     "bench": ("nodeledger.cli.bench", "bench", "Measure and judge disks, host<->card and card<->card copies, collectives."),
-    "golive": ("nodeledger.cli.bench", "golive", "The pre-production checklist: doctor, card settings, bench, plan, recovery drill."),
+    "golive": ("nodeledger.cli.golive", "golive", "The pre-production checklist: doctor, card settings, bench, plan, recovery drill."),
     "machine": ("nodeledger.cli.machine", "machine", "What the box is: bundled presets, profile files, the live probe."),
     "bundle": ("nodeledger.cli.machine", "bundle_cmd", "Collect every raw output of a probe into one support bundle (.tar.gz)."),
     "parse": ("nodeledger.cli.machine", "parse_cmd", "Explain one recorded tool output (parsed field by field)."),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Any
 
@@ -133,3 +134,35 @@ def card_indices(text: str | None, flag: str = "--cards") -> list[int] | None:
     if dupes:
         raise InputError(f"{flag} {text!r}: card(s) {dupes} named twice")
     return out
+
+
+def progress_lines():
+    """A progress line per step on stderr, when stderr is a terminal (else None)."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda msg: sys.stderr.write(f"nodeledger: {msg} ...\n")
+
+
+def pci_card_order() -> None:
+    """torch's card N must be nvidia-smi's card N: the process that loads torch asks for PCI
+    bus order (unless the user chose an order), and the collective workers inherit it.  The
+    library never changes the environment; this command owns its process."""
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+
+
+def fmt_value(f: dict) -> str:
+    """A bench figure (value and unit) as printed by bench and golive."""
+    v, unit = f["value"], f["unit"]
+    if v is None:
+        return "—"
+    if unit == "%":
+        return f"{v:+.1f} %"
+    if unit == "of total":
+        return f"{v:.1%}"
+    if abs(v) >= 100:
+        text = f"{v:,.0f}"
+    elif abs(v) >= 1:
+        text = f"{v:,.2f}"
+    else:
+        text = f"{v:.3f}"
+    return f"{text} {unit}".strip()
