@@ -11,7 +11,14 @@ search, and the engine's own start-up log set beside the ledger.  Never prints, 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from nodeledger.ledger.build import CardLedger, HostLedger
+from nodeledger.verdict.fit import Verdict
+
+# the version of fit --json's shape (schemas/fit.schema.json): raised when a key changes meaning
+# or goes away; a key added keeps it
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -61,9 +68,9 @@ class FitReport:
         return self.search["exit_tier"] if self.search else self.verdict["tier"]
 
     def to_json(self) -> dict[str, Any]:
-        """``nodeledger fit --json``: the keys in the order the command has always printed."""
+        """``nodeledger fit --json`` (its shape: :class:`FitJSON`, shipped as a JSON Schema)."""
         out: dict[str, Any] = {
-            "model": self.model, "machine": self.machine, "job": self.job, "cards": self.cards,
+            "schema_version": SCHEMA_VERSION, "model": self.model, "machine": self.machine, "job": self.job, "cards": self.cards,
             "host": self.host, "verdict": self.verdict, "job_options": self.job_options,
             "extras": self.extras, "notes": self.notes, "units": self.units,
             "runtime": self.runtime, "speed": self.speed,
@@ -73,6 +80,55 @@ class FitReport:
         if self.engine_check is not None:
             out["engine_check"] = self.engine_check
         return out
+
+
+# -- the shape of fit --json, for its JSON Schema (schemas/fit.schema.json) ------------------
+
+
+@dataclass
+class VerdictJSON(Verdict):
+    flips: list[str] = field(default_factory=list)  # what would change the tier, and assumptions
+
+
+@dataclass
+class RuntimeJSON:
+    vendor: str
+    runtime: str
+    measured: bool  # the runtime constants were measured on this vendor's runtime
+    caveat: str
+
+
+@dataclass
+class FitJSON:
+    """``nodeledger fit --json``.  Bytes in ``*_bytes`` keys; ``speed`` is the speed section
+    (README "What each number means": seconds in ``*_s``, rates per second), ``extras`` the
+    engine's figures (units in the CLI's EXTRA_UNITS)."""
+
+    schema_version: int
+    model: str
+    machine: str
+    job: Literal["serve", "train", "lora", "qlora", "load"]
+    cards: list[CardLedger]
+    host: HostLedger
+    verdict: VerdictJSON
+    job_options: dict[str, Any]
+    extras: dict[str, Any]
+    notes: list[str]
+    units: Literal["bytes"]
+    runtime: RuntimeJSON
+    speed: dict[str, Any] | None
+    search: dict[str, Any] | None = None
+    engine_check: dict[str, Any] | None = None
+
+
+def fit_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``fit --json``, generated from :class:`FitJSON` (pydantic)."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(FitJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger fit --json"
+    return schema
 
 
 def assess_fit(req: FitRequest) -> FitReport:

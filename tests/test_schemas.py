@@ -1,0 +1,41 @@
+"""The JSON Schema shipped for `fit --json` is the one its types generate, and real outputs
+validate against those types (a key renamed or retyped fails here)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from conftest import cli_json
+from nodeledger.verdict.assess import SCHEMA_VERSION, FitJSON, fit_json_schema
+
+
+def test_the_shipped_schema_is_generated_from_the_types():
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("fit.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(fit_json_schema())), (
+        "regenerate src/nodeledger/schemas/fit.schema.json (see nodeledger/schemas/__init__.py)"
+    )
+
+
+@pytest.mark.parametrize("args", [
+    ("llama-3.1-8b", "--job", "serve", "--machine", "dgx-h100", "--engine", "vllm"),
+    ("llama-3.1-70b", "--job", "lora", "--machine", "hgx-h200", "--search"),
+    ("qwen3-8b", "--job", "train", "--machine", "k100-ai-8x64g"),
+    ("llama-3.1-8b", "--job", "load", "--machine", "8x-rtx4090"),
+])  # fmt: skip
+def test_fit_json_validates_against_its_types(args):
+    d = cli_json("fit", *args, "--no-fail")
+    assert d["schema_version"] == SCHEMA_VERSION
+    TypeAdapter(FitJSON).validate_python(d)
+
+
+def test_a_changed_key_fails_validation():
+    d = cli_json("fit", "llama-3.1-8b", "--machine", "dgx-h100", "--no-fail")
+    d["host"]["peak_bytes"] = "a lot"
+    with pytest.raises(ValidationError):
+        TypeAdapter(FitJSON).validate_python(d)
