@@ -5,7 +5,20 @@ its Slurm and Kubernetes files, doctor's pre-flight, the device identity table, 
 its DaemonSet all take Acme's names from here.  (A real vendor adds its probe, parsers and data
 beside it.)  ``tests/test_vendors.py`` imports it and removes it again."""
 
+from nodeledger.machine.profile import Accelerator
 from nodeledger.machine.vendors import ExporterNames, HostPath, VendorSpec, register
+
+
+def probe_cards(r, notes, ctx):
+    """Acme's card probe: a real one would run acme-smi through ``r`` and parse its output; this
+    one reports two cards when the runner's root holds the fake tool's answer."""
+    text = r.read("/opt/acme/cards")
+    if not text:
+        return None
+    cards = [Accelerator(index=i, vendor="acme", product=name.strip(), sources={"product": "acme-smi"})
+             for i, name in enumerate(text.splitlines()) if name.strip()]  # fmt: skip
+    return cards, None, None
+
 
 SPEC = register(
     VendorSpec(
@@ -35,5 +48,7 @@ SPEC = register(
         device_label_prefix="acme",
         watch_backends=("acme-smi",),
         default_card_class="datacenter",
+        card_probe="fake_vendor_acme:probe_cards",
+        probe_tools=("acme-smi",),
     )
 )

@@ -134,6 +134,20 @@ def test_preflight_identity_daemonset_and_exporter(acme):
     assert "DCGM_FI_DEV_FB_USED" not in fams
 
 
+def test_the_live_probe_runs_the_vendors_card_probe(acme, tmp_path):
+    from nodeledger.machine.probe.probe import probe_machine
+    from nodeledger.machine.probe.runner import Runner
+
+    (tmp_path / "opt" / "acme").mkdir(parents=True)
+    (tmp_path / "opt" / "acme" / "cards").write_text("Acme X1\nAcme X1\n")
+    prof = probe_machine(Runner(root=tmp_path))
+    assert [(a.index, a.vendor, a.product) for a in prof.accelerators] == [
+        (0, "acme", "Acme X1"), (1, "acme", "Acme X1")]  # fmt: skip
+    assert "acme-smi: absent (not on PATH)" in prof.notes
+    unregister("acme")
+    assert probe_machine(Runner(root=tmp_path)).accelerators == []
+
+
 # -- no vendor branches outside machine/vendors ------------------------------------------------
 
 VENDOR_WORDS = {"nvidia", "amd", "hygon", "huawei", "ascend"}

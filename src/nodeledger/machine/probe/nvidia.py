@@ -266,3 +266,9 @@ def probe(
             ]
             inter = Interconnect(default=Link(), pairs=pairs)
     return cards, inter, nics
+
+
+def probe_cards(r: Runner, notes: list[str], ctx) -> tuple:
+    """The vendor contract's card probe (machine/vendors/nvidia.py): NVML, else nvidia-smi;
+    always a result (the NIC rows of ``topo -m`` may come without cards)."""
+    return probe(r, notes, want_nics=ctx.want_nics)

@@ -287,3 +287,17 @@ def probe_ascend(r: Runner, notes: list[str], numa_map: dict[int, str | None]):
         notes.append(f"npu-smi info -t topo: links dropped ({exc.errors()[0]['msg']})")
         inter = None
     return cards, inter
+
+
+def probe_amd_cards(r: Runner, notes: list[str], ctx) -> tuple | None:
+    """The vendor contract's card probe for AMD and Hygon (machine/vendors/amd.py): hy-smi,
+    amd-smi, rocm-smi (``probe_amd``)."""
+    found = probe_amd(r, notes)
+    return (*found, None) if found else None
+
+
+def probe_ascend_cards(r: Runner, notes: list[str], ctx) -> tuple | None:
+    """The vendor contract's card probe for Ascend (machine/vendors/ascend.py): npu-smi, with the
+    host's NUMA map for the NPUs' CPU affinity."""
+    found = probe_ascend(r, notes, numa_map=ctx.numa_map)
+    return (*found, None) if found else None

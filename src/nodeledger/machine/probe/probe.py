@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-from functools import partial
 
 from pydantic import ValidationError
 
 from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.nvidia_topo import TopoNic
-from nodeledger.machine.probe import facts, linux, nvidia, others
+from nodeledger.machine.probe import facts, linux
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
@@ -20,8 +19,9 @@ from nodeledger.machine.profile import (
     Nic,
     Storage,
 )
+from nodeledger.machine.vendors import ProbeContext, load_probe
+from nodeledger.machine.vendors import all_specs as all_vendor_specs
 
-OTHER_VENDOR_TOOLS = ("amd-smi", "rocm-smi", "hy-smi", "npu-smi")
 NEAR = ("PIX", "PXB")  # a NIC this close to a card serves it (GPUDirect RDMA)
 SAME_NUMA = ("PIX", "PXB", "PHB", "NODE")  # topo labels that stay within one NUMA node
 
@@ -111,15 +111,19 @@ def _profile(r: Runner) -> MachineProfile:
     rdma = linux.rdma_devices(r)
     net = linux.network(r, notes, rdma)
     disks = linux.storage(r, notes)
-    cards, inter, topo_nics = nvidia.probe(r, notes, want_nics=bool(rdma))
-    numa_map = {n.id: n.cpus for n in host.numa_nodes}  # npu-smi gives CPU affinity, not nodes
-    for backend in (others.probe_amd, partial(others.probe_ascend, numa_map=numa_map)):
+    # each vendor's card probe (machine/vendors), in registration order, until one finds cards
+    ctx = ProbeContext(want_nics=bool(rdma), numa_map={n.id: n.cpus for n in host.numa_nodes})
+    cards, inter, topo_nics = [], None, []
+    for vs in all_vendor_specs():
         if cards:
             break
-        found = backend(r, notes)
-        if found:
-            cards, inter = found
-    for tool in OTHER_VENDOR_TOOLS:
+        if vs.card_probe is None:
+            continue
+        found = load_probe(vs.card_probe)(r, notes, ctx)
+        if found is not None:
+            cards, inter = found[0], found[1]
+            topo_nics = found[2] if found[2] is not None else topo_nics
+    for tool in (t for vs in all_vendor_specs() for t in vs.probe_tools):
         if r.which(tool) is None:
             notes.append(f"{tool}: absent (not on PATH)")
     unique: dict[int, object] = {}

@@ -6,9 +6,11 @@ from nodeledger.machine.vendors.base import (
     DEFAULT_VENDOR,
     ExporterNames,
     HostPath,
+    ProbeContext,
     Vendor,
     VendorSpec,
     all_specs,
+    load_probe,
     names,
     of_backend,
     register,
@@ -26,5 +28,5 @@ from nodeledger.machine.vendors import other  # noqa: F401
 
 # isort: on
 
-__all__ = ["DEFAULT_VENDOR", "ExporterNames", "HostPath", "Vendor", "VendorSpec", "all_specs",
-           "names", "of_backend", "register", "spec", "unregister"]  # fmt: skip
+__all__ = ["DEFAULT_VENDOR", "ExporterNames", "HostPath", "ProbeContext", "Vendor", "VendorSpec",
+           "all_specs", "load_probe", "names", "of_backend", "register", "spec", "unregister"]  # fmt: skip

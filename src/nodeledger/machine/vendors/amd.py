@@ -40,5 +40,7 @@ SPEC = register(
         rocm_runtime=True,
         vllm_rocm_figures=True,
         default_card_class="datacenter",
+        card_probe="nodeledger.machine.probe.others:probe_amd_cards",
+        probe_tools=("amd-smi", "rocm-smi"),
     )
 )

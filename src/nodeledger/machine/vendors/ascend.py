@@ -40,5 +40,7 @@ SPEC = register(
         device_label_prefix="davinci",
         watch_backends=("npu-smi",),
         default_card_class="datacenter",
+        card_probe="nodeledger.machine.probe.others:probe_ascend_cards",
+        probe_tools=("npu-smi",),
     )
 )

@@ -118,7 +118,30 @@ class VendorSpec:
     vllm_marlin: bool = False
     # NVIDIA-only settings and tools doctor and golive check (persistence mode, MIG, MPS)
     nvidia_settings: bool = False
+    # the live probe of its cards: "module:function" taking (runner, notes, ProbeContext) and
+    # returning (cards, interconnect, topo NIC rows or None) or None when it found no card;
+    # probes run in registration order until one finds cards.  A string, loaded when the probe
+    # runs: the probe modules import the profile, which imports this package.
+    card_probe: str | None = None
+    # the vendor tools a probe looked for; one absent from PATH becomes a note
+    probe_tools: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What a card probe may use from the host probe that ran before it."""
+
+    want_nics: bool = False  # the host has RDMA devices: read the NICs' distance to the cards
+    numa_map: dict[int, str | None] = field(default_factory=dict)  # NUMA node -> cpulist
+
+
+def load_probe(ref: str):
+    """The probe function a ``card_probe`` string names."""
+    import importlib
+
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 _REGISTRY: dict[str, VendorSpec] = {}

@@ -22,5 +22,7 @@ SPEC = register(
         # vLLM's ROCm fp8 padding and graph memory were measured on AMD cards, not on DTK
         vllm_rocm_figures=False,
         default_card_class="datacenter",
+        # found by the AMD-family probe (hy-smi first, then amd-smi, rocm-smi)
+        probe_tools=("hy-smi",),
     )
 )

@@ -24,5 +24,6 @@ SPEC = register(
         watch_backends=("nvml", "nvidia-smi"),
         vllm_marlin=True,
         nvidia_settings=True,
+        card_probe="nodeledger.machine.probe.nvidia:probe_cards",
     )
 )
