@@ -104,8 +104,8 @@ def shifted(text: str, seconds: float, pid_shift: int = 0) -> str:
 def _style(fixture: str) -> str:
     """The line prefix (timestamps, host) of the fixture's last stamped line: its filler lines
     are written in the same style, as a real log is."""
-    from nodeledger.triage.kernel import kernel_message
-    from nodeledger.triage.logtime import find_time
+    from nodeledger.logs.kernel import kernel_message
+    from nodeledger.logs.logtime import find_time
 
     for raw in reversed(fixture.splitlines()):
         if find_time(raw) is not None:

@@ -3,7 +3,7 @@ function) goes down the layer order, never up, never sideways between consumers 
 command modules, and never round in a cycle.
 
 Layers, lowest first (README "Layout"):
-    errors, units -> atomic, files -> machine.parsers (pure) -> machine -> model -> ledger -> speed -> verdict
+    errors, units -> atomic, files -> machine.parsers (pure), logs -> machine -> model -> ledger -> speed -> verdict
     -> placement -> consumers (report, doctor, watch, bench, triage) -> golive -> cli
 """
 
@@ -25,6 +25,7 @@ UNITS: dict[str, int] = {
     "nodeledger.files": 0.5,
     "nodeledger.field_notes": 0.5,
     "nodeledger.machine.parsers": 1,
+    "nodeledger.logs": 1,  # log readers (kernel / accelerator OOM, job lines): beside the parsers
     "nodeledger.machine": 2,
     "nodeledger.model": 3,
     "nodeledger.ledger": 4,

@@ -15,10 +15,11 @@ from types import ModuleType
 import pytest
 
 from conftest import FIXTURES, cli_json, run_cli, run_measured
-from nodeledger.triage import accel, collect, jobs, kernel, lines, logtime, report, units
-from nodeledger.triage.incidents import Incident
-from nodeledger.triage.lines import MAX_LINE_BYTES, LineStats, read_lines
-from nodeledger.triage.logtime import LogTime
+from nodeledger.logs import accel, jobs, kernel, lines, logtime, units
+from nodeledger.logs.incidents import Incident
+from nodeledger.logs.lines import MAX_LINE_BYTES, LineStats, read_lines
+from nodeledger.logs.logtime import LogTime
+from nodeledger.triage import collect, report
 from nodeledger.triage.report import Source, build_report, link, parse_text
 
 OOM = FIXTURES / "oom"

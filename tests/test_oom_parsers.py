@@ -9,12 +9,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from conftest import FIXTURES
-from nodeledger.triage.accel import parse_accel_log
-from nodeledger.triage.jobs import parse_job_log
-from nodeledger.triage.kernel import kernel_message, parse_kernel_log
-from nodeledger.triage.logtime import find_time, seconds_apart
+from nodeledger.logs.accel import parse_accel_log
+from nodeledger.logs.jobs import parse_job_log
+from nodeledger.logs.kernel import kernel_message, parse_kernel_log
+from nodeledger.logs.logtime import find_time, seconds_apart
+from nodeledger.logs.units import human, kernel_kb, parse_size, to_bytes
 from nodeledger.triage.report import Source, build_report
-from nodeledger.triage.units import human, kernel_kb, parse_size, to_bytes
 
 OOM = FIXTURES / "oom"
 GiB, MiB = 2**30, 2**20

@@ -133,7 +133,7 @@ _KEY_FIGURES = {
 
 
 def _figures_line(inc) -> str:
-    from nodeledger.triage.units import human
+    from nodeledger.logs.units import human
 
     parts = [
         f"{label} {human(inc.figures[key])}"

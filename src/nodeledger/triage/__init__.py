@@ -8,7 +8,7 @@ report that ``nodeledger oom`` prints.
 
 from __future__ import annotations
 
-from nodeledger.triage.incidents import Incident
+from nodeledger.logs.incidents import Incident
 from nodeledger.triage.report import OomReport, build_report
 
 __all__ = ["Incident", "OomReport", "build_report"]

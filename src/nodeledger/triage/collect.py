@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from nodeledger.errors import InputError
+from nodeledger.logs.lines import LineStats, file_problem, spool_stdin
 from nodeledger.machine.probe.runner import RawResult, Runner
-from nodeledger.triage.lines import LineStats, file_problem, spool_stdin
 from nodeledger.triage.report import Source
 
 _DMESG_VARIANTS = (["dmesg", "--time-format", "iso"], ["dmesg", "-T"], ["dmesg"])

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeledger.triage.incidents import Incident
-from nodeledger.triage.units import human
+from nodeledger.logs.incidents import Incident
+from nodeledger.logs.units import human
 
 _TOOL = {
     "torch-cuda-oom": "nvidia-smi",

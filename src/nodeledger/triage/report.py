@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from nodeledger.triage.accel import parse_accel_log
+from nodeledger.logs.accel import parse_accel_log
+from nodeledger.logs.incidents import Incident
+from nodeledger.logs.jobs import parse_job_log
+from nodeledger.logs.kernel import KERNEL_FIGURES, parse_kernel_log
+from nodeledger.logs.lines import MAX_LINE_BYTES, LineStats, read_lines, text_lines
+from nodeledger.logs.logtime import seconds_apart
+from nodeledger.logs.units import MAX_BYTES, MAX_RSS_BYTES
 from nodeledger.triage.fixes import fixes_for, verdict_line
-from nodeledger.triage.incidents import Incident
-from nodeledger.triage.jobs import parse_job_log
-from nodeledger.triage.kernel import KERNEL_FIGURES, parse_kernel_log
-from nodeledger.triage.lines import MAX_LINE_BYTES, LineStats, read_lines, text_lines
-from nodeledger.triage.logtime import seconds_apart
-from nodeledger.triage.units import MAX_BYTES, MAX_RSS_BYTES
 
 LINK_WINDOW_S = 60.0
 _KERNEL_KINDS = ("kernel-oom-killer", "memcg-oom")

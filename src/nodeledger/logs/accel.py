@@ -38,10 +38,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from nodeledger.triage.incidents import Incident
-from nodeledger.triage.lines import as_lines
-from nodeledger.triage.logtime import LogTime, find_time
-from nodeledger.triage.units import SIZE, clip_digits, parse_size
+from nodeledger.logs.incidents import Incident
+from nodeledger.logs.lines import as_lines
+from nodeledger.logs.logtime import LogTime, find_time
+from nodeledger.logs.units import SIZE, clip_digits, parse_size
 
 _DEV_KIND = {
     "CUDA": "torch-cuda-oom",

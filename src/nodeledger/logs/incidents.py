@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeledger.triage.logtime import LogTime
+from nodeledger.logs.logtime import LogTime
 
 HOST_KINDS = ("kernel-oom-killer", "memcg-oom", "job-killed")
 CARD_KINDS = (

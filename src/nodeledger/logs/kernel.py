@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nodeledger.triage.incidents import Incident
-from nodeledger.triage.lines import as_lines
-from nodeledger.triage.logtime import LogTime, RecentTimes, seconds_apart
-from nodeledger.triage.units import UNLIMITED_KB, clip_digits, kernel_kb
+from nodeledger.logs.incidents import Incident
+from nodeledger.logs.lines import as_lines
+from nodeledger.logs.logtime import LogTime, RecentTimes, seconds_apart
+from nodeledger.logs.units import UNLIMITED_KB, clip_digits, kernel_kb
 
 _MON = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 # matched at a position (``rx.match(s, pos)``), never by slicing; every repetition is bounded, so

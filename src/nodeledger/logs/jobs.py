@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from nodeledger.triage.incidents import Incident
-from nodeledger.triage.lines import as_lines
-from nodeledger.triage.logtime import RecentTimes
-from nodeledger.triage.units import clip_digits
+from nodeledger.logs.incidents import Incident
+from nodeledger.logs.lines import as_lines
+from nodeledger.logs.logtime import RecentTimes
+from nodeledger.logs.units import clip_digits
 
 _DATALOADER = re.compile(
     r"DataLoader worker \(pid\(?s?\)? (?P<pids>[\d, ]+)\) is killed by signal: (?P<sig>Killed)"
