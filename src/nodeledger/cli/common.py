@@ -101,10 +101,10 @@ def ranges(indices) -> str:
 
 
 def report_machine(machine: str | None) -> tuple[Any, list[str]]:
-    """The machine of a report-like command, with its intro line (report.usecase)."""
-    from nodeledger.report.usecase import report_machine as resolve
+    """The machine of a report-like command, with its intro line (machine.resolve)."""
+    from nodeledger.machine.resolve import machine_with_intro
 
-    return resolve(machine)
+    return machine_with_intro(machine)
 
 
 def catalogue(workloads: str | None):
@@ -115,25 +115,10 @@ def catalogue(workloads: str | None):
 
 
 def card_indices(text: str | None, flag: str = "--cards") -> list[int] | None:
-    """``--cards 0-3`` / ``0,2,4,6`` / ``0-1,4`` in the order given (None when absent): each part
-    a kernel-cpulist range (parsers.common: ASCII digits, bounded), no card twice."""
-    if text is None:
-        return None
-    from nodeledger.errors import InputError
-    from nodeledger.machine.parsers.common import cpulist_ranges
+    """``--cards 0-3`` / ``0,2,4,6`` in the order given (machine.parsers.common)."""
+    from nodeledger.machine.parsers.common import card_indices as parse
 
-    out: list[int] = []
-    for part in text.split(","):
-        ranges = cpulist_ranges(part.strip())
-        if ranges is None:
-            raise InputError(
-                f"{flag} {text!r}: {part.strip()!r} is not a card index or a range like 0-3"
-            )
-        out += [i for lo, hi in ranges for i in range(lo, hi + 1)]
-    dupes = sorted({c for c in out if out.count(c) > 1})
-    if dupes:
-        raise InputError(f"{flag} {text!r}: card(s) {dupes} named twice")
-    return out
+    return parse(text, flag)
 
 
 def progress_lines():

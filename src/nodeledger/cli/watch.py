@@ -24,69 +24,14 @@ from nodeledger.cli.common import (
     console,
     exit_with,
     print_json,
-    report_machine,
 )
 from nodeledger.cli.options import job_options, json_option
 from nodeledger.errors import InputError
 from nodeledger.units import GiB, gib_text
+from nodeledger.watch.session import engine_log_checker, expectations, host_sampler
 
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
-
-
-def _ledger_machine(machine: str | None, header_profile: str | None, live_real: bool):
-    """(profile, name to record) for the ledger."""
-    from nodeledger.machine import list_presets, resolve_machine
-
-    if machine is not None:
-        return resolve_machine(machine), machine
-    if header_profile and header_profile in list_presets():
-        return resolve_machine(header_profile), header_profile
-    if live_real:
-        profile, _ = report_machine(None)
-        return profile, None
-    return resolve_machine(None), None
-
-
-def _expectations(plan, model, job, job_opts, cards, machine, header, live_real):
-    """Expectations from --plan / --job, else a recording's own, else None: (expect, the
-    profile's name to record, the profile the plan was made on or None)."""
-    given = sorted(k for k, v in job_opts.items() if v is not None)
-    if plan and job:
-        raise InputError("give --plan or --job, not both")
-    if given and not job:
-        names = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise InputError(f"{names} describe a job: give --job (and --model)")
-    if model and not job:
-        raise InputError("--model needs --job")
-    if cards is not None and not job:
-        raise InputError("--cards applies to --job")
-    if not plan and not job:
-        return (header or {}).get("plan"), None, None
-    from nodeledger.watch import expect as ex
-
-    prof_name = ((header or {}).get("machine") or {}).get("profile")
-    profile, name = _ledger_machine(machine, prof_name, live_real)
-    if plan:
-        return ex.from_plan(plan, profile), name, profile
-    if not model:
-        raise InputError("--job needs --model MODEL")
-    from nodeledger.ledger.jobs import build_job
-    from nodeledger.model import load_model
-
-    job_obj = build_job(job, job_opts)
-    spec, _ = load_model(model)
-    return ex.from_job(model, spec, job_obj, profile, card_indices(cards)), name, profile
-
-
-def _host_sampler(b):
-    """The backend's own host figures (a fake scenario plays them), else this machine's."""
-    host = getattr(b, "host", None)
-    if host is None:
-        from nodeledger.watch.host import HostSampler
-
-        host = HostSampler()
-    return host
 
 
 def _check_tolerance(tolerance: float, tolerance_gib: float) -> None:
@@ -298,12 +243,12 @@ def watch(
     started = time.monotonic()
     engine_check = None
     if engine_log is not None:
-        engine_check = _engine_log_checker(engine_log, model, job, job_opts, machine, tolerance)
+        engine_check = engine_log_checker(engine_log, model, job, job_opts, machine, tolerance)
     if replay:
         from nodeledger.watch.record import read_stream
 
         header, stream = read_stream(replay)
-        expect, _, profile = _expectations(plan, model, job, job_opts, cards, machine, header,
+        expect, _, profile = expectations(plan, model, job, job_opts, cards, machine, header,
                                            False)  # fmt: skip
         an = Analyzer(header, expect, **kw)
         t0 = None
@@ -336,7 +281,7 @@ def watch(
         interval = step
     else:
         b = open_backend(backend, timeout=timeout, host_only=True)
-        w = Watcher(b, _host_sampler(b), interval)
+        w = Watcher(b, host_sampler(b), interval)
     try:
         fake = backend.startswith("fake:") and not from_bundle
         replayed = fake or bool(from_bundle)
@@ -354,7 +299,7 @@ def watch(
                     "at its end at the latest (--duration counts this host's seconds)"
                 )
             samples = b.sc.steps
-        expect, prof, profile = _expectations(plan, model, job, job_opts, cards, machine, None,
+        expect, prof, profile = expectations(plan, model, job, job_opts, cards, machine, None,
                                               not replayed)  # fmt: skip
         header = w.header(expect, prof)
         header["notes"] = header.get("notes", []) + bundle_notes
@@ -403,52 +348,6 @@ def watch(
             clock="the scenario's clock" if fake else "the bundle's sample times" if from_bundle
             else "this host's clock",
             wall_s=time.monotonic() - started, host_only=getattr(b, "reason", None))  # fmt: skip
-
-
-def _engine_log_checker(path, model, job, job_opts, machine, tolerance):
-    """Check the options now (one line, exit 2, before anything is watched) and return the
-    function that reads the log at the end of the watch and sets its KV pool beside the
-    plan's: (summary, finding or None) for the watch's cards, on the profile the watch's plan
-    was made on."""
-    engine = job_opts.get("engine") or "hf"
-    from nodeledger.ledger.jobs import ENGINE_NAMES, ENGINE_TRAITS
-
-    traits = ENGINE_TRAITS.get(engine, ENGINE_TRAITS["hf"])
-    if job != "serve" or not traits.start_log or not model:
-        raise InputError("--engine-log applies to --job serve --engine vllm|sglang with --model")
-    from nodeledger.files import read_log_ends
-
-    what = ENGINE_NAMES.get(engine, engine) + " server log"
-    if path != "-" and not Path(path).exists():
-        raise InputError(f"--engine-log {path}: no such file")
-    if path == "-":
-        raise InputError(
-            "--engine-log reads a file (the log the server writes), not standard input"
-        )
-    read_log_ends(path, what)  # readable now: a bad path is refused before the watch starts
-
-    def check(cards: list[int], profile=None):
-        from nodeledger.errors import NodeledgerError
-        from nodeledger.machine import resolve_machine
-        from nodeledger.machine.parsers import parse_kind
-        from nodeledger.verdict.assess import check_engine_log
-        from nodeledger.watch.engine_log import kv_pool_finding, kv_pool_summary
-
-        try:  # what the watch collected is kept whatever the log holds by now
-            text, cut = read_log_ends(path, what)
-            reported = parse_kind(f"{engine}-log", text)
-        except NodeledgerError as exc:
-            return {"file": path, "notes": [f"the engine log could not be used: {exc}"]}, None
-        profile = profile or resolve_machine(machine)  # the watch's own plan's machine
-        chk = check_engine_log(model, job_opts, reported, profile)
-        summary = kv_pool_summary(chk, path, cut)
-        if reported.get("version") and not job_opts.get("engine_version"):
-            summary["notes"].append(
-                f"the plan follows release {reported['version']}, which the log prints"
-            )
-        return summary, kv_pool_finding(chk, cards, tolerance)
-
-    return check
 
 
 def _stop_on_sigterm() -> None:
@@ -884,8 +783,8 @@ def exporter(
         sys.stderr.write(f"note: {b.reason}: serving the host's figures only\n")
     fake = backend.startswith("fake:")
     # a fake scenario too: scrapes see real time
-    w = Watcher(b, _host_sampler(b), interval, clock=time.time)
-    expect, prof, _ = _expectations(plan, model, job, job_opts, cards, machine, None, not fake)
+    w = Watcher(b, host_sampler(b), interval, clock=time.time)
+    expect, prof, _ = expectations(plan, model, job, job_opts, cards, machine, None, not fake)
     if boats is not None:
         expect = dict(expect or {"source": None, "groups": []}, lifeboat=boats)
     import os

@@ -60,3 +60,22 @@ def resolve_or_reference(ref: str | None, probe=None) -> Resolved:
     if probed.accelerators:
         return Resolved(probed, live=True, reference=False)
     return Resolved(load_preset(DEFAULT_PRESET), live=False, reference=True)
+
+
+def machine_with_intro(ref: str | None) -> tuple[MachineProfile, list[str]]:
+    """``resolve_or_reference(ref)`` with the intro line a report-like command prints first:
+    the machine as given, the live probe, or why the reference machine stands in."""
+    from nodeledger import field_notes
+
+    r = resolve_or_reference(ref)
+    if ref is not None:
+        return r.profile, [f"machine: {ref}"]
+    if not r.reference:
+        return r.profile, [
+            f"machine: live probe of this host ({len(r.profile.accelerators)} cards)"
+        ]
+    return r.profile, [
+        f"No accelerator found on this host (live probe): reporting on the bundled reference "
+        f"machine {DEFAULT_PRESET} ({field_notes.origin()}). Use --machine PRESET|FILE|BUNDLE for "
+        "another."
+    ]

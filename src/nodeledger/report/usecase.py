@@ -29,26 +29,6 @@ class CapacityAnswer:
         return {"intro": self.intro, **self.report}
 
 
-def report_machine(machine: str | None) -> tuple[Any, list[str]]:
-    """--machine as given; none: probe this host, or the reference machine without cards
-    (``machine.resolve_or_reference``); with the intro line that says which."""
-    from nodeledger import field_notes
-    from nodeledger.machine import DEFAULT_PRESET, resolve_or_reference
-
-    r = resolve_or_reference(machine)
-    if machine is not None:
-        return r.profile, [f"machine: {machine}"]
-    if not r.reference:
-        return r.profile, [
-            f"machine: live probe of this host ({len(r.profile.accelerators)} cards)"
-        ]
-    return r.profile, [
-        f"No accelerator found on this host (live probe): reporting on the bundled reference "
-        f"machine {DEFAULT_PRESET} ({field_notes.origin()}). Use --machine PRESET|FILE|BUNDLE for "
-        "another."
-    ]
-
-
 def catalogue(workloads: str | None):
     """(workloads, specs, source) of a workload catalogue: the bundled default, a FILE, or
     '+FILE' added to the default."""
@@ -72,9 +52,10 @@ def gate(rep: dict) -> tuple[str, str]:
 
 
 def assess_capacity(req: CapacityRequest) -> CapacityAnswer:
+    from nodeledger.machine.resolve import machine_with_intro
     from nodeledger.report.capacity import capacity_report
 
-    profile, intro = report_machine(req.machine)
+    profile, intro = machine_with_intro(req.machine)
     ws, specs, src = catalogue(req.workloads)
     intro.append(f"workloads: {src} ({len(ws)})")
     rep = capacity_report(profile, ws, specs, req.lifeboat)

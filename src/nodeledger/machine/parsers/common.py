@@ -208,3 +208,22 @@ def strip_launcher_prefix(text: str) -> tuple[str, str | None]:
                 "without it"
             )
     return text, None
+
+
+def card_indices(text: str | None, flag: str = "--cards") -> list[int] | None:
+    """``--cards 0-3`` / ``0,2,4,6`` / ``0-1,4`` in the order given (None when absent): each part
+    a kernel-cpulist range (parsers.common: ASCII digits, bounded), no card twice."""
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        ranges = cpulist_ranges(part.strip())
+        if ranges is None:
+            raise InputError(
+                f"{flag} {text!r}: {part.strip()!r} is not a card index or a range like 0-3"
+            )
+        out += [i for lo, hi in ranges for i in range(lo, hi + 1)]
+    dupes = sorted({c for c in out if out.count(c) > 1})
+    if dupes:
+        raise InputError(f"{flag} {text!r}: card(s) {dupes} named twice")
+    return out
