@@ -1,0 +1,95 @@
+"""No function in src grows past 80 lines without a comment saying why (issue 31's rule).
+
+A function over 80 lines carries a comment line ``# long: <why>`` in its first lines, or is one of
+the functions that were that long when the rule came in (``LONG_TODAY``, with their length then):
+those may shrink or be split (remove the row), never grow.  A ratchet: the list only gets shorter.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "nodeledger"
+LIMIT = 80
+LONG_TODAY = {
+    "bench/collective.py:main": 86,
+    "bench/kernels.py:measure": 95,
+    "cli/bench.py:render_bench": 107,
+    "cli/fit.py:_render_fit": 123,
+    "cli/fit.py:_render_speed": 111,
+    "cli/machine.py:_render_machine": 118,
+    "cli/model.py:_render_model": 82,
+    "cli/place.py:place": 118,
+    "cli/run.py:run_cmd": 106,
+    "cli/watch.py:_render_summary": 114,
+    "cli/watch.py:exporter": 128,
+    "cli/watch.py:watch": 160,
+    "doctor/preflight.py:preflight": 163,
+    "fleet/kubernetes.py:daemonset": 114,
+    "golive/checklist.py:drill_step": 160,
+    "golive/checklist.py:run_golive": 84,
+    "ledger/build.py:_hf_card": 110,
+    "ledger/build.py:_sglang_card": 99,
+    "ledger/build.py:_vllm_card": 205,
+    "ledger/build.py:train_ledger": 219,
+    "ledger/dims.py:_dims_of": 86,
+    "ledger/jobs.py:__post_init__": 82,
+    "ledger/jobs.py:build_job": 99,
+    "logs/accel.py:_torch": 100,
+    "logs/accel.py:parse_accel_log": 123,
+    "logs/jobs.py:parse_job_log": 89,
+    "logs/kernel.py:_incident": 110,
+    "logs/kernel.py:parse_kernel_log": 253,
+    "machine/parsers/npu_smi.py:parse_topo": 114,
+    "machine/parsers/nvidia_topo.py:parse": 86,
+    "machine/probe/bundle.py:write_bundle": 83,
+    "machine/probe/nvidia.py:probe": 114,
+    "machine/probe/probe.py:_profile": 107,
+    "model/families.py:_nemotron_h": 97,
+    "placement/emit.py:k8s_pods": 119,
+    "placement/planner.py:plan": 84,
+    "report/capacity.py:evaluate": 99,
+    "report/capacity.py:scale_out": 83,
+    "report/model_summary.py:model_summary": 86,
+    "speed/collective.py:estimate": 82,
+    "speed/operators.py:step": 95,
+    "speed/serve.py:serve_speed": 104,
+    "speed/serving.py:simulated_speed": 87,
+    "speed/train.py:train_speed": 156,
+    "speed/train_ops.py:micro_batch_seconds": 104,
+    "triage/fixes.py:_torch": 105,
+    "verdict/catalogue.py:parse_catalogue": 100,
+    "verdict/links.py:link_check": 170,
+    "watch/analyze.py:_causes": 106,
+    "watch/exporter.py:families": 140,
+}
+
+
+def _long_functions() -> dict[str, tuple[int, bool]]:
+    """name -> (lines, has a ``# long:`` comment in its first 5 lines)."""
+    out = {}
+    for p in sorted(SRC.rglob("*.py")):
+        lines = p.read_text(encoding="utf-8").splitlines()
+        for n in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = n.end_lineno - n.lineno + 1
+                if length > LIMIT:
+                    head = lines[n.lineno - 1 : n.lineno + 5]
+                    why = any(ln.strip().startswith("# long:") for ln in head)
+                    out[f"{p.relative_to(SRC).as_posix()}:{n.name}"] = (length, why)
+    return out
+
+
+def test_no_new_long_function_without_a_reason():
+    bad = [f"{k} ({n} lines)" for k, (n, why) in _long_functions().items()
+           if not why and k not in LONG_TODAY]  # fmt: skip
+    assert not bad, f"over {LIMIT} lines with no '# long: why' comment: {bad}"
+
+
+def test_the_long_ones_of_today_only_shrink():
+    now = _long_functions()
+    grown = [f"{k}: {now[k][0]} > {n}" for k, n in LONG_TODAY.items() if k in now and now[k][0] > n]
+    assert not grown, f"grew past their length when the rule came in: {grown}"
+    gone = [k for k in LONG_TODAY if k not in now]
+    assert not gone, f"now at most {LIMIT} lines (or renamed): remove their rows: {gone}"
