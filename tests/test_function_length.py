@@ -32,7 +32,6 @@ LONG_TODAY = {
     "ledger/build.py:_hf_card": 110,
     "ledger/build.py:_sglang_card": 99,
     "ledger/build.py:_vllm_card": 205,
-    "ledger/build.py:train_ledger": 219,
     "ledger/dims.py:_dims_of": 86,
     "ledger/jobs.py:__post_init__": 82,
     "ledger/jobs.py:build_job": 99,

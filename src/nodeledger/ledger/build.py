@@ -1132,15 +1132,9 @@ def train_phases(
     }
 
 
-def train_ledger(
-    spec: ModelSpec,
-    job: TrainJob,
-    machine: MachineProfile,
-    defaults: rt.RuntimeDefaults = rt.DEFAULTS,
-) -> Ledger:
-    """Training (full, LoRA, QLoRA): model state (model_state.py), saved activations and the loss
-    (activations.py) per card, the peak over the phases of ``train_phases``; host RAM holds the
-    processes, offloaded state, dataloader workers and the checkpoint's page cache."""
+def _check_train_job(spec: ModelSpec, job: TrainJob, machine: MachineProfile):
+    """The layout's own refusals (experts, LoRA targets, op-level SAC, virtual pipeline), in
+    this order; the model's dimensions, read between them."""
     parallel = job.parallel
     if job.ep > 1 and (spec.moe is None or spec.moe.num_experts % job.ep):
         raise JobError(f"--ep {job.ep}: " + ("the model has no routed experts" if spec.moe is None
@@ -1158,173 +1152,157 @@ def train_ledger(
         raise JobError(f"--virtual-pipeline {job.virtual_pipeline}: {spec.num_layers} layers do "
                        f"not split into {parallel.pp} x {job.virtual_pipeline} equal model chunks "
                        "(Megatron requires it)")  # fmt: skip
+    return dims
+
+
+@dataclass(frozen=True)
+class _TrainTerms:
+    """One card's training terms in bytes, each from its function (model_state.py,
+    activations.py, this module); 0 where the layout has no such term."""
+
+    weights: int
+    master: int
+    partition: int
+    bucket: int
+    root: int
+    grads: int
+    accumulated_grads: int
+    optimizer: int
+    optimizer_temp: int
+    gathered: int
+    fp8: int
+    fp8_persistent: bool
+    held: int
+    recompute: int
+    autocast: int
+    loss_saved: int
+    loss_peak: int
+    workspace: int
+    root_grad: int
+    backward_layer: int
+
+
+def _train_terms(spec: ModelSpec, job: TrainJob, dims, targets, layout,
+                 defaults: rt.RuntimeDefaults) -> _TrainTerms:  # fmt: skip
     tokens = job.micro_batch * job.seq
     optimizer_offloaded = job.offload in ("optimizer", "params")
     params_offloaded = job.offload == "params"
-
-    layout = frameworks.layout(job)
-    targets = model_state.lora_target_names(spec, job) if job.is_lora else None
-    weights_bytes = 0 if params_offloaded else model_state.param_bytes_per_card(spec, job)
-    master_bytes = 0 if optimizer_offloaded else model_state.master_bytes_per_card(spec, job)
-    partition_bytes = (
-        0 if optimizer_offloaded else model_state.grad_partition_bytes_per_card(spec, job)
-    )
-    bucket_bytes = model_state.grad_bucket_bytes_per_card(spec, job)
-    root_bytes = model_state.root_unit_bytes(spec, job)
-    grads_bytes = model_state.grad_bytes_per_card(spec, job)
-    accumulated_grads_bytes = model_state.accumulated_grad_bytes(spec, job)
-    optimizer_bytes = (
-        0 if optimizer_offloaded else model_state.optimizer_state_bytes_per_card(spec, job)
-    )
-    optimizer_temp_bytes = (
-        0 if optimizer_offloaded else model_state.optimizer_step_temp_bytes(spec, job)
-    )
-    gathered_bytes = model_state.gathered_layer_param_bytes(spec, job)
     fp8_bytes, fp8_persistent = fp8_weight_copy_bytes(spec, job)
     held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job, targets)
-    autocast_bytes = autocast_cache_bytes_per_card(spec, dims, job)
     # the loss on vocabulary shards (Megatron's vocab-parallel cross-entropy) or on logits
     # gathered whole to every TP rank (transformers' tp_plan, DTensor without loss_parallel)
-    loss_split = parallel.tp if layout.loss_parallel else 1
-    loss_saved_bytes = ceil(act.loss_saved_bytes(dims, tokens) / loss_split)
-    loss_peak_bytes = ceil(act.loss_transient_bytes(dims, tokens) / loss_split)
-    workspace_bytes = rt.cublas_workspace_bytes(defaults, training=True)
+    loss_split = job.parallel.tp if layout.loss_parallel else 1
+    return _TrainTerms(
+        weights=0 if params_offloaded else model_state.param_bytes_per_card(spec, job),
+        master=0 if optimizer_offloaded else model_state.master_bytes_per_card(spec, job),
+        partition=(
+            0 if optimizer_offloaded else model_state.grad_partition_bytes_per_card(spec, job)
+        ),
+        bucket=model_state.grad_bucket_bytes_per_card(spec, job),
+        root=model_state.root_unit_bytes(spec, job),
+        grads=model_state.grad_bytes_per_card(spec, job),
+        accumulated_grads=model_state.accumulated_grad_bytes(spec, job),
+        optimizer=(
+            0 if optimizer_offloaded else model_state.optimizer_state_bytes_per_card(spec, job)
+        ),
+        optimizer_temp=(
+            0 if optimizer_offloaded else model_state.optimizer_step_temp_bytes(spec, job)
+        ),
+        gathered=model_state.gathered_layer_param_bytes(spec, job),
+        fp8=fp8_bytes,
+        fp8_persistent=fp8_persistent,
+        held=held_bytes,
+        recompute=recompute_bytes,
+        autocast=autocast_cache_bytes_per_card(spec, dims, job),
+        loss_saved=ceil(act.loss_saved_bytes(dims, tokens) / loss_split),
+        loss_peak=ceil(act.loss_transient_bytes(dims, tokens) / loss_split),
+        workspace=rt.cublas_workspace_bytes(defaults, training=True),
+        root_grad=model_state.fsdp_root_grad_bytes(spec, job),
+        backward_layer=model_state.fsdp_backward_layer_bytes(spec, job),
+    )
 
+
+def _train_items(t: _TrainTerms, job: TrainJob, layout) -> list[Item]:
+    """The card's line items, each with the function it comes from (the terms that are 0 for
+    this layout are left out, the always-present ones kept at 0)."""
     fw_src = f"{layout.framework} layout: {layout.text} (ledger/frameworks.toml)"
     items = [
         Item(
             "parameters" + (" (frozen base + adapters)" if job.is_lora else ""),
-            weights_bytes,
+            t.weights,
             f"model_state.param_bytes_per_card: params x {layout.param} B / tp / pp (/ dp from the stage that shards them); {fw_src}",
         ),
         Item(
             "gradients",
-            grads_bytes,
+            t.grads,
             f"model_state.grad_bytes_per_card: trainable params x {layout.grad} B (/ dp from the stage that shards them)",
         ),
         Item(
             f"optimizer states ({job.optimizer})",
-            optimizer_bytes,
+            t.optimizer,
             f"model_state.optimizer_state_bytes_per_card: states in {model_state._state_elem(job)} B elements",
         ),
         Item(
             f"optimizer step temporaries ({job.optimizer_impl})",
-            optimizer_temp_bytes,
+            t.optimizer_temp,
             "model_state.optimizer_step_temp_bytes: foreach AdamW's sqrt list",
         ),
         Item(
             f"saved activations ({job.checkpointing} checkpointing)",
-            held_bytes,
+            t.held,
             "activations.saved_activations_bytes (derivations 1-6)",
         ),
         Item(
             "loss: logits + fp32 copy + log_softmax",
-            loss_peak_bytes,
+            t.loss_peak,
             "activations.loss_transient_bytes: 10 x vocab per token",
         ),
     ]
+    fp8_how = "build.fp8_weight_copy_bytes: 2 B per linear parameter; " + (
+        "Transformer Engine caches them for the step (every linear / tp / pp)"
+        if t.fp8_persistent
+        else "torchao float8 casts per call (one layer's linears / tp, through its forward and backward)"
+    )
     for name, value, how in (
-        ("fp32 master weights", master_bytes,
+        ("fp32 master weights", t.master,
          "model_state.master_bytes_per_card: 4 B per trainable parameter (/ dp from ZeRO-1)"),
-        ("fp32 gradient partition", partition_bytes,
+        ("fp32 gradient partition", t.partition,
          "model_state.grad_partition_bytes_per_card: DeepSpeed's fp32 gradients the optimizer steps on"),
-        ("DDP gradient buckets", bucket_bytes,
+        ("DDP gradient buckets", t.bucket,
          "model_state.grad_bucket_bytes_per_card: gradient_as_bucket_view=False keeps a second copy"),
-        ("FSDP root unit gathered (embeddings, lm_head)", root_bytes,
+        ("FSDP root unit gathered (embeddings, lm_head)", t.root,
          "model_state.root_unit_bytes: the root is not resharded after forward"),
+        ("one layer recomputed in backward", t.recompute,
+         "checkpointing recomputes one layer's activations at a time"),
+        ("autocast bf16 weight copies", t.autocast,
+         "torch.autocast caches one bf16 copy per cast weight"),
+        ("all-gathered layer parameters", t.gathered,
+         "model_state.gathered_layer_param_bytes: FSDP keeps the last layer's all-gather buffer, DeepSpeed ZeRO-3 gathers the current and the prefetched layer"),
+        ("fp8 weight copies (e4m3 + transpose)", t.fp8, fp8_how),
     ):  # fmt: skip
         if value:
             items.append(Item(name, value, how))
-    if recompute_bytes:
-        items.append(
-            Item(
-                "one layer recomputed in backward",
-                recompute_bytes,
-                "checkpointing recomputes one layer's activations at a time",
-            )
-        )
-    if autocast_bytes:
-        items.append(
-            Item(
-                "autocast bf16 weight copies",
-                autocast_bytes,
-                "torch.autocast caches one bf16 copy per cast weight",
-            )
-        )
-    if gathered_bytes:
-        items.append(
-            Item(
-                "all-gathered layer parameters",
-                gathered_bytes,
-                "model_state.gathered_layer_param_bytes: FSDP keeps the last layer's all-gather buffer, DeepSpeed ZeRO-3 gathers the current and the prefetched layer",
-            )
-        )
-    if fp8_bytes:
-        items.append(
-            Item(
-                "fp8 weight copies (e4m3 + transpose)",
-                fp8_bytes,
-                "build.fp8_weight_copy_bytes: 2 B per linear parameter; "
-                + (
-                    "Transformer Engine caches them for the step (every linear / tp / pp)"
-                    if fp8_persistent
-                    else "torchao float8 casts per call (one layer's linears "
-                    "/ tp, through its forward and backward)"
-                ),
-            )
-        )
     items.append(
         Item(
             "cuBLAS workspaces (forward + backward)",
-            workspace_bytes,
+            t.workspace,
             "measured 64-70 MiB on H200 in training (CUDA allocated - fake peak)",
         )
     )
-    root_grad_bytes = model_state.fsdp_root_grad_bytes(spec, job)
-    backward_layer_bytes = model_state.fsdp_backward_layer_bytes(spec, job)
-    if root_grad_bytes or backward_layer_bytes:
+    if t.root_grad or t.backward_layer:
         items.append(
             Item(
                 "FSDP backward working set (layer gathers, reduce-scatter, lm_head grad)",
-                root_grad_bytes + backward_layer_bytes,
+                t.root_grad + t.backward_layer,
                 "model_state.fsdp_backward_layer_bytes (3 layers gathered + the reduce-scatter "
                 "input in the reduce dtype) + fsdp_root_grad_bytes (the unsharded lm_head gradient)",
             )
         )
-    phases = train_phases(
-        resident_bytes=weights_bytes
-        + optimizer_bytes
-        + master_bytes
-        + bucket_bytes
-        + (fp8_bytes if fp8_persistent else 0),
-        gathered_bytes=gathered_bytes + (0 if fp8_persistent else fp8_bytes),
-        root_bytes=root_bytes,
-        root_grad_bytes=root_grad_bytes,
-        backward_layer_bytes=backward_layer_bytes,
-        accumulated_grads_bytes=accumulated_grads_bytes,
-        grads_bytes=grads_bytes + partition_bytes,
-        autocast_bytes=autocast_bytes,
-        held_bytes=held_bytes,
-        loss_peak_bytes=loss_peak_bytes,
-        backward_extra_bytes=act.loss_backward_bytes(
-            loss_saved_bytes, recompute_bytes, dims, tokens
-        ),
-        optimizer_temp_bytes=optimizer_temp_bytes,
-        embedding_grad_bytes=embedding_grad_bytes_per_card(dims, job),
-        workspace_bytes=workspace_bytes,
-    )
-    card = _finish(
-        list(range(parallel.cards)),
-        items,
-        phases,
-        card_capacity(machine, parallel.cards),
-        rt.training_communicators(parallel.tp, parallel.pp, parallel.dp),
-        defaults,
-        checkpointed=job.checkpointing != "none",
-    )
-    lg = Ledger(_train_kind(job), [card], _host(_train_host_items(spec, job), machine))
-    if note := eager_only_note(spec, job.attention):
-        lg.notes.append(note)
+    return items
+
+
+def _train_extras(lg: Ledger, job: TrainJob, layout, targets) -> None:
+    """The framework layout and the adapters the ledger assumed, for the output."""
     lg.extras["framework"] = {
         "framework": job.framework,
         "layout_of": layout.framework,
@@ -1350,6 +1328,54 @@ def train_ledger(
             "rank": job.rank,
             "adapter_dtype": job.adapter_dtype,
         }
+
+
+def train_ledger(
+    spec: ModelSpec,
+    job: TrainJob,
+    machine: MachineProfile,
+    defaults: rt.RuntimeDefaults = rt.DEFAULTS,
+) -> Ledger:
+    """Training (full, LoRA, QLoRA): model state (model_state.py), saved activations and the loss
+    (activations.py) per card, the peak over the phases of ``train_phases``; host RAM holds the
+    processes, offloaded state, dataloader workers and the checkpoint's page cache."""
+    dims = _check_train_job(spec, job, machine)
+    parallel = job.parallel
+    layout = frameworks.layout(job)
+    targets = model_state.lora_target_names(spec, job) if job.is_lora else None
+    t = _train_terms(spec, job, dims, targets, layout, defaults)
+    phases = train_phases(
+        resident_bytes=t.weights + t.optimizer + t.master + t.bucket
+        + (t.fp8 if t.fp8_persistent else 0),
+        gathered_bytes=t.gathered + (0 if t.fp8_persistent else t.fp8),
+        root_bytes=t.root,
+        root_grad_bytes=t.root_grad,
+        backward_layer_bytes=t.backward_layer,
+        accumulated_grads_bytes=t.accumulated_grads,
+        grads_bytes=t.grads + t.partition,
+        autocast_bytes=t.autocast,
+        held_bytes=t.held,
+        loss_peak_bytes=t.loss_peak,
+        backward_extra_bytes=act.loss_backward_bytes(
+            t.loss_saved, t.recompute, dims, job.micro_batch * job.seq
+        ),
+        optimizer_temp_bytes=t.optimizer_temp,
+        embedding_grad_bytes=embedding_grad_bytes_per_card(dims, job),
+        workspace_bytes=t.workspace,
+    )  # fmt: skip
+    card = _finish(
+        list(range(parallel.cards)),
+        _train_items(t, job, layout),
+        phases,
+        card_capacity(machine, parallel.cards),
+        rt.training_communicators(parallel.tp, parallel.pp, parallel.dp),
+        defaults,
+        checkpointed=job.checkpointing != "none",
+    )
+    lg = Ledger(_train_kind(job), [card], _host(_train_host_items(spec, job), machine))
+    if note := eager_only_note(spec, job.attention):
+        lg.notes.append(note)
+    _train_extras(lg, job, layout, targets)
     return lg
 
 
