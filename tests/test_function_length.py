@@ -20,7 +20,7 @@ LONG_TODAY = {
     "cli/fit.py:_render_speed": 111,
     "cli/machine.py:_render_machine": 118,
     "cli/model.py:_render_model": 82,
-    "cli/place.py:place": 118,
+    "cli/place.py:place": 85,
     "cli/run.py:run_cmd": 106,
     "cli/watch.py:_render_summary": 114,
     "cli/watch.py:exporter": 128,

@@ -7,14 +7,11 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
-    catalogue,
     console,
     escape,
     print_json,
-    report_machine,
 )
 from nodeledger.cli.options import json_option
-from nodeledger.errors import NodeledgerError
 
 
 @click.command("place")
@@ -86,47 +83,14 @@ def place(
 ) -> None:
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
     kept free), bind each to its cards' NUMA node, and print the environment and launch line."""
-    from nodeledger.placement import emit as em
-    from nodeledger.placement.planner import GiB, plan
+    from nodeledger.placement.usecase import PlaceRequest, place_plan
+    from nodeledger.units import GiB
 
-    if emit is not None and emit not in ("slurm", "k8s"):
-        raise NodeledgerError(f"--emit {emit!r} is not one of slurm, k8s")
-    if emit == "k8s" and not (image or "").strip():
-        raise NodeledgerError("--emit k8s needs --image IMAGE (the container image the Pods run)")
-    if image is not None and emit != "k8s":
-        raise NodeledgerError("--image applies to --emit k8s")
-    if image is not None:
-        em.check_image(image)
-    if k8s_devices is not None and emit != "k8s":
-        raise NodeledgerError("--k8s-devices applies to --emit k8s")
-    from nodeledger.files import check_user_file
-
-    check_user_file(plan_file, "plan")  # a device, FIFO or folder: says what it is
-    if not plan_file.is_file():
-        raise NodeledgerError(f"plan {str(plan_file)!r} not found")
-    profile, intro = report_machine(machine)
-    ws, specs, src = catalogue(str(plan_file))
-    res = plan(profile, ws, specs, lifeboat=lifeboat, share=share)
-    res["intro"] = intro
-    commands = {w.id: w.command for w in ws}
-    written = []
-    if emit:
-        folder = output or Path(f"nodeledger-{emit}")
-        files = (
-            {"gres.conf": em.gres_conf(profile, node_name),
-             **{f"{wid}.sbatch": t for wid, t in em.sbatch_scripts(profile, res, commands).items()}}
-            if emit == "slurm"
-            else {f"{n}.yaml": t for n, t in em.k8s_pods(profile, res, commands, image,
-                                                         k8s_devices or "auto").items()}
-        )  # fmt: skip
-        if emit == "k8s":
-            mode, why = em.k8s_devices(profile, res, k8s_devices or "auto")
-            res["k8s_devices"] = {"mode": mode, "why": why, "enforced": mode == "dra"}
-        try:  # each file atomically, each path checked to stay in the folder
-            written = em.write_files(folder, files)
-        except OSError as exc:
-            raise NodeledgerError(f"-o {folder}: cannot write ({exc.strerror or exc})") from None
-        res["written"] = written
+    ans = place_plan(PlaceRequest(plan_file=plan_file, machine=machine, lifeboat=lifeboat,
+                                  share=share, emit=emit, output=output, node_name=node_name,
+                                  image=image, k8s_devices=k8s_devices))  # fmt: skip
+    res, intro, profile, written = ans.result, ans.result["intro"], ans.profile, ans.written
+    src, ws_count = ans.plan_source, ans.workloads
     if as_json:
         print_json(res)
         return
@@ -135,7 +99,7 @@ def place(
     con = console()
     for line in intro:
         con.print(line, markup=False, highlight=False)
-    con.print(f"plan: {src} ({len(ws)} workloads) on {res['machine']}", markup=False)
+    con.print(f"plan: {src} ({ws_count} workloads) on {res['machine']}", markup=False)
     if res["running"]:
         con.print(
             "cards already held (probe): "
