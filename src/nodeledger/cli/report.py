@@ -13,7 +13,6 @@ from nodeledger.cli.common import (
     VERDICT_EXIT,
     catalogue,
     console,
-    escape,
     num,
     verdict_exit,
 )
@@ -119,9 +118,6 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, d
     verdict_exit(tier, no_fail)
 
 
-TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
-
-
 def _terminal_out(output: Path | None):
     """(atomic file or None, console) for the terminal format: -o FILE gets plain text, written
     to a temporary file beside it that ``_terminal_done`` puts in place (or throws away)."""
@@ -149,97 +145,12 @@ def _terminal_done(af: atomic.AtomicText | None, output: Path | None, ok: bool) 
     sys.stderr.write(f"wrote {output}\n")
 
 
-def _compact_workloads(con, rep: dict) -> None:
-    """One line per workload (tier, what binds, its figure, the field notes' expectation), then
-    each caveat once with the rows it applies to; `--details` prints every reason whole."""
-    from rich.table import Table
-
-    from nodeledger.report import render
-
-    t = Table(title="Workloads (`--details`: every reason; `nodeledger fit`: every item)")
-    for col in ("workload", "tier", "binds", "figure", "field notes"):
-        t.add_column(col, no_wrap=col in ("workload", "tier"))
-    for r in rep["workloads"]:
-        tier = r["tier_name"]
-        exp = r.get("expect")
-        notes = "" if not exp else (f"{exp} (agrees)" if r.get("agrees") else f"{exp} (differs)")
-        t.add_row(escape(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", r["binding"] or "",
-                  escape(render.binding_figure(r)), notes)  # fmt: skip
-    con.print(t)
-    for text, ids in render.caveats(rep):
-        rows = ", ".join(ids) if len(ids) <= 4 else f"{len(ids)} workloads: {', '.join(ids)}"
-        con.print(f"  {text} — {rows}", markup=False, highlight=False)
-
-
 def _render_report(rep: dict, intro: list[str], output: Path | None, details: bool = False) -> None:
-    from rich.table import Table
-
-    from nodeledger.report import render
+    from nodeledger.report.terminal import terminal
 
     fh, con = _terminal_out(output)
     try:
-        for line in intro:
-            con.print(line, markup=False, highlight=False)
-        con.print(render.headline(rep), markup=False)
-        if details:
-            t = Table(title="Workloads", show_lines=False)
-            for col in (
-                "workload",
-                "tier",
-                "binds",
-                "reason (numbers; `nodeledger fit` shows every item)",
-                "field notes",
-            ):
-                t.add_column(col)
-            for r in rep["workloads"]:
-                tier = r["tier_name"]
-                t.add_row(
-                    escape(r["id"]),
-                    f"[{TIER_STYLE[tier]}]{tier}[/]",
-                    r["binding"] or "",
-                    r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),
-                    render._expect(r),
-                )
-            con.print(t)
-        else:
-            _compact_workloads(con, rep)
-        for r in rep["workloads"]:
-            if r.get("claim") and r.get("model_state"):
-                con.print(
-                    f"{r['id']}: claim: {r['claim']}.\n  ledger: {render.state_line(r['model_state'], r.get('framework'), r.get('claim_check'))}",
-                    markup=False,
-                )
-        b = Table(title="Bottleneck ranking (workloads each resource binds)")
-        for col in ("resource", "cannot", "tight",
-                    "worst demand / capacity (memory: used / size; links, network: traffic / compute time)",
-                    "unknown"):  # fmt: skip
-            b.add_column(col)
-        for x in rep["bottlenecks"]:
-            ratio = "" if x["worst_ratio"] is None else f"{x['worst_ratio']:.0%}"
-            b.add_row(x["resource"], str(x["cannot"]), str(x["tight"]), ratio, str(x["unknown"]))
-        con.print(b)
-        s = rep["serving"]
-        con.print(f"Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free):")
-        for line in render.serving_lines(rep):
-            con.print(f"  {line}", markup=False)
-        con.print("Host RAM, big loads at once:")
-        for h in rep["host_loads"]:
-            con.print(f"  {h['model']}: {h['max_concurrent']} at once (hard limit), "
-                      f"{h['max_without_tight']} without entering tight; {h['reason']}", markup=False)  # fmt: skip
-            if h.get("load_times"):
-                con.print(f"    {render.load_line(h['load_times'])}", markup=False)
-        con.print("Links and network:")
-        for lk in rep["links"]:
-            con.print(f"  {lk['id']} ({lk['basis']}): {lk['reason']}", markup=False)
-        so = rep["scale_out"]
-        con.print(f"Scale-out verdict: {so['verdict']}", markup=False)
-        for i, c in enumerate(so["criteria"], 1):
-            con.print(
-                f"  {i}. {c['criterion']}: {'holds' if c['holds'] else 'does not hold'}",
-                markup=False,
-            )
-            for e in c["evidence"]:
-                con.print(f"     - {e}", markup=False)
+        terminal(con, rep, intro, details)
     except BaseException:
         _terminal_done(fh, output, ok=False)
         raise
@@ -304,6 +215,8 @@ def _binding_note(cell: dict) -> str:
 
 def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
     from rich.table import Table
+
+    from nodeledger.report.terminal import TIER_STYLE
 
     t = Table(title=f"Workloads ({src})")
     t.add_column("workload")

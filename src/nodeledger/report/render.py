@@ -18,7 +18,7 @@ TIER_COLOUR = {"can": "#2e7d32", "tight": "#ef6c00", "cannot": "#c62828", "unkno
 _gib = gib_text  # bytes as GiB, 1 decimal
 
 
-def _expect(r: dict) -> str:
+def expect_note(r: dict) -> str:
     if not r.get("expect"):
         return ""
     return f"{r['expect']} ({'agrees' if r['agrees'] else 'differs'})"
@@ -109,7 +109,7 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
           "| workload | tier | binds | figure | field notes |", "|---|---|---|---|---|"]  # fmt: skip
     for r in rep["workloads"]:
         L.append(f"| {r['id']} | **{r['tier_name']}** | {r['binding'] or ''} | "
-                 f"{binding_figure(r).replace('|', '/')} | {_expect(r)} |")  # fmt: skip
+                 f"{binding_figure(r).replace('|', '/')} | {expect_note(r)} |")  # fmt: skip
     L += [""]
     L += [f"- {text} — {', '.join(ids)}" for text, ids in caveats(rep)]
     for r in rep["workloads"]:
@@ -407,7 +407,7 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
         P.append(f"<tr><td><b>{escape(r['id'])}</b></td>"
                  f"<td><span class='tier' style='background:{c}'>{r['tier_name']}</span></td>"
                  f"<td>{escape(r['binding'] or '')}</td><td>{escape(binding_figure(r))}</td>"
-                 f"<td>{escape(_expect(r))}</td></tr>")  # fmt: skip
+                 f"<td>{escape(expect_note(r))}</td></tr>")  # fmt: skip
     P.append("</table><ul class='small'>")
     for text, ids in caveats(rep):
         P.append(f"<li>{escape(text)} — {escape(', '.join(ids))}</li>")
