@@ -20,7 +20,6 @@ from pathlib import Path
 import click
 
 from nodeledger.cli.common import (
-    card_indices,
     console,
     exit_with,
     print_json,
@@ -731,20 +730,17 @@ def exporter(
             raise InputError("give --rules or --dashboard, not both")
         sys.stdout.write(fp.rules_text() if print_rules else fp.dashboard_text())
         return
-    import threading
-    import time
+    from nodeledger.watch.session import ExporterOptions, open_exporter
 
-    from nodeledger.watch.analyze import Analyzer
-    from nodeledger.watch.backends import open_backend
-    from nodeledger.watch.exporter import (
-        Exporter,
-        load_basic_auth,
-        load_tls,
-        parse_allow,
-        parse_listen,
-    )
-    from nodeledger.watch.watcher import Watcher
-
+    opts = ExporterOptions(
+        listen=listen, expose=expose, allow=tuple(allow), tls_cert=tls_cert, tls_key=tls_key,
+        basic_auth_file=basic_auth_file, client_timeout=client_timeout,
+        handler_threads=handler_threads, max_connections=max_connections, interval=interval,
+        backend=backend, plan=plan, model=model, job=job, cards=cards, machine=machine,
+        idle_window=idle_window, tolerance=tolerance, tolerance_gib=tolerance_gib,
+        timeout=timeout, duration=duration, lifeboat_cards=lifeboat_cards,
+        vendor_series=not no_vendor_series, job_options=job_opts,
+    )  # fmt: skip
     for name, v in (("--interval", interval), ("--duration", duration),
                     ("--idle-window", idle_window), ("--timeout", timeout),
                     ("--client-timeout", client_timeout), ("--handler-threads", handler_threads),
@@ -753,69 +749,8 @@ def exporter(
     if client_timeout > 3600:
         raise InputError(f"--client-timeout must be at most 3600 s, got {client_timeout:g}")
     _check_tolerance(tolerance, tolerance_gib)
-    boats = card_indices(lifeboat_cards, "--lifeboat")
-    host_addr, port, loopback = parse_listen(listen)
-    nets = parse_allow(allow)
-    tls = load_tls(tls_cert, tls_key)
-    users = load_basic_auth(basic_auth_file)
-    if not loopback and not expose:
-        raise InputError(
-            f"--listen {listen} is not a loopback address: metrics name your processes and "
-            "models; add --expose to serve them beyond this host"
-        )
-    if not loopback:
-        sys.stderr.write(
-            f"warning: serving metrics on {host_addr}:{port}, reachable beyond this host "
-            "(process names, pids, memory); put a firewall or an authenticating proxy in front\n"
-        )
-        if not nets:
-            sys.stderr.write(
-                "warning: any client may scrape; restrict them with --allow CIDR "
-                "(e.g. --allow 10.0.0.0/8 --allow 127.0.0.1)\n"
-            )
-        if users and tls is None:
-            sys.stderr.write(
-                "warning: --basic-auth-file without --tls-cert: passwords cross the network "
-                "in clear\n"
-            )
-    b = open_backend(backend, timeout=timeout, host_only=True)
-    if getattr(b, "reason", None):
-        sys.stderr.write(f"note: {b.reason}: serving the host's figures only\n")
-    fake = backend.startswith("fake:")
-    # a fake scenario too: scrapes see real time
-    w = Watcher(b, host_sampler(b), interval, clock=time.time)
-    expect, prof, _ = expectations(plan, model, job, job_opts, cards, machine, None, not fake)
-    if boats is not None:
-        expect = dict(expect or {"source": None, "groups": []}, lifeboat=boats)
-    import os
-
-    from nodeledger.watch.exporter import with_node_name
-
-    header = with_node_name(w.header(expect, prof), os.environ)  # Kubernetes: the node's name
-    an = Analyzer(header, expect, tolerance=tolerance, tolerance_bytes=int(tolerance_gib * GiB),
-                  idle_window=idle_window)  # fmt: skip
-    exp = Exporter(w, an, header, vendor_series=not no_vendor_series)
-    server = exp.serve(host_addr, port, workers=handler_threads, client_timeout=client_timeout,
-                       max_connections=max_connections, allow=nets, ssl_context=tls,
-                       users=users)  # fmt: skip
-    exp.start_sampling()
-    scheme = "https" if tls is not None else "http"
-    sys.stderr.write(
-        f"nodeledger exporter: {scheme}://{listen if ':' not in host_addr else f'[{host_addr}]:{port}'}/metrics "
-        f"({b.name}, every {interval:g} s; {handler_threads} handler threads, {server.max_connections} "
-        f"connections, {client_timeout:g} s client timeout)\n"
-    )
+    run = open_exporter(opts, warn=lambda text: sys.stderr.write(text + "\n"))
+    sys.stderr.write(run.start_line + "\n")
     sys.stderr.flush()
-    timer = threading.Timer(duration or 0, server.shutdown)
-    timer.daemon = True
-    if duration is not None:
-        timer.start()
     _stop_on_sigterm()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass  # Ctrl-C or SIGTERM (a service manager stopping it): a clean exit 0
-    finally:
-        timer.cancel()
-        exp.shutdown()
-        b.close()
+    run.serve()  # until --duration, Ctrl-C or SIGTERM (a service manager stopping it): exit 0

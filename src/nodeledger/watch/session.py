@@ -5,7 +5,13 @@ options, calls these, runs the watch and renders; nothing here prints or exits."
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import card_indices
@@ -111,3 +117,125 @@ def engine_log_checker(path, model, job, job_opts, machine, tolerance):
         return summary, kv_pool_finding(chk, cards, tolerance)
 
     return check
+
+
+# -- the exporter -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExporterOptions:
+    """``nodeledger exporter``'s options (bounds checked by the CLI)."""
+
+    listen: str = "127.0.0.1:19835"
+    expose: bool = False
+    allow: tuple[str, ...] = ()
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    basic_auth_file: str | None = None
+    client_timeout: float = 5.0
+    handler_threads: int = 8
+    max_connections: int = 1024
+    interval: float = 1.0
+    backend: str = "auto"
+    plan: str | None = None
+    model: str | None = None
+    job: str | None = None
+    cards: str | None = None
+    machine: str | None = None
+    idle_window: float = 60.0
+    tolerance: float = 0.1
+    tolerance_gib: float = 1.0
+    timeout: float = 5.0
+    duration: float | None = None
+    lifeboat_cards: str | None = None
+    vendor_series: bool = True
+    job_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExporterRun:
+    """An exporter ready to serve: its server bound, its sampler started."""
+
+    exporter: Any
+    server: Any
+    backend: Any
+    duration: float | None
+    start_line: str  # what it serves, where, how often
+
+    def serve(self) -> None:
+        """Serve until ``duration`` (None: until KeyboardInterrupt), then close everything."""
+        timer = threading.Timer(self.duration or 0, self.server.shutdown)
+        timer.daemon = True
+        if self.duration is not None:
+            timer.start()
+        try:
+            self.server.serve_forever()
+        except KeyboardInterrupt:
+            pass  # Ctrl-C or SIGTERM (a service manager stopping it): a clean stop
+        finally:
+            timer.cancel()
+            self.exporter.shutdown()
+            self.backend.close()
+
+
+def open_exporter(o: ExporterOptions, warn: Callable[[str], None]) -> ExporterRun:
+    """Check the serving options (one line on a refusal), open the backend, the watch and the
+    plan's expectations, bind the server and start sampling.  ``warn`` receives each warning
+    (a non-loopback address, no --allow, passwords in clear, a host-only backend)."""
+    from nodeledger.units import GiB
+    from nodeledger.watch.analyze import Analyzer
+    from nodeledger.watch.backends import open_backend
+    from nodeledger.watch.exporter import (
+        Exporter,
+        load_basic_auth,
+        load_tls,
+        parse_allow,
+        parse_listen,
+        with_node_name,
+    )
+    from nodeledger.watch.watcher import Watcher
+
+    boats = card_indices(o.lifeboat_cards, "--lifeboat")
+    host_addr, port, loopback = parse_listen(o.listen)
+    nets = parse_allow(o.allow)
+    tls = load_tls(o.tls_cert, o.tls_key)
+    users = load_basic_auth(o.basic_auth_file)
+    if not loopback and not o.expose:
+        raise InputError(
+            f"--listen {o.listen} is not a loopback address: metrics name your processes and "
+            "models; add --expose to serve them beyond this host"
+        )
+    if not loopback:
+        warn(f"warning: serving metrics on {host_addr}:{port}, reachable beyond this host "
+             "(process names, pids, memory); put a firewall or an authenticating proxy in front")  # fmt: skip
+        if not nets:
+            warn("warning: any client may scrape; restrict them with --allow CIDR "
+                 "(e.g. --allow 10.0.0.0/8 --allow 127.0.0.1)")  # fmt: skip
+        if users and tls is None:
+            warn("warning: --basic-auth-file without --tls-cert: passwords cross the network "
+                 "in clear")  # fmt: skip
+    b = open_backend(o.backend, timeout=o.timeout, host_only=True)
+    if getattr(b, "reason", None):
+        warn(f"note: {b.reason}: serving the host's figures only")
+    fake = o.backend.startswith("fake:")
+    # a fake scenario too: scrapes see real time
+    w = Watcher(b, host_sampler(b), o.interval, clock=time.time)
+    expect, prof, _ = expectations(o.plan, o.model, o.job, o.job_options, o.cards, o.machine,
+                                   None, not fake)  # fmt: skip
+    if boats is not None:
+        expect = dict(expect or {"source": None, "groups": []}, lifeboat=boats)
+    header = with_node_name(w.header(expect, prof), os.environ)  # Kubernetes: the node's name
+    an = Analyzer(header, expect, tolerance=o.tolerance,
+                  tolerance_bytes=int(o.tolerance_gib * GiB), idle_window=o.idle_window)  # fmt: skip
+    exp = Exporter(w, an, header, vendor_series=o.vendor_series)
+    server = exp.serve(host_addr, port, workers=o.handler_threads,
+                       client_timeout=o.client_timeout, max_connections=o.max_connections,
+                       allow=nets, ssl_context=tls, users=users)  # fmt: skip
+    exp.start_sampling()
+    scheme = "https" if tls is not None else "http"
+    where = o.listen if ":" not in host_addr else f"[{host_addr}]:{port}"
+    line = (f"nodeledger exporter: {scheme}://{where}/metrics ({b.name}, every {o.interval:g} s; "
+            f"{o.handler_threads} handler threads, {server.max_connections} connections, "
+            f"{o.client_timeout:g} s client timeout)")  # fmt: skip
+    return ExporterRun(exporter=exp, server=server, backend=b, duration=o.duration,
+                       start_line=line)  # fmt: skip
