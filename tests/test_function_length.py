@@ -23,7 +23,6 @@ LONG_TODAY = {
     "cli/place.py:place": 85,
     "cli/run.py:run_cmd": 106,
     "cli/watch.py:_render_summary": 114,
-    "cli/watch.py:watch": 160,
     "doctor/preflight.py:preflight": 163,
     "fleet/kubernetes.py:daemonset": 114,
     "golive/checklist.py:drill_step": 160,

@@ -27,7 +27,6 @@ from nodeledger.cli.common import (
 from nodeledger.cli.options import job_options, json_option
 from nodeledger.errors import InputError
 from nodeledger.units import GiB, gib_text
-from nodeledger.watch.session import engine_log_checker, expectations, host_sampler
 
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
@@ -213,7 +212,6 @@ def watch(
     """Watch every card (memory, utilisation, processes) and the host; verify against the
     ledger (--plan / --job); find idle cards and their likely cause.  Exit 3: verification
     failed; 4: no sample; 5: idle card with --fail-on-idle; 2: bad input."""
-    from nodeledger.watch.analyze import Analyzer
 
     for name, v in (("--interval", interval), ("--duration", duration), ("--idle-window", idle_window),
                     ("--timeout", timeout), ("--samples", samples)):  # fmt: skip
@@ -234,119 +232,34 @@ def watch(
         raise InputError("--record applies to a live watch, not to --replay")
     if replay and from_bundle:
         raise InputError("give --replay (a recorded stream) or --from (a bundle), not both")
-    kw = {
-        "tolerance": tolerance,
-        "tolerance_bytes": int(tolerance_gib * GiB),
-        "idle_window": idle_window,
-    }
+    from nodeledger.watch.session import WatchOptions, WatchSession
+
     started = time.monotonic()
-    engine_check = None
-    if engine_log is not None:
-        engine_check = engine_log_checker(engine_log, model, job, job_opts, machine, tolerance)
-    if replay:
-        from nodeledger.watch.record import read_stream
-
-        header, stream = read_stream(replay)
-        expect, _, profile = expectations(plan, model, job, job_opts, cards, machine, header,
-                                           False)  # fmt: skip
-        an = Analyzer(header, expect, **kw)
-        t0 = None
-        for s in stream:
-            t0 = s["t"] if t0 is None else t0
-            if duration is not None and s["t"] - t0 > duration:
-                break
-            an.feed(s)
-            if (fail_fast and an.ever_failed) or (samples is not None and an.n >= samples):
-                break
-        _finish(an, header, expect, as_json, fail_on_idle, source=f"replay of {replay}",
-                engine_check=engine_check and (lambda c: engine_check(c, profile)), clock="the recording's timestamps",
-                wall_s=time.monotonic() - started)  # fmt: skip
-        return
-    from nodeledger.watch.backends import open_backend
-    from nodeledger.watch.watcher import Watcher
-
-    bundle_notes: list[str] = []
-    if from_bundle:
-        from nodeledger.watch.from_bundle import open_from_bundle
-
-        b, host, clock, recorded, step, bundle_notes = open_from_bundle(from_bundle, backend)
-        w = Watcher(b, host, step, clock=clock)
-        if samples is not None and samples > recorded:
-            bundle_notes.append(
-                f"the bundle holds {recorded} sample(s); samples beyond that repeat the last "
-                "recording of each command (not readings of their own)"
-            )
-        samples = samples if samples is not None or duration is not None else recorded
-        interval = step
-    else:
-        b = open_backend(backend, timeout=timeout, host_only=True)
-        w = Watcher(b, host_sampler(b), interval)
-    try:
-        fake = backend.startswith("fake:") and not from_bundle
-        replayed = fake or bool(from_bundle)
-        if fake and (samples is None or samples > b.sc.steps):
-            # a scenario is played without waiting: never past its end (--duration counts this
-            # host's seconds, which a replay does not wait for)
-            if samples is not None:
-                bundle_notes.append(
-                    f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: {b.sc.steps} "
-                    "samples played (a replay stops at its end, whatever --samples)"
-                )
-            elif duration is not None:
-                bundle_notes.append(
-                    f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: the replay stops "
-                    "at its end at the latest (--duration counts this host's seconds)"
-                )
-            samples = b.sc.steps
-        expect, prof, profile = expectations(plan, model, job, job_opts, cards, machine, None,
-                                              not replayed)  # fmt: skip
-        header = w.header(expect, prof)
-        header["notes"] = header.get("notes", []) + bundle_notes
-        an = Analyzer(header, expect, **kw)
-        rec = None
-        if record:
-            from nodeledger.watch.record import Recorder
-
-            rec = Recorder(record, header)
-        live = None
+    session = WatchSession.open(WatchOptions(
+        interval=interval, samples=samples, duration=duration, backend=backend, plan=plan,
+        model=model, job=job, cards=cards, machine=machine, record=record, replay=replay,
+        from_bundle=from_bundle, fail_fast=fail_fast, idle_window=idle_window,
+        tolerance=tolerance, tolerance_gib=tolerance_gib, timeout=timeout,
+        engine_log=engine_log, job_options=job_opts,
+    ))  # fmt: skip
+    live = None
+    if not replay:
         if not as_json and sys.stdout.isatty():
             from rich.live import Live
 
             live = Live(console=console(), refresh_per_second=4, transient=True)
             live.start()
-
-        def on_sample(s: dict):
-            an.feed(s)
-            if rec:
-                rec.write(s)
-            if live:
-                live.update(_live_view(s, an, header))
-            if fail_fast and an.ever_failed:
-                return False
-            return None
-
         _stop_on_sigterm()
-        try:
-            w.run(on_sample, samples=samples, duration=duration,
-                  sleep=(lambda _s: None) if replayed else None)  # fmt: skip
-        except KeyboardInterrupt:
-            pass  # Ctrl-C ends the watch; the verdict follows
-        finally:
-            if live:
-                live.stop()
-            if rec:
-                rec.close()
+    try:
+        session.run(
+            (lambda s: live.update(_live_view(s, session.analyzer, session.header)))
+            if live else None
+        )  # fmt: skip
     finally:
-        b.close()
-    _finish(an, header, expect, as_json, fail_on_idle,
-            source=(f"{b.name}, its own steps played without waiting" if fake
-                    else f"{b.name} outputs recorded in {from_bundle}, replayed without waiting" if from_bundle
-                    else f"{b.name}, every {interval:g} s")
-            + (f", recorded to {record}" if record else ""),
-            engine_check=engine_check and (lambda c: engine_check(c, profile)),
-            clock="the scenario's clock" if fake else "the bundle's sample times" if from_bundle
-            else "this host's clock",
-            wall_s=time.monotonic() - started, host_only=getattr(b, "reason", None))  # fmt: skip
+        if live:
+            live.stop()
+    _finish(session.summary(wall_s=time.monotonic() - started), session.header, as_json,
+            fail_on_idle)  # fmt: skip
 
 
 def _stop_on_sigterm() -> None:
@@ -385,23 +298,8 @@ def _exit_code(summary: dict, fail_on_idle: bool) -> tuple[int, str | None]:
     return 0, None
 
 
-def _finish(an, header, expect, as_json: bool, fail_on_idle: bool, source: str,
-            engine_check=None, clock: str | None = None, wall_s: float | None = None,
-            host_only: str | None = None) -> None:  # fmt: skip
-    s = an.summary()
-    s["cards_seen"] = an.cards_seen
-    s["host_only"] = host_only
-    s["source"] = source
-    s["clock"] = clock
-    s["wall_s"] = None if wall_s is None else round(wall_s, 3)
-    if engine_check is not None:
-        groups = (expect or {}).get("groups") or [{}]
-        s["engine_log"], finding = engine_check(groups[0].get("cards") or [])
-        if finding is not None:
-            s["verify"]["findings"].append(finding)
-            s["verify"]["status"] = "failed"
-    s["plan"] = (expect or {}).get("source")
-    s["notes"] = header.get("notes", [])
+def _finish(s: dict, header: dict, as_json: bool, fail_on_idle: bool) -> None:
+    """Print the watch's summary (JSON or the table) and exit with its code."""
     code, why = _exit_code(s, fail_on_idle)
     s["exit_code"] = code
     if as_json:

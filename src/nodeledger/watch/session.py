@@ -239,3 +239,194 @@ def open_exporter(o: ExporterOptions, warn: Callable[[str], None]) -> ExporterRu
             f"{o.client_timeout:g} s client timeout)")  # fmt: skip
     return ExporterRun(exporter=exp, server=server, backend=b, duration=o.duration,
                        start_line=line)  # fmt: skip
+
+
+# -- the watch ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """``nodeledger watch``'s options (bounds checked by the CLI)."""
+
+    interval: float = 1.0
+    samples: int | None = None
+    duration: float | None = None
+    backend: str = "auto"
+    plan: str | None = None
+    model: str | None = None
+    job: str | None = None
+    cards: str | None = None
+    machine: str | None = None
+    record: str | None = None
+    replay: str | None = None
+    from_bundle: str | None = None
+    fail_fast: bool = False
+    idle_window: float = 60.0
+    tolerance: float = 0.1
+    tolerance_gib: float = 1.0
+    timeout: float = 5.0
+    engine_log: str | None = None
+    job_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WatchSession:
+    """One watch: a recorded stream, a bundle's recordings, a fake scenario or this host's
+    cards, judged by one Analyzer against the plan's or the job's expectations.  ``open``
+    checks and prepares everything, ``run`` samples (``on_sample`` sees each sample after the
+    analyzer), ``summary`` is what the command prints."""
+
+    analyzer: Any
+    header: dict
+    expect: dict | None
+    profile: Any
+    source: str  # where the samples come from, said in the summary
+    clock: str  # whose clock times them
+    live: bool  # samples this host in real time (the caller owns Ctrl-C / SIGTERM)
+    host_only: str | None = None  # why only the host is sampled, if so
+    engine_check: Callable | None = None
+    _o: WatchOptions | None = None
+    _stream: Any = None
+    _watcher: Any = None
+    _backend: Any = None
+    _recorder: Any = None
+    _samples: int | None = None
+    _replayed: bool = False
+
+    @classmethod
+    def open(cls, o: WatchOptions) -> WatchSession:
+        from nodeledger.units import GiB
+        from nodeledger.watch.analyze import Analyzer
+
+        kw = {"tolerance": o.tolerance, "tolerance_bytes": int(o.tolerance_gib * GiB),
+              "idle_window": o.idle_window}  # fmt: skip
+        check = None
+        if o.engine_log is not None:
+            check = engine_log_checker(o.engine_log, o.model, o.job, o.job_options, o.machine,
+                                       o.tolerance)  # fmt: skip
+        if o.replay:
+            from nodeledger.watch.record import read_stream
+
+            header, stream = read_stream(o.replay)
+            expect, _, profile = expectations(o.plan, o.model, o.job, o.job_options, o.cards,
+                                              o.machine, header, False)  # fmt: skip
+            return cls(analyzer=Analyzer(header, expect, **kw), header=header, expect=expect,
+                       profile=profile, source=f"replay of {o.replay}",
+                       clock="the recording's timestamps", live=False, engine_check=check,
+                       _o=o, _stream=stream)  # fmt: skip
+        from nodeledger.watch.backends import open_backend
+        from nodeledger.watch.watcher import Watcher
+
+        notes: list[str] = []
+        samples, interval = o.samples, o.interval
+        if o.from_bundle:
+            from nodeledger.watch.from_bundle import open_from_bundle
+
+            b, host, clock, recorded, step, notes = open_from_bundle(o.from_bundle, o.backend)
+            w = Watcher(b, host, step, clock=clock)
+            if samples is not None and samples > recorded:
+                notes.append(
+                    f"the bundle holds {recorded} sample(s); samples beyond that repeat the last "
+                    "recording of each command (not readings of their own)"
+                )
+            samples = samples if samples is not None or o.duration is not None else recorded
+            interval = step
+        else:
+            b = open_backend(o.backend, timeout=o.timeout, host_only=True)
+            w = Watcher(b, host_sampler(b), interval)
+        try:
+            fake = o.backend.startswith("fake:") and not o.from_bundle
+            replayed = fake or bool(o.from_bundle)
+            if fake and (samples is None or samples > b.sc.steps):
+                # a scenario is played without waiting: never past its end (--duration counts
+                # this host's seconds, which a replay does not wait for)
+                if samples is not None:
+                    notes.append(
+                        f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: {b.sc.steps} "
+                        "samples played (a replay stops at its end, whatever --samples)"
+                    )
+                elif o.duration is not None:
+                    notes.append(
+                        f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: the replay "
+                        "stops at its end at the latest (--duration counts this host's seconds)"
+                    )
+                samples = b.sc.steps
+            expect, prof, profile = expectations(o.plan, o.model, o.job, o.job_options, o.cards,
+                                                 o.machine, None, not replayed)  # fmt: skip
+            header = w.header(expect, prof)
+            header["notes"] = header.get("notes", []) + notes
+            an = Analyzer(header, expect, **kw)
+            rec = None
+            if o.record:
+                from nodeledger.watch.record import Recorder
+
+                rec = Recorder(o.record, header)
+        except BaseException:
+            b.close()
+            raise
+        source = (f"{b.name}, its own steps played without waiting" if fake
+                  else f"{b.name} outputs recorded in {o.from_bundle}, replayed without waiting"
+                  if o.from_bundle else f"{b.name}, every {interval:g} s") + (
+                      f", recorded to {o.record}" if o.record else "")  # fmt: skip
+        clock = ("the scenario's clock" if fake else "the bundle's sample times" if o.from_bundle
+                 else "this host's clock")  # fmt: skip
+        return cls(analyzer=an, header=header, expect=expect, profile=profile, source=source,
+                   clock=clock, live=not replayed, host_only=getattr(b, "reason", None),
+                   engine_check=check, _o=o, _watcher=w, _backend=b, _recorder=rec,
+                   _samples=samples, _replayed=replayed)  # fmt: skip
+
+    def run(self, on_sample: Callable[[dict], None] | None = None) -> None:
+        """Sample until --samples / --duration / the recording's end (or --fail-fast's first
+        failed verification, or KeyboardInterrupt); then close the backend and the record."""
+        o, an = self._o, self.analyzer
+        if self._stream is not None:
+            t0 = None
+            for s in self._stream:
+                t0 = s["t"] if t0 is None else t0
+                if o.duration is not None and s["t"] - t0 > o.duration:
+                    break
+                an.feed(s)
+                if (o.fail_fast and an.ever_failed) or (
+                    o.samples is not None and an.n >= o.samples
+                ):
+                    break
+            return
+
+        def each(s: dict):
+            an.feed(s)
+            if self._recorder:
+                self._recorder.write(s)
+            if on_sample:
+                on_sample(s)
+            if o.fail_fast and an.ever_failed:
+                return False
+            return None
+
+        try:
+            self._watcher.run(each, samples=self._samples, duration=o.duration,
+                              sleep=(lambda _s: None) if self._replayed else None)  # fmt: skip
+        except KeyboardInterrupt:
+            pass  # Ctrl-C ends the watch; the verdict follows
+        finally:
+            if self._recorder:
+                self._recorder.close()
+            self._backend.close()
+
+    def summary(self, wall_s: float | None = None) -> dict:
+        """The watch's verdict as ``watch --json`` prints it (without its exit code)."""
+        an, expect = self.analyzer, self.expect
+        s = an.summary()
+        s["cards_seen"] = an.cards_seen
+        s["host_only"] = self.host_only
+        s["source"] = self.source
+        s["clock"] = self.clock
+        s["wall_s"] = None if wall_s is None else round(wall_s, 3)
+        if self.engine_check is not None:
+            groups = (expect or {}).get("groups") or [{}]
+            s["engine_log"], finding = self.engine_check(groups[0].get("cards") or [], self.profile)
+            if finding is not None:
+                s["verify"]["findings"].append(finding)
+                s["verify"]["status"] = "failed"
+        s["plan"] = (expect or {}).get("source")
+        s["notes"] = self.header.get("notes", [])
+        return s
