@@ -95,6 +95,9 @@ def _tput(w: dict) -> str:
 
 
 def markdown(rep: dict, intro: list[str] | None = None) -> str:
+    """The report as Markdown: its header, then each section (report/sections.py)."""
+    from nodeledger.report.sections import sections
+
     m = rep["machine"]
     L = [f"# Capacity report: {m['name']}", ""]
     L += [f"> {line}" for line in intro or []]
@@ -105,48 +108,8 @@ def markdown(rep: dict, intro: list[str] | None = None) -> str:
         f"_{m['description']}_",
         "",
     ]
-    L += ["## Workloads", "",
-          "| workload | tier | binds | figure | field notes |", "|---|---|---|---|---|"]  # fmt: skip
-    for r in rep["workloads"]:
-        L.append(f"| {r['id']} | **{r['tier_name']}** | {r['binding'] or ''} | "
-                 f"{binding_figure(r).replace('|', '/')} | {expect_note(r)} |")  # fmt: skip
-    L += [""]
-    L += [f"- {text} — {', '.join(ids)}" for text, ids in caveats(rep)]
-    for r in rep["workloads"]:
-        if r.get("claim") and r.get("model_state"):
-            L.append(f"- {r['id']}: claim: {r['claim']}. Ledger: "
-                     f"{state_line(r['model_state'], r.get('framework'), r.get('claim_check'))}")  # fmt: skip
-    L += ["", "### Every workload's reason", "", "| workload | reason (numbers) |", "|---|---|"]
-    for r in rep["workloads"]:
-        L.append(f"| {r['id']} — {r['title']} | {r['reason'].replace('|', '/')} |")
-    L += ["", "## Bottleneck ranking", "",
-          "| resource | cannot | tight | worst demand / capacity (memory: used / size; links, network: traffic / compute time) | unknown | workloads |",
-          "|---|---|---|---|---|---|"]  # fmt: skip
-    for b in rep["bottlenecks"]:
-        ratio = "" if b["worst_ratio"] is None else f"{b['worst_ratio']:.0%}"
-        L.append(f"| {b['resource']} | {b['cannot']} | {b['tight']} | {ratio} | {b['unknown']} | "
-                 f"{', '.join(b['workloads'])} |")  # fmt: skip
-    s = rep["serving"]
-    L += [
-        "",
-        f"## Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free)",
-        "",
-    ]
-    L += [f"- {line}" for line in serving_lines(rep)]
-    L += ["", "## Host RAM: big loads at once", ""]
-    for h in rep["host_loads"]:
-        L.append(f"- {h['model']}: {h['max_concurrent']} at once (hard limit), "
-                 f"{h['max_without_tight']} without entering tight; {h['reason']}")  # fmt: skip
-        if h.get("load_times"):
-            L.append(f"  - {load_line(h['load_times'])}")
-    L += ["", "## Links and network", ""]
-    for lk in rep["links"]:
-        L.append(f"- {lk['id']} ({lk['basis']}): {lk['reason']}")
-    so = rep["scale_out"]
-    L += ["", f"## Scale-out verdict: {so['verdict']}", ""]
-    for i, c in enumerate(so["criteria"], 1):
-        L.append(f"{i}. {c['criterion']}: **{'holds' if c['holds'] else 'does not hold'}**")
-        L += [f"   - {e}" for e in c["evidence"]]
+    for sec in sections(rep):
+        L += sec.markdown()
     L += ["", "Sources: every figure comes from the ledger (`nodeledger fit` for one workload "
           "shows each item with its formula); link figures from ledger/comm.py.", ""]  # fmt: skip
     return "\n".join(L)
@@ -386,9 +349,11 @@ def binding_figure(r: dict) -> str:
 
 
 def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> str:
-    """One self-contained page, answer first: the verdict and the counts, one line per
-    workload, each caveat once, the card-memory and host-RAM stacks, then the details (every
-    reason whole folded in a <details>)."""
+    """One self-contained page, answer first: the verdict and the counts, then each section
+    (report/sections.py: one line per workload, each caveat once, the card-memory and host-RAM
+    stacks, every reason whole folded in a <details>, the link matrix ...)."""
+    from nodeledger.report.sections import sections
+
     m = rep["machine"]
     so = rep["scale_out"]
     P = ["<!doctype html><html><head><meta charset='utf-8'>",
@@ -400,63 +365,8 @@ def html(rep: dict, machine: MachineProfile, intro: list[str] | None = None) -> 
     caveat = (rep.get("runtime") or {}).get("caveat")
     if caveat:
         P.append(f"<p class='small'>Every card figure: {escape(caveat)}.</p>")
-    P.append("<h2>Workloads</h2><table><tr><th>workload</th><th>tier</th><th>binds</th>"
-             "<th>figure</th><th>field notes</th></tr>")  # fmt: skip
-    for r in rep["workloads"]:
-        c = TIER_COLOUR[r["tier_name"]]
-        P.append(f"<tr><td><b>{escape(r['id'])}</b></td>"
-                 f"<td><span class='tier' style='background:{c}'>{r['tier_name']}</span></td>"
-                 f"<td>{escape(r['binding'] or '')}</td><td>{escape(binding_figure(r))}</td>"
-                 f"<td>{escape(expect_note(r))}</td></tr>")  # fmt: skip
-    P.append("</table><ul class='small'>")
-    for text, ids in caveats(rep):
-        P.append(f"<li>{escape(text)} — {escape(', '.join(ids))}</li>")
-    P.append("</ul>")
-    P.append(
-        "<h2>Card memory and host RAM per workload</h2>" + _stacks_svg(rep["workloads"], machine)
-    )
-    for r in rep["workloads"]:
-        if r.get("claim") and r.get("model_state"):
-            P.append(f"<p class='small'><b>{escape(r['id'])}</b>: claim: {escape(r['claim'])}. Ledger: "
-                     f"{escape(state_line(r['model_state'], r.get('framework'), r.get('claim_check')))}</p>")  # fmt: skip
-    P.append("<details><summary>Every workload's reason, whole</summary><table><tr><th>workload</th>"
-             "<th>reason (numbers)</th></tr>")  # fmt: skip
-    for r in rep["workloads"]:
-        P.append(f"<tr><td><b>{escape(r['id'])}</b><br><span class='small'>{escape(r['title'])}</span></td>"
-                 f"<td>{escape(r['reason'])}</td></tr>")  # fmt: skip
-    P.append("</table></details>")
-    P.append("<h2>Card-to-card links</h2>" + _matrix_svg(machine))
-    P.append("<h2>Bottleneck ranking</h2><table><tr><th>resource</th><th>cannot</th><th>tight</th>"
-             "<th>worst demand / capacity (memory: used / size; links, network: traffic / compute time)</th><th>unknown</th><th>workloads</th></tr>")  # fmt: skip
-    for b in rep["bottlenecks"]:
-        ratio = "" if b["worst_ratio"] is None else f"{b['worst_ratio']:.0%}"
-        P.append(f"<tr><td>{b['resource']}</td><td>{b['cannot']}</td><td>{b['tight']}</td>"
-                 f"<td>{ratio}</td><td>{b['unknown']}</td><td>{escape(', '.join(b['workloads']))}</td></tr>")  # fmt: skip
-    P.append("</table>")
-    s = rep["serving"]
-    total = sum(w["total_sequences"] or 0 for w in s["workloads"])
-    P.append(
-        f"<h2>Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards free)</h2>"
-        f"<details><summary>{len(s['workloads'])} serving workloads on {s['business_cards']} business "
-        f"cards; up to {total:,} sequences in all at their contexts</summary><ul>"
-    )
-    P += [f"<li>{escape(line)}</li>" for line in serving_lines(rep)]
-    P.append("</ul></details><h2>Host RAM: big loads at once</h2><ul>")
-    for h in rep["host_loads"]:
-        P.append(f"<li>{escape(h['model'])}: {h['max_concurrent']} at once, {h['max_without_tight']} "
-                 f"without entering tight; {escape(h['reason'])}"
-                 + (f"<br>{escape(load_line(h['load_times']))}" if h.get("load_times") else "")
-                 + "</li>")  # fmt: skip
-    P.append(f"</ul><h2>Links and network</h2><details><summary>{len(rep['links'])} workloads "
-             "that move data between cards or machines: traffic per token against the compute it "
-             "hides behind</summary><ul>")  # fmt: skip
-    P += [f"<li><b>{escape(lk['id'])}</b> ({escape(lk['basis'])}): {escape(lk['reason'])}</li>"
-          for lk in rep["links"]]  # fmt: skip
-    P.append(f"</ul></details><h2>Scale-out verdict</h2><p class='verdict{' buy' if so['buy_second_machine'] else ''}'>"
-             f"{escape(_cap(so['verdict']))}</p><ol>")  # fmt: skip
-    for c in so["criteria"]:
-        P.append(f"<li>{escape(c['criterion'])}: <b>{'holds' if c['holds'] else 'does not hold'}</b><ul>"
-                 + "".join(f"<li>{escape(e)}</li>" for e in c["evidence"]) + "</ul></li>")  # fmt: skip
-    P.append("</ol><p class='small'>Generated by nodeledger; every figure comes from the ledger "
+    for sec in sections(rep, machine):
+        P += sec.html()
+    P.append("<p class='small'>Generated by nodeledger; every figure comes from the ledger "
              "(`nodeledger fit` shows each item with its formula and source).</p></body></html>")  # fmt: skip
     return "".join(P)

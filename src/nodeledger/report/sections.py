@@ -1,0 +1,291 @@
+"""The capacity report's sections, each one class that renders itself to the terminal (rich),
+to Markdown and to HTML.  The three documents (``terminal.terminal``, ``render.markdown``,
+``render.html``) are their header and these sections in order; a new section is one class here
+and one entry in ``SECTIONS``.  A section reads its slice of the report (``capacity_report``'s
+dict, which ``report --format json`` prints unchanged); a format it has nothing for renders
+nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape as h
+from typing import Any
+
+from rich.markup import escape as rx
+from rich.table import Table
+
+from nodeledger.report import render as R
+
+TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
+
+
+@dataclass
+class Section:
+    rep: dict[str, Any]
+    machine: Any = None  # the MachineProfile, for the HTML charts
+
+    def terminal(self, con, details: bool = False) -> None:
+        """Print the section on ``con`` (rich)."""
+
+    def markdown(self) -> list[str]:
+        return []
+
+    def html(self) -> list[str]:
+        return []
+
+
+def _claims(rep: dict) -> list[tuple[dict, str]]:
+    """(workload, the ledger's line) for each workload that carries a claim from the notes."""
+    return [(r, R.state_line(r["model_state"], r.get("framework"), r.get("claim_check")))
+            for r in rep["workloads"] if r.get("claim") and r.get("model_state")]  # fmt: skip
+
+
+class Workloads(Section):
+    """One line per workload (tier, what binds, its figure, the field notes' expectation), each
+    caveat once with its rows, the claims checked, every reason whole (terminal: ``--details``)."""
+
+    def terminal(self, con, details: bool = False) -> None:
+        rep = self.rep
+        if details:
+            t = Table(title="Workloads", show_lines=False)
+            for col in ("workload", "tier", "binds",
+                        "reason (numbers; `nodeledger fit` shows every item)", "field notes"):  # fmt: skip
+                t.add_column(col)
+            for r in rep["workloads"]:
+                tier = r["tier_name"]
+                t.add_row(rx(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", r["binding"] or "",
+                          r["reason"] + (f"\n{r['lifeboat']}" if r.get("lifeboat") else ""),
+                          R.expect_note(r))  # fmt: skip
+            con.print(t)
+        else:
+            t = Table(title="Workloads (`--details`: every reason; `nodeledger fit`: every item)")
+            for col in ("workload", "tier", "binds", "figure", "field notes"):
+                t.add_column(col, no_wrap=col in ("workload", "tier"))
+            for r in rep["workloads"]:
+                tier = r["tier_name"]
+                exp = r.get("expect")
+                notes = (
+                    ""
+                    if not exp
+                    else (f"{exp} (agrees)" if r.get("agrees") else f"{exp} (differs)")
+                )
+                t.add_row(rx(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", r["binding"] or "",
+                          rx(R.binding_figure(r)), notes)  # fmt: skip
+            con.print(t)
+            for text, ids in R.caveats(rep):
+                rows = (
+                    ", ".join(ids) if len(ids) <= 4 else f"{len(ids)} workloads: {', '.join(ids)}"
+                )
+                con.print(f"  {text} — {rows}", markup=False, highlight=False)
+        for r, line in _claims(rep):
+            con.print(f"{r['id']}: claim: {r['claim']}.\n  ledger: {line}", markup=False)
+
+    def markdown(self) -> list[str]:
+        rep = self.rep
+        L = ["## Workloads", "",
+             "| workload | tier | binds | figure | field notes |", "|---|---|---|---|---|"]  # fmt: skip
+        for r in rep["workloads"]:
+            L.append(f"| {r['id']} | **{r['tier_name']}** | {r['binding'] or ''} | "
+                     f"{R.binding_figure(r).replace('|', '/')} | {R.expect_note(r)} |")  # fmt: skip
+        L += [""]
+        L += [f"- {text} — {', '.join(ids)}" for text, ids in R.caveats(rep)]
+        L += [f"- {r['id']}: claim: {r['claim']}. Ledger: {line}" for r, line in _claims(rep)]
+        L += ["", "### Every workload's reason", "", "| workload | reason (numbers) |", "|---|---|"]
+        for r in rep["workloads"]:
+            L.append(f"| {r['id']} — {r['title']} | {r['reason'].replace('|', '/')} |")
+        return L
+
+    def html(self) -> list[str]:
+        rep = self.rep
+        P = ["<h2>Workloads</h2><table><tr><th>workload</th><th>tier</th><th>binds</th>"
+             "<th>figure</th><th>field notes</th></tr>"]  # fmt: skip
+        for r in rep["workloads"]:
+            c = R.TIER_COLOUR[r["tier_name"]]
+            P.append(f"<tr><td><b>{h(r['id'])}</b></td>"
+                     f"<td><span class='tier' style='background:{c}'>{r['tier_name']}</span></td>"
+                     f"<td>{h(r['binding'] or '')}</td><td>{h(R.binding_figure(r))}</td>"
+                     f"<td>{h(R.expect_note(r))}</td></tr>")  # fmt: skip
+        P.append("</table><ul class='small'>")
+        for text, ids in R.caveats(rep):
+            P.append(f"<li>{h(text)} — {h(', '.join(ids))}</li>")
+        P.append("</ul>")
+        P.append("<h2>Card memory and host RAM per workload</h2>"
+                 + R._stacks_svg(rep["workloads"], self.machine))  # fmt: skip
+        for r, line in _claims(rep):
+            P.append(f"<p class='small'><b>{h(r['id'])}</b>: claim: {h(r['claim'])}. Ledger: "
+                     f"{h(line)}</p>")  # fmt: skip
+        P.append("<details><summary>Every workload's reason, whole</summary><table><tr><th>workload</th>"
+                 "<th>reason (numbers)</th></tr>")  # fmt: skip
+        for r in rep["workloads"]:
+            P.append(f"<tr><td><b>{h(r['id'])}</b><br><span class='small'>{h(r['title'])}</span></td>"
+                     f"<td>{h(r['reason'])}</td></tr>")  # fmt: skip
+        P.append("</table></details>")
+        return P
+
+
+class CardLinks(Section):
+    """The card-to-card link matrix (HTML: a heat map)."""
+
+    def html(self) -> list[str]:
+        return ["<h2>Card-to-card links</h2>" + R._matrix_svg(self.machine)]
+
+
+class Bottlenecks(Section):
+    """Which resource binds how many workloads, and its worst demand against its capacity."""
+
+    COLUMN = ("worst demand / capacity (memory: used / size; links, network: traffic / compute "
+              "time)")  # fmt: skip
+
+    def _rows(self):
+        for b in self.rep["bottlenecks"]:
+            yield b, "" if b["worst_ratio"] is None else f"{b['worst_ratio']:.0%}"
+
+    def terminal(self, con, details: bool = False) -> None:
+        t = Table(title="Bottleneck ranking (workloads each resource binds)")
+        for col in ("resource", "cannot", "tight", self.COLUMN, "unknown"):
+            t.add_column(col)
+        for b, ratio in self._rows():
+            t.add_row(b["resource"], str(b["cannot"]), str(b["tight"]), ratio, str(b["unknown"]))
+        con.print(t)
+
+    def markdown(self) -> list[str]:
+        L = ["", "## Bottleneck ranking", "",
+             f"| resource | cannot | tight | {self.COLUMN} | unknown | workloads |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+        for b, ratio in self._rows():
+            L.append(f"| {b['resource']} | {b['cannot']} | {b['tight']} | {ratio} | {b['unknown']} | "
+                     f"{', '.join(b['workloads'])} |")  # fmt: skip
+        return L
+
+    def html(self) -> list[str]:
+        P = ["<h2>Bottleneck ranking</h2><table><tr><th>resource</th><th>cannot</th><th>tight</th>"
+             f"<th>{self.COLUMN}</th><th>unknown</th><th>workloads</th></tr>"]  # fmt: skip
+        for b, ratio in self._rows():
+            P.append(f"<tr><td>{b['resource']}</td><td>{b['cannot']}</td><td>{b['tight']}</td>"
+                     f"<td>{ratio}</td><td>{b['unknown']}</td><td>{h(', '.join(b['workloads']))}</td></tr>")  # fmt: skip
+        P.append("</table>")
+        return P
+
+
+class Serving(Section):
+    """Serving capacity with the lifeboat card kept free."""
+
+    def terminal(self, con, details: bool = False) -> None:
+        s = self.rep["serving"]
+        con.print(f"Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free):")
+        for line in R.serving_lines(self.rep):
+            con.print(f"  {line}", markup=False)
+
+    def markdown(self) -> list[str]:
+        s = self.rep["serving"]
+        L = [
+            "",
+            f"## Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free)",
+            "",
+        ]
+        return L + [f"- {line}" for line in R.serving_lines(self.rep)]
+
+    def html(self) -> list[str]:
+        s = self.rep["serving"]
+        total = sum(w["total_sequences"] or 0 for w in s["workloads"])
+        P = [f"<h2>Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards free)</h2>"
+             f"<details><summary>{len(s['workloads'])} serving workloads on {s['business_cards']} business "
+             f"cards; up to {total:,} sequences in all at their contexts</summary><ul>"]  # fmt: skip
+        P += [f"<li>{h(line)}</li>" for line in R.serving_lines(self.rep)]
+        P.append("</ul></details>")
+        return P
+
+
+class HostLoads(Section):
+    """How many big loads host RAM takes at once."""
+
+    def terminal(self, con, details: bool = False) -> None:
+        con.print("Host RAM, big loads at once:")
+        for x in self.rep["host_loads"]:
+            con.print(f"  {x['model']}: {x['max_concurrent']} at once (hard limit), "
+                      f"{x['max_without_tight']} without entering tight; {x['reason']}", markup=False)  # fmt: skip
+            if x.get("load_times"):
+                con.print(f"    {R.load_line(x['load_times'])}", markup=False)
+
+    def markdown(self) -> list[str]:
+        L = ["", "## Host RAM: big loads at once", ""]
+        for x in self.rep["host_loads"]:
+            L.append(f"- {x['model']}: {x['max_concurrent']} at once (hard limit), "
+                     f"{x['max_without_tight']} without entering tight; {x['reason']}")  # fmt: skip
+            if x.get("load_times"):
+                L.append(f"  - {R.load_line(x['load_times'])}")
+        return L
+
+    def html(self) -> list[str]:
+        P = ["<h2>Host RAM: big loads at once</h2><ul>"]
+        for x in self.rep["host_loads"]:
+            P.append(f"<li>{h(x['model'])}: {x['max_concurrent']} at once, {x['max_without_tight']} "
+                     f"without entering tight; {h(x['reason'])}"
+                     + (f"<br>{h(R.load_line(x['load_times']))}" if x.get("load_times") else "")
+                     + "</li>")  # fmt: skip
+        P.append("</ul>")
+        return P
+
+
+class Links(Section):
+    """Each workload's traffic between cards or machines against the compute it hides behind."""
+
+    def terminal(self, con, details: bool = False) -> None:
+        con.print("Links and network:")
+        for lk in self.rep["links"]:
+            con.print(f"  {lk['id']} ({lk['basis']}): {lk['reason']}", markup=False)
+
+    def markdown(self) -> list[str]:
+        L = ["", "## Links and network", ""]
+        return L + [f"- {lk['id']} ({lk['basis']}): {lk['reason']}" for lk in self.rep["links"]]
+
+    def html(self) -> list[str]:
+        links = self.rep["links"]
+        P = [f"<h2>Links and network</h2><details><summary>{len(links)} workloads "
+             "that move data between cards or machines: traffic per token against the compute it "
+             "hides behind</summary><ul>"]  # fmt: skip
+        P += [
+            f"<li><b>{h(lk['id'])}</b> ({h(lk['basis'])}): {h(lk['reason'])}</li>" for lk in links
+        ]
+        P.append("</ul></details>")
+        return P
+
+
+class ScaleOut(Section):
+    """When a second machine is justified: the verdict and each criterion with its evidence."""
+
+    def terminal(self, con, details: bool = False) -> None:
+        so = self.rep["scale_out"]
+        con.print(f"Scale-out verdict: {so['verdict']}", markup=False)
+        for i, c in enumerate(so["criteria"], 1):
+            con.print(f"  {i}. {c['criterion']}: {'holds' if c['holds'] else 'does not hold'}",
+                      markup=False)  # fmt: skip
+            for e in c["evidence"]:
+                con.print(f"     - {e}", markup=False)
+
+    def markdown(self) -> list[str]:
+        so = self.rep["scale_out"]
+        L = ["", f"## Scale-out verdict: {so['verdict']}", ""]
+        for i, c in enumerate(so["criteria"], 1):
+            L.append(f"{i}. {c['criterion']}: **{'holds' if c['holds'] else 'does not hold'}**")
+            L += [f"   - {e}" for e in c["evidence"]]
+        return L
+
+    def html(self) -> list[str]:
+        so = self.rep["scale_out"]
+        P = [f"<h2>Scale-out verdict</h2><p class='verdict{' buy' if so['buy_second_machine'] else ''}'>"
+             f"{h(R._cap(so['verdict']))}</p><ol>"]  # fmt: skip
+        for c in so["criteria"]:
+            P.append(f"<li>{h(c['criterion'])}: <b>{'holds' if c['holds'] else 'does not hold'}</b><ul>"
+                     + "".join(f"<li>{h(e)}</li>" for e in c["evidence"]) + "</ul></li>")  # fmt: skip
+        P.append("</ol>")
+        return P
+
+
+# the report's sections in the order every format prints them
+SECTIONS: tuple[type[Section], ...] = (Workloads, CardLinks, Bottlenecks, Serving, HostLoads,
+                                       Links, ScaleOut)  # fmt: skip
+
+
+def sections(rep: dict, machine: Any = None) -> list[Section]:
+    return [cls(rep, machine) for cls in SECTIONS]
