@@ -8,8 +8,8 @@ import io
 from rich.console import Console
 
 from nodeledger.machine import resolve_machine
-from nodeledger.report import render, sections
-from nodeledger.report.terminal import terminal
+from nodeledger.report import documents, sections
+from nodeledger.report.documents import terminal
 from nodeledger.report.usecase import CapacityRequest, assess_capacity
 
 
@@ -29,8 +29,8 @@ class Power(sections.Section):
 def _documents(ans) -> tuple[str, str, str]:
     buf = io.StringIO()
     terminal(Console(file=buf, width=120, no_color=True), ans.report, ans.intro)
-    return (buf.getvalue(), render.markdown(ans.report, ans.intro),
-            render.html(ans.report, ans.profile, ans.intro))  # fmt: skip
+    return (buf.getvalue(), documents.markdown(ans.report, ans.intro),
+            documents.html(ans.report, ans.profile, ans.intro))  # fmt: skip
 
 
 def test_a_new_section_is_one_class(monkeypatch):

@@ -98,7 +98,7 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, d
     Exit: the worst tier among the workloads that do not turn out as their catalogue entry
     expects (0 can, 1 tight or unknown, 3 cannot; a workload expected to be "cannot" that is
     cannot does not fail the report); --no-fail: 0 whatever the verdicts; 2 bad input."""
-    from nodeledger.report import render
+    from nodeledger.report import documents
     from nodeledger.report.usecase import CapacityRequest, assess_capacity
 
     fmt = "json" if as_json else _pick_format(fmt, output)
@@ -107,9 +107,9 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, d
     if fmt == "json":
         _write(json.dumps(ans.to_json(), indent=2, default=str), output)
     elif fmt == "md":
-        _write(render.markdown(rep, intro), output)
+        _write(documents.markdown(rep, intro), output)
     elif fmt == "html":
-        _write(render.html(rep, ans.profile, intro), output)
+        _write(documents.html(rep, ans.profile, intro), output)
     else:
         _render_report(rep, intro, output, details)
     tier, why = ans.tier, ans.why
@@ -146,7 +146,7 @@ def _terminal_done(af: atomic.AtomicText | None, output: Path | None, ok: bool) 
 
 
 def _render_report(rep: dict, intro: list[str], output: Path | None, details: bool = False) -> None:
-    from nodeledger.report.terminal import terminal
+    from nodeledger.report.documents import terminal
 
     fh, con = _terminal_out(output)
     try:
@@ -216,7 +216,7 @@ def _binding_note(cell: dict) -> str:
 def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
     from rich.table import Table
 
-    from nodeledger.report.terminal import TIER_STYLE
+    from nodeledger.report.sections import TIER_STYLE
 
     t = Table(title=f"Workloads ({src})")
     t.add_column("workload")
