@@ -98,7 +98,6 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, d
     Exit: the worst tier among the workloads that do not turn out as their catalogue entry
     expects (0 can, 1 tight or unknown, 3 cannot; a workload expected to be "cannot" that is
     cannot does not fail the report); --no-fail: 0 whatever the verdicts; 2 bad input."""
-    from nodeledger.report import documents
     from nodeledger.report.usecase import CapacityRequest, assess_capacity
 
     fmt = "json" if as_json else _pick_format(fmt, output)
@@ -106,10 +105,15 @@ def report(machine=None, workloads=None, fmt=None, output=None, lifeboat=None, d
     rep, intro = ans.report, ans.intro
     if fmt == "json":
         _write(json.dumps(ans.to_json(), indent=2, default=str), output)
-    elif fmt == "md":
-        _write(documents.markdown(rep, intro), output)
-    elif fmt == "html":
-        _write(documents.html(rep, ans.profile, intro), output)
+    elif fmt in ("md", "html"):
+        from nodeledger.report import documents  # (rich's tables only for the other formats)
+
+        text = (
+            documents.markdown(rep, intro)
+            if fmt == "md"
+            else documents.html(rep, ans.profile, intro)
+        )
+        _write(text, output)
     else:
         _render_report(rep, intro, output, details)
     tier, why = ans.tier, ans.why
