@@ -56,6 +56,13 @@ def test_bad_input_raises_the_commands_error_and_prints_nothing(capsys):
         nodeledger.fit("llama-3.1-8b", tpp=2)
     with pytest.raises(NodeledgerError, match="not found"):
         nodeledger.fit("no-such-model-anywhere")
+    # the options that do not go together are refused as the command refuses them
+    with pytest.raises(NodeledgerError, match="--request-rate applies to --job serve"):
+        nodeledger.fit("llama-3.1-8b", job="train", request_rate=3.0)
+    with pytest.raises(NodeledgerError, match="--lifeboat applies to --search"):
+        nodeledger.fit("llama-3.1-8b", lifeboat=2)
+    with pytest.raises(NodeledgerError, match="--from-engine-log applies to --job serve --engine"):
+        nodeledger.fit("llama-3.1-8b", engine_log="x.log")
     assert capsys.readouterr() == ("", "")
 
 

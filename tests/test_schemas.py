@@ -31,11 +31,17 @@ def test_the_shipped_schema_is_generated_from_the_types():
 def test_fit_json_validates_against_its_types(args):
     d = cli_json("fit", *args, "--no-fail")
     assert d["schema_version"] == SCHEMA_VERSION
-    TypeAdapter(FitJSON).validate_python(d)
+    TypeAdapter(FitJSON).validate_json(json.dumps(d), strict=True)  # no coercion: types as printed
 
 
 def test_a_changed_key_fails_validation():
     d = cli_json("fit", "llama-3.1-8b", "--machine", "dgx-h100", "--no-fail")
-    d["host"]["peak_bytes"] = "a lot"
+    for key, bad in (("peak_bytes", "a lot"), ("peak_bytes", "123"), ("capacity_bytes", 1.5)):
+        broken = json.loads(json.dumps(d))
+        broken["host"][key] = bad
+        with pytest.raises(ValidationError):
+            TypeAdapter(FitJSON).validate_json(json.dumps(broken), strict=True)
+    renamed = json.loads(json.dumps(d))
+    renamed["host"]["peak"] = renamed["host"].pop("peak_bytes")
     with pytest.raises(ValidationError):
-        TypeAdapter(FitJSON).validate_python(d)
+        TypeAdapter(FitJSON).validate_json(json.dumps(renamed), strict=True)

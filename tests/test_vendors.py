@@ -70,6 +70,24 @@ def test_builtin_vendors_in_their_order():
     assert of_backend("npu-smi").name == "huawei" and of_backend("fake:dead-owner") is None
 
 
+def test_a_vendor_that_is_not_a_name_gets_the_same_words():
+    for bad in (3, None, "NVIDIA"):
+        with pytest.raises(
+            ValueError, match="Input should be 'nvidia', 'amd', 'hygon', 'huawei' or"
+        ):
+            Accelerator.model_validate({"index": 0, "vendor": bad, "product": "x"})
+
+
+def test_a_vendor_name_cannot_shadow_str():
+    from nodeledger.machine.vendors import VendorSpec, register
+
+    for name in ("value", "title", "Acme", "a b"):
+        with pytest.raises(ValueError, match="lower-case identifier"):
+            register(VendorSpec(name=name, label="x", runtime="x", launch_visible="X",
+                                device_file="/dev/x{i}", k8s_resource="x/y"))  # fmt: skip
+    assert Vendor.nvidia.value == "nvidia"
+
+
 def test_unknown_vendor_refused_until_its_module_registers_it(acme):
     unregister("acme")
     with pytest.raises(ValueError, match="Input should be 'nvidia', 'amd'"):
@@ -99,9 +117,13 @@ def test_place_and_its_exports_take_the_vendors_names(acme):
 
 
 def test_shared_card_note_is_the_vendors(acme):
-    res = _plan(_acme_box(), share=True)
-    notes = {r["note"] for r in res["replicas"] if r["shared"]}
-    assert notes <= {acme.share_note} and (notes or not any(r["shared"] for r in res["replicas"]))
+    # 10 small replicas on 7 business cards: three share a card
+    ws = parse_catalogue(PLAN.replace("qwen3-8b", "qwen3-0.6b").replace("replicas = 3",
+                                                                          "replicas = 10"), "t")  # fmt: skip
+    res = plan(_acme_box(), ws, {w.model: load_model(w.model)[0] for w in ws}, share=True)
+    shared = [r for r in res["replicas"] if r["shared"]]
+    assert len(shared) >= 1
+    assert {r["note"] for r in shared} == {acme.share_note}
 
 
 def test_preflight_identity_daemonset_and_exporter(acme):

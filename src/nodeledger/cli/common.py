@@ -100,13 +100,6 @@ def ranges(indices) -> str:
     return compress_cpus(sorted(indices))
 
 
-def report_machine(machine: str | None) -> tuple[Any, list[str]]:
-    """The machine of a report-like command, with its intro line (machine.resolve)."""
-    from nodeledger.machine.resolve import machine_with_intro
-
-    return machine_with_intro(machine)
-
-
 def catalogue(workloads: str | None):
     """(workloads, specs, source) of a workload catalogue (report.usecase)."""
     from nodeledger.report.usecase import catalogue as load

@@ -16,7 +16,6 @@ from nodeledger.cli.common import (
     verdict_exit,
 )
 from nodeledger.cli.options import job_options, json_option, no_fail_option, online_option
-from nodeledger.errors import NodeledgerError
 
 # ---------------------------------------------------------------------------------------
 # fit: the memory ledger of one job
@@ -100,22 +99,6 @@ def fit_cmd(
     """Account every byte of one job on each card and in host RAM; say whether it fits.
     Exit 0 fits, 1 tight (or unknown), 3 cannot, 2 bad input; --no-fail: 0 whatever the verdict."""
     opts = job_opts
-    if lifeboat is not None and not search:
-        raise NodeledgerError("--lifeboat applies to --search")
-    bench_given = [n for n, v in (("--request-rate", request_rate), ("--num-prompts", num_prompts),
-                                  ("--dataset", dataset), ("--slo-ttft-p99", slo_ttft),
-                                  ("--slo-tpot-p99", slo_tpot)) if v is not None]  # fmt: skip
-    if bench_given and job != "serve":
-        raise NodeledgerError(f"{bench_given[0]} applies to --job serve")
-    engine = opts.get("engine") or "hf"
-    from nodeledger.ledger.jobs import ENGINE_TRAITS
-
-    if engine_log is not None and (
-        job != "serve" or not ENGINE_TRAITS.get(engine, ENGINE_TRAITS["hf"]).start_log
-    ):
-        raise NodeledgerError(
-            "--from-engine-log applies to --job serve --engine vllm or --engine sglang"
-        )
     from nodeledger.verdict.assess import FitRequest, assess_fit
 
     report = assess_fit(

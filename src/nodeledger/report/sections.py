@@ -1,6 +1,6 @@
 """The capacity report's sections, each one class that renders itself to the terminal (rich),
-to Markdown and to HTML.  The three documents (``terminal.terminal``, ``render.markdown``,
-``render.html``) are their header and these sections in order; a new section is one class here
+to Markdown and to HTML.  The three documents (report/documents.py: ``terminal``,
+``markdown``, ``html``) are their header and these sections in order; a new section is one class here
 and one entry in ``SECTIONS``.  A section reads its slice of the report (``capacity_report``'s
 dict, which ``report --format json`` prints unchanged); a format it has nothing for renders
 nothing."""
@@ -11,10 +11,22 @@ from dataclasses import dataclass
 from html import escape as h
 from typing import Any
 
-from rich.markup import escape as rx
-from rich.table import Table
-
 from nodeledger.report import render as R
+
+
+def rx(text: str) -> str:
+    """Text for a rich markup string ('[nvidia]' stays '[nvidia]'); rich is loaded only by the
+    terminal format."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def Table(*args, **kwargs):
+    from rich.table import Table as T
+
+    return T(*args, **kwargs)
+
 
 TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
 

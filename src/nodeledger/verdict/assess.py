@@ -131,8 +131,31 @@ def fit_json_schema() -> dict[str, Any]:
     return schema
 
 
+def check_request(req: FitRequest) -> None:
+    """The options that do not go together (one line each, before anything is read)."""
+    from nodeledger.errors import InputError
+    from nodeledger.ledger.jobs import ENGINE_TRAITS
+
+    if req.lifeboat is not None and not req.search:
+        raise InputError("--lifeboat applies to --search")
+    bench_given = [n for n, v in (("--request-rate", req.request_rate),
+                                  ("--num-prompts", req.num_prompts), ("--dataset", req.dataset),
+                                  ("--slo-ttft-p99", req.slo_ttft_p99_s),
+                                  ("--slo-tpot-p99", req.slo_tpot_p99_s)) if v is not None]  # fmt: skip
+    if bench_given and req.job != "serve":
+        raise InputError(f"{bench_given[0]} applies to --job serve")
+    engine = req.job_options.get("engine") or "hf"
+    if req.engine_log is not None and (
+        req.job != "serve" or not ENGINE_TRAITS.get(engine, ENGINE_TRAITS["hf"]).start_log
+    ):
+        raise InputError(
+            "--from-engine-log applies to --job serve --engine vllm or --engine sglang"
+        )
+
+
 def assess_fit(req: FitRequest) -> FitReport:
     """The whole ``fit`` pipeline for one request (see the module's docstring)."""
+    check_request(req)
     from nodeledger.ledger.build import resolve_job
     from nodeledger.ledger.jobs import ENGINE_TRAITS, build_job
     from nodeledger.ledger.runtime import provenance

@@ -408,9 +408,11 @@ class WatchSession:
         except KeyboardInterrupt:
             pass  # Ctrl-C ends the watch; the verdict follows
         finally:
-            if self._recorder:
-                self._recorder.close()
-            self._backend.close()
+            try:
+                if self._recorder:
+                    self._recorder.close()
+            finally:
+                self._backend.close()
 
     def summary(self, wall_s: float | None = None) -> dict:
         """The watch's verdict as ``watch --json`` prints it (without its exit code)."""

@@ -1,6 +1,7 @@
 """One module per card vendor (``nvidia``, ``amd``, ``hygon``, ``ascend``, ``other``), each a
 :class:`VendorSpec` registered by name; consumers ask ``spec(vendor)`` and never branch on a
-vendor's name.  Adding a vendor = one module here (+ its parsers and probe, + data)."""
+vendor's name.  Adding a vendor = one module here (+ its parsers and probe, + data; its watch
+sampler is still a class in watch/backends.py)."""
 
 from nodeledger.machine.vendors.base import (
     DEFAULT_VENDOR,

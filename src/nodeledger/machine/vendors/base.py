@@ -9,6 +9,7 @@ name as a machine profile stores it: a ``str`` that must be a registered vendor'
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +47,9 @@ class Vendor(str):
                 "enum", "Input should be {expected}", {"expected": names_text()}
             )
 
-        return core_schema.no_info_after_validator_function(
-            check, core_schema.str_schema(), serialization=core_schema.to_string_ser_schema()
+        # any input type gets the Enum's words (a number or null as well as an unknown name)
+        return core_schema.no_info_plain_validator_function(
+            check, serialization=core_schema.to_string_ser_schema()
         )
 
     @classmethod
@@ -87,14 +89,14 @@ class VendorSpec:
     runtime: str  # the card runtime's name: CUDA, ROCm, DTK, CANN
     # the variable a launcher sets to pin a process to its cards (place, run, doctor --job)
     launch_visible: str
+    device_file: str  # the card's /dev node (gres.conf File=): {i} card index, {r} render minor
+    k8s_resource: str  # the device plugin's extended resource (a Pod's limits)
     # the variables that filter the cards a process sees, in the order the runtime applies them
     visible_filters: tuple[str, ...] = ()
     index_name: str | None = None  # what a process's card index is called ("CUDA index")
     # the variable that sets the runtime's card order (None: the runtime takes PCI order)
     device_order_env: str | None = None
     launch_env: tuple[tuple[str, str], ...] = ()  # more variables a launch line sets
-    device_file: str | None = None  # the card's /dev node: {i} card index, {r} render minor
-    k8s_resource: str | None = None  # the device plugin's extended resource
     dra_class: str | None = None  # the DRA driver's DeviceClass / attribute domain
     share_note: str = "shares its card with another replica"
     # lines an sbatch script runs before srun to give the runtime its cards (Slurm sets
@@ -150,7 +152,12 @@ DEFAULT_VENDOR = "nvidia"
 
 
 def register(vs: VendorSpec) -> VendorSpec:
-    """Add (or replace) a vendor; ``Vendor.<name>`` then names it."""
+    """Add (or replace) a vendor; ``Vendor.<name>`` then names it.  A name must be a lower-case
+    identifier that is not an attribute of ``str`` or ``Vendor`` (``value``, ``title`` ...)."""
+    allowed = vs.name in _REGISTRY or not hasattr(Vendor, vs.name)
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", vs.name) or not allowed:
+        raise ValueError(f"vendor name {vs.name!r}: a lower-case identifier that is not an "
+                         "attribute of str (e.g. 'value', 'title') is needed")  # fmt: skip
     _REGISTRY[vs.name] = vs
     setattr(Vendor, vs.name, str.__new__(Vendor, vs.name))
     return vs
