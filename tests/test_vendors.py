@@ -170,6 +170,19 @@ def test_the_live_probe_runs_the_vendors_card_probe(acme, tmp_path):
     assert probe_machine(Runner(root=tmp_path)).accelerators == []
 
 
+def test_watch_samples_the_vendors_cards_through_its_sampler(acme, tmp_path):
+    from nodeledger.machine.probe.runner import Runner
+    from nodeledger.watch.backends import backend_names, open_backend
+
+    (tmp_path / "opt" / "acme").mkdir(parents=True)
+    (tmp_path / "opt" / "acme" / "cards").write_text("Acme X1\nAcme X1\n")
+    assert backend_names()[-1] == "acme-smi"
+    for name in ("acme-smi", "auto"):  # auto: every other sampler finds nothing here
+        b = open_backend(name, runner=Runner(root=tmp_path))
+        assert b.name == "acme-smi" and [c["index"] for c in b.cards] == [0, 1]
+        assert [s["used_bytes"] for s in b.sample()] == [2**30, 2**30]
+
+
 # -- no vendor branches outside machine/vendors ------------------------------------------------
 
 VENDOR_WORDS = {"nvidia", "amd", "hygon", "huawei", "ascend"}

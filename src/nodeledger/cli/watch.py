@@ -26,6 +26,7 @@ from nodeledger.cli.common import (
 )
 from nodeledger.cli.options import job_options, json_option
 from nodeledger.errors import InputError
+from nodeledger.machine.vendors import samplers as vendor_samplers
 from nodeledger.units import GiB, gib_text
 
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
@@ -73,7 +74,8 @@ _SHARED = [
         "backend",
         default="auto",
         show_default=True,
-        help="auto | nvml | nvidia-smi | amdsmi | amd-smi | rocm-smi | hy-smi | npu-smi | fake:SCENARIO (auto: the first that lists cards, in that order). "
+        help=" | ".join(("auto", *(s.name for s in vendor_samplers()), "fake:SCENARIO"))
+        + " (auto: the first that lists cards, each vendor's library before its tool). "
         "A fake scenario is a scripted 8-card box that runs at once to its finding: "
         + _SCENARIO_HELP,
     ),

@@ -39,11 +39,49 @@ from nodeledger.machine.parsers.nvidia_query import (
 from nodeledger.machine.parsers.nvidia_smi import parse_compute_apps
 from nodeledger.machine.probe.nvml import NvmlHung, NvmlSession, as_text
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.machine.vendors import load_probe
+from nodeledger.machine.vendors import samplers as vendor_samplers
 from nodeledger.units import MiB
 from nodeledger.watch.base import Backend, WatchError
 
-BACKENDS = ("auto", "nvml", "nvidia-smi", "amdsmi", "amd-smi", "rocm-smi", "hy-smi", "npu-smi")
-__all__ = ["BACKENDS", "Backend", "WatchError", "clear_records", "open_backend"]
+__all__ = ["Backend", "WatchError", "backend_names", "clear_records", "open_backend"]
+
+
+def backend_names() -> tuple[str, ...]:
+    """``auto`` and every registered vendor's samplers (machine/vendors), in the vendors' order."""
+    return ("auto", *(s.name for s in vendor_samplers()))
+
+
+# each vendor module names its samplers' factories here (VendorSpec.samplers):
+# (name, runner, timeout) -> the backend, its cards not yet described
+
+
+def open_nvml(name: str, r: Runner, timeout: float) -> Backend:
+    if not r.live:
+        raise WatchError("NVML is asked only on live runs")
+    return NvmlBackend(timeout=timeout, runner=r)
+
+
+def open_nvidia_smi(name: str, r: Runner, timeout: float) -> Backend:
+    return NvidiaSmiBackend(r)
+
+
+def open_amdsmi(name: str, r: Runner, timeout: float) -> Backend:
+    if not r.live:
+        raise WatchError("amdsmi is asked only on live runs")
+    return AmdsmiBackend(timeout=timeout, runner=r)
+
+
+def open_amd_smi(name: str, r: Runner, timeout: float) -> Backend:
+    return AmdSmiBackend(r)
+
+
+def open_rocm_smi(name: str, r: Runner, timeout: float) -> Backend:
+    return RocmSmiBackend(name, r)  # rocm-smi, or DTK's hy-smi (the same flags and JSON)
+
+
+def open_npu_smi(name: str, r: Runner, timeout: float) -> Backend:
+    return NpuSmiBackend(r)
 
 
 def _sys_numa(r: Runner, bus: str | None) -> int | None:
@@ -504,42 +542,25 @@ def open_backend(
         from nodeledger.watch.fake import FakeBackend, scenario
 
         return FakeBackend(scenario(name.split(":", 1)[1]))
-    if name not in BACKENDS:
-        raise NodeledgerError(
-            f"--backend {name!r} is not one of {', '.join(BACKENDS)}, fake:SCENARIO"
-        )
+    known = backend_names()
+    if name not in known:
+        raise NodeledgerError(f"--backend {name!r} is not one of {', '.join(known)}, fake:SCENARIO")
     r = runner or Runner(timeout=timeout, live=True)
-    order = (
-        ("nvml", "nvidia-smi", "amdsmi", "amd-smi", "hy-smi", "rocm-smi", "npu-smi")
-        if name == "auto"
-        else (name,)
-    )
+    every = vendor_samplers()
+    order = (sorted(every, key=lambda s: s.auto_rank) if name == "auto"
+             else [s for s in every if s.name == name])  # fmt: skip
     tried = []
-    for n in order:
+    for sm in order:
+        n = sm.name
         try:
-            if n == "nvml":
-                if not r.live:
-                    raise WatchError("NVML is asked only on live runs")
-                b = NvmlBackend(timeout=timeout, runner=r)
-            elif n == "nvidia-smi":
-                b = NvidiaSmiBackend(r)
-            elif n == "amdsmi":
-                if not r.live:
-                    raise WatchError("amdsmi is asked only on live runs")
-                b = AmdsmiBackend(timeout=timeout, runner=r)
-            elif n == "amd-smi":
-                b = AmdSmiBackend(r)
-            elif n in ("rocm-smi", "hy-smi"):
-                b = RocmSmiBackend(n, r)
-            else:
-                b = NpuSmiBackend(r)
+            b = load_probe(sm.factory)(n, r, timeout)
             cards = b.describe()
             if not cards:
                 raise WatchError("no card listed")
             b.cards = cards
             return b
         except ImportError:
-            tried.append(f"{n}: {'amdsmi' if n == 'amdsmi' else 'nvidia-ml-py'} not installed")
+            tried.append(f"{n}: {sm.library or 'its library'} not installed")
         except Exception as exc:  # a vendor library's own errors (NVMLError_*) included
             tried.append(f"{n}: {str(exc)[:120]}")
         finally:

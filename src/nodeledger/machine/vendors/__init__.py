@@ -8,6 +8,7 @@ from nodeledger.machine.vendors.base import (
     ExporterNames,
     HostPath,
     ProbeContext,
+    Sampler,
     Vendor,
     VendorSpec,
     all_specs,
@@ -15,6 +16,7 @@ from nodeledger.machine.vendors.base import (
     names,
     of_backend,
     register,
+    samplers,
     spec,
     unregister,
 )
@@ -29,5 +31,20 @@ from nodeledger.machine.vendors import other  # noqa: F401
 
 # isort: on
 
-__all__ = ["DEFAULT_VENDOR", "ExporterNames", "HostPath", "ProbeContext", "Vendor", "VendorSpec",
-           "all_specs", "load_probe", "names", "of_backend", "register", "spec", "unregister"]  # fmt: skip
+__all__ = [
+    "DEFAULT_VENDOR",
+    "ExporterNames",
+    "HostPath",
+    "ProbeContext",
+    "Sampler",
+    "Vendor",
+    "VendorSpec",
+    "all_specs",
+    "load_probe",
+    "names",
+    "of_backend",
+    "register",
+    "samplers",
+    "spec",
+    "unregister",
+]  # fmt: skip

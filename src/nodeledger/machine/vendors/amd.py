@@ -1,6 +1,6 @@
 """AMD: ROCm cards (amdsmi library, amd-smi, rocm-smi)."""
 
-from nodeledger.machine.vendors.base import ExporterNames, HostPath, VendorSpec, register
+from nodeledger.machine.vendors.base import ExporterNames, HostPath, Sampler, VendorSpec, register
 
 SPEC = register(
     VendorSpec(
@@ -36,7 +36,12 @@ SPEC = register(
                 ("gpu_compute_partition_type", ""),
             ),
         ),
-        watch_backends=("amdsmi", "amd-smi", "rocm-smi"),
+        samplers=(
+            Sampler("amdsmi", "nodeledger.watch.backends:open_amdsmi", 30, library="amdsmi"),
+            Sampler("amd-smi", "nodeledger.watch.backends:open_amd_smi", 40),
+            # after Hygon's hy-smi: DTK ships a rocm-smi too, and hy-smi reads DCUs better
+            Sampler("rocm-smi", "nodeledger.watch.backends:open_rocm_smi", 60),
+        ),
         rocm_runtime=True,
         vllm_rocm_figures=True,
         default_card_class="datacenter",

@@ -1,6 +1,6 @@
 """Huawei Ascend: NPUs under CANN (npu-smi)."""
 
-from nodeledger.machine.vendors.base import ExporterNames, HostPath, VendorSpec, register
+from nodeledger.machine.vendors.base import ExporterNames, HostPath, Sampler, VendorSpec, register
 
 SPEC = register(
     VendorSpec(
@@ -38,7 +38,7 @@ SPEC = register(
             labels=(("id", "index"), ("model_name", "name"), ("vdie_id", "uuid")),
         ),
         device_label_prefix="davinci",
-        watch_backends=("npu-smi",),
+        samplers=(Sampler("npu-smi", "nodeledger.watch.backends:open_npu_smi", 70),),
         default_card_class="datacenter",
         card_probe="nodeledger.machine.probe.others:probe_ascend_cards",
         probe_tools=("npu-smi",),

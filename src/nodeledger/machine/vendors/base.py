@@ -81,6 +81,18 @@ class HostPath:
 
 
 @dataclass(frozen=True)
+class Sampler:
+    """A watch backend that samples the vendor's cards (``watch --backend NAME``)."""
+
+    name: str  # nvml, nvidia-smi, amdsmi, ...
+    # "module:function" taking (name, runner, timeout) and returning the backend (watch/base.py's
+    # Backend); a string, loaded when the backend opens (the watch layer sits above this one)
+    factory: str
+    auto_rank: int  # ``--backend auto`` tries the samplers of every vendor by this rank
+    library: str | None = None  # the Python package it needs, named when it is not installed
+
+
+@dataclass(frozen=True)
 class VendorSpec:
     """One vendor's contract.  Every text is what the vendor's own documentation names."""
 
@@ -108,7 +120,7 @@ class VendorSpec:
     exporter_env: tuple[tuple[str, str], ...] = ()
     exporter_names: ExporterNames | None = None  # None: dcgm-exporter's names
     device_label_prefix: str = "card"  # the exporter's ``device`` label: prefix + index
-    watch_backends: tuple[str, ...] = ()  # the watch / exporter samplers that read its cards
+    samplers: tuple[Sampler, ...] = ()  # the watch / exporter backends that read its cards
     # the vLLM runtime family (ROCm builds take their own attention and graph paths)
     rocm_runtime: bool = False
     # vLLM's ROCm figures (fp8 row padding, graph memory per layer) were measured on AMD cards;
@@ -192,6 +204,11 @@ def all_specs() -> tuple[VendorSpec, ...]:
 def of_backend(backend: str | None) -> VendorSpec | None:
     """The vendor whose cards a watch backend samples; None for a fake or host-only one."""
     for vs in _REGISTRY.values():
-        if backend in vs.watch_backends:
+        if any(s.name == backend for s in vs.samplers):
             return vs
     return None
+
+
+def samplers() -> tuple[Sampler, ...]:
+    """Every vendor's samplers, in the vendors' order (as ``--backend`` lists them)."""
+    return tuple(s for vs in _REGISTRY.values() for s in vs.samplers)

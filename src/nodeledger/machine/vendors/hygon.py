@@ -1,6 +1,6 @@
 """Hygon: DCU cards under DTK (hy-smi; DTK's rocm-smi)."""
 
-from nodeledger.machine.vendors.base import HostPath, VendorSpec, register
+from nodeledger.machine.vendors.base import HostPath, Sampler, VendorSpec, register
 
 SPEC = register(
     VendorSpec(
@@ -17,7 +17,7 @@ SPEC = register(
         exporter_privileged=True,
         # Hygon's DCU exporter names are not documented in a public source found: hy-smi keeps
         # dcgm-exporter's
-        watch_backends=("hy-smi",),
+        samplers=(Sampler("hy-smi", "nodeledger.watch.backends:open_rocm_smi", 50),),
         rocm_runtime=True,
         # vLLM's ROCm fp8 padding and graph memory were measured on AMD cards, not on DTK
         vllm_rocm_figures=False,

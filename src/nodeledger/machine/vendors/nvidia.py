@@ -1,6 +1,6 @@
 """NVIDIA: CUDA cards (NVML, nvidia-smi)."""
 
-from nodeledger.machine.vendors.base import VendorSpec, register
+from nodeledger.machine.vendors.base import Sampler, VendorSpec, register
 
 SPEC = register(
     VendorSpec(
@@ -21,7 +21,10 @@ SPEC = register(
         "replica a MIG slice (A100/H100/H200 class)",
         exporter_env=(("NVIDIA_VISIBLE_DEVICES", "all"),),  # NVIDIA's container runtime
         device_label_prefix="nvidia",  # dcgm-exporter's device label: nvidia0 ...
-        watch_backends=("nvml", "nvidia-smi"),
+        samplers=(
+            Sampler("nvml", "nodeledger.watch.backends:open_nvml", 10, library="nvidia-ml-py"),
+            Sampler("nvidia-smi", "nodeledger.watch.backends:open_nvidia_smi", 20),
+        ),
         vllm_marlin=True,
         nvidia_settings=True,
         card_probe="nodeledger.machine.probe.nvidia:probe_cards",
