@@ -295,3 +295,32 @@ def test_nvml_binding_without_health_functions(monkeypatch):
         "NVML: nvmlDeviceGetRemappedRows missing in this nvidia-ml-py; that field is unknown"
         in notes
     )
+
+
+def test_library_query_is_the_one_gateway_for_a_refused_call():
+    """nvitop's nvmlQuery shape: a refusal (or a struct without the field) is the default, and
+    the refusal is named per function; a working call is its value."""
+    from nodeledger.machine.probe.nvml import LibraryQuery
+
+    class NVMLError_NotSupported(Exception):
+        value = 3
+
+    class Lib:
+        def nvmlDeviceGetUUID(self, h):
+            return b"GPU-1"
+
+        def nvmlDeviceGetEccMode(self, h):
+            raise NVMLError_NotSupported("Not Supported")
+
+        def nvmlDeviceGetPciInfo(self, h):
+            return object()  # no busId
+
+    q = LibraryQuery(Lib())
+    assert q("nvmlDeviceGetUUID", 0, then=bytes.decode) == "GPU-1"
+    assert q("nvmlDeviceGetEccMode", 0, default="unknown") == "unknown"
+    assert q("nvmlDeviceGetPciInfo", 0, then=lambda p: p.busId) is None
+    assert q("nvmlDeviceGetFanSpeed", 0) is None  # a binding this release lacks
+    assert q(lambda h: [h], 7) == [7]
+    assert q.errors == {"nvmlDeviceGetEccMode": "NotSupported",
+                        "nvmlDeviceGetPciInfo": "AttributeError",
+                        "nvmlDeviceGetFanSpeed": "AttributeError"}  # fmt: skip

@@ -37,7 +37,7 @@ from nodeledger.machine.parsers.nvidia_query import (
     parse_gpu_query,
 )
 from nodeledger.machine.parsers.nvidia_smi import parse_compute_apps
-from nodeledger.machine.probe.nvml import NvmlHung, NvmlSession, as_text
+from nodeledger.machine.probe.nvml import LibraryQuery, NvmlHung, NvmlSession, as_text
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.vendors import load_probe
 from nodeledger.machine.vendors import samplers as vendor_samplers
@@ -165,20 +165,18 @@ class NvmlBackend(_SessionBackend):
 
     def describe(self) -> list[dict]:
         nv = self.nv
+        q = LibraryQuery(nv)
 
         def work():
             out = []
             for i, h in enumerate(self.handles):
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
-                d = {"index": i, "name": as_text(nv.nvmlDeviceGetName(h)), "uuid": None,
-                     "pci_bus_id": None, "total_bytes": int(mem.total), "numa_node": None}  # fmt: skip
-                with contextlib.suppress(Exception):
-                    d["uuid"] = as_text(nv.nvmlDeviceGetUUID(h))
-                with contextlib.suppress(Exception):
-                    d["pci_bus_id"] = as_text(nv.nvmlDeviceGetPciInfo(h).busId)
-                with contextlib.suppress(Exception):
-                    n = nv.nvmlDeviceGetNumaNodeId(h)
-                    d["numa_node"] = n if isinstance(n, int) and n >= 0 else None
+                d = {"index": i, "name": as_text(nv.nvmlDeviceGetName(h)),
+                     "uuid": q("nvmlDeviceGetUUID", h, then=as_text),
+                     "pci_bus_id": q("nvmlDeviceGetPciInfo", h, then=lambda p: as_text(p.busId)),
+                     "total_bytes": int(mem.total),
+                     "numa_node": q("nvmlDeviceGetNumaNodeId", h,
+                                    then=lambda n: n if isinstance(n, int) and n >= 0 else None)}  # fmt: skip
                 out.append(d)
             return out
 
@@ -186,20 +184,18 @@ class NvmlBackend(_SessionBackend):
 
     def sample(self) -> list[dict]:
         nv = self.nv
+        q = LibraryQuery(nv)
 
         def work():
             out = []
             for i, h in enumerate(self.handles):
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
-                util = None
-                with contextlib.suppress(Exception):
-                    util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+                util = q("nvmlDeviceGetUtilizationRates", h, then=lambda u: float(u.gpu))
                 procs: dict[int, dict] | None = None
                 for fn in ("nvmlDeviceGetComputeRunningProcesses",
                            "nvmlDeviceGetGraphicsRunningProcesses"):  # fmt: skip
-                    try:
-                        found = getattr(nv, fn)(h)
-                    except Exception:
+                    found = q(fn, h)
+                    if found is None:
                         continue
                     procs = procs if procs is not None else {}
                     for p in found:
@@ -344,25 +340,20 @@ class AmdsmiBackend(_SessionBackend):
 
     def describe(self) -> list[dict]:
         lib = self.lib
+        q = LibraryQuery(lib)
 
         def work():
             out = []
             for i, h in enumerate(self.handles):
-                d = {"index": i, "name": None, "uuid": None, "pci_bus_id": None,
-                     "total_bytes": None, "numa_node": None}  # fmt: skip
-                with contextlib.suppress(Exception):
-                    d["name"] = (
-                        str(lib.amdsmi_get_gpu_asic_info(h).get("market_name") or "") or None
-                    )
-                with contextlib.suppress(Exception):
-                    d["pci_bus_id"] = str(lib.amdsmi_get_gpu_device_bdf(h))
-                with contextlib.suppress(Exception):
-                    d["uuid"] = str(lib.amdsmi_get_gpu_device_uuid(h))
-                with contextlib.suppress(Exception):
-                    d["total_bytes"] = int(lib.amdsmi_get_gpu_vram_usage(h)["vram_total"]) * MiB
-                with contextlib.suppress(Exception):
-                    n = lib.amdsmi_topo_get_numa_node_number(h)
-                    d["numa_node"] = n if isinstance(n, int) and 0 <= n < 2**20 else None
+                d = {"index": i,
+                     "name": q("amdsmi_get_gpu_asic_info", h,
+                               then=lambda a: str(a.get("market_name") or "") or None),
+                     "uuid": q("amdsmi_get_gpu_device_uuid", h, then=str),
+                     "pci_bus_id": q("amdsmi_get_gpu_device_bdf", h, then=str),
+                     "total_bytes": q("amdsmi_get_gpu_vram_usage", h,
+                                      then=lambda v: int(v["vram_total"]) * MiB),
+                     "numa_node": q("amdsmi_topo_get_numa_node_number", h,
+                                    then=lambda n: n if isinstance(n, int) and 0 <= n < 2**20 else None)}  # fmt: skip
                 out.append(d)
             return out
 
@@ -372,16 +363,14 @@ class AmdsmiBackend(_SessionBackend):
         from nodeledger.machine.probe.amdsmi_lib import processes
 
         lib = self.lib
+        q = LibraryQuery(lib)
 
         def work():
             out = []
             for i, h in enumerate(self.handles):
                 vram = lib.amdsmi_get_gpu_vram_usage(h)  # MB, i.e. MiB
-                util = procs = None
-                with contextlib.suppress(Exception):
-                    util = float(lib.amdsmi_get_gpu_activity(h)["gfx_activity"])
-                with contextlib.suppress(Exception):
-                    procs = processes(lib, h)
+                util = q("amdsmi_get_gpu_activity", h, then=lambda a: float(a["gfx_activity"]))
+                procs = q(processes, lib, h)
                 out.append({"index": i, "used_bytes": int(vram["vram_used"]) * MiB,
                             "total_bytes": int(vram["vram_total"]) * MiB, "util_pct": util,
                             "processes": procs})  # fmt: skip

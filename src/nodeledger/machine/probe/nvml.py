@@ -59,6 +59,33 @@ def err_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# -- the gateway ------------------------------------------------------------------------------
+
+
+class LibraryQuery:
+    """The one gateway for a call into a card library (NVML, amdsmi) whose failure leaves a field
+    unknown: ``q("nvmlDeviceGetUUID", handle)`` is the call's value, or ``default`` when the
+    library says no (not supported on this card or driver, no permission, a lost card, a binding
+    this release lacks).  Each refusal is kept in ``errors`` (function -> :func:`err_name`), so a
+    caller can tell a card without ECC from an unread one.  ``then`` turns the value into the
+    field inside the same guard (a struct without the attribute is unknown too).  Modelled on
+    nvitop's ``nvmlQuery(func, *args, default=NA)``.  Runs where it is called: inside a session's
+    worker (:meth:`NvmlSession.call`), never dispatching to it."""
+
+    def __init__(self, lib: Any):
+        self.lib = lib
+        self.errors: dict[str, str] = {}
+
+    def __call__(self, fn: Any, *args: Any, default: Any = None, then: Any = None) -> Any:
+        """``fn``: the library function's name, or a function of several library calls."""
+        try:
+            value = (getattr(self.lib, fn) if isinstance(fn, str) else fn)(*args)
+            return then(value) if then is not None else value
+        except Exception as exc:  # NVMLError_* / AmdSmiLibraryException, a missing binding
+            self.errors[fn if isinstance(fn, str) else fn.__name__] = err_name(exc)
+            return default
+
+
 # -- the session ------------------------------------------------------------------------------
 
 
@@ -153,14 +180,11 @@ class NvmlSession:
 def _health(nv, h, mem) -> tuple[dict, dict]:
     """One card's state and health; (values, errors: NVML function -> error name)."""
     val: dict = {}
-    err: dict[str, str] = {}
+    q = LibraryQuery(nv)
+    err = q.errors
 
     def call(fn: str, *args):
-        try:
-            return getattr(nv, fn)(h, *args)
-        except Exception as exc:  # NotSupported, NoPermission, GPU lost, a missing binding
-            err[fn] = err_name(exc)
-            return None
+        return q(fn, h, *args)
 
     used = getattr(mem, "used", None)
     val["memory_used"] = int(used) if isinstance(used, int) and used >= 0 else None
@@ -212,6 +236,7 @@ def _collect(nv, handles: list) -> dict:
     """Everything the probe reads, after nvmlInit: driver, cards (memory, bus, persistence, MIG,
     NUMA, health) and per pair the NVLink count and the PCIe common ancestor."""
     out: dict = {"driver": as_text(nv.nvmlSystemGetDriverVersion()), "cards": [], "links": {}}
+    q = LibraryQuery(nv)
     n = len(handles)
     bus_of = {}
     for i, h in enumerate(handles):
@@ -226,28 +251,27 @@ def _collect(nv, handles: list) -> dict:
         bus_of[bus.lower()] = i
         for key, fn in (("persistence", "nvmlDeviceGetPersistenceMode"), ("mig", "nvmlDeviceGetMigMode"),
                         ("numa", "nvmlDeviceGetNumaNodeId"), ("uuid", "nvmlDeviceGetUUID")):  # fmt: skip
-            try:
-                card[key] = getattr(nv, fn)(h)
-            except Exception:  # an unsupported query on this card/driver is unknown, not fatal
-                card[key] = None
+            card[key] = q(fn, h)  # an unsupported query on this card/driver is unknown, not fatal
         card["health"], card["errors"] = _health(nv, h, mem)
         out["cards"].append(card)
     for i, h in enumerate(handles):
         counts: dict[int, int] = {}
         for link in range(MAX_NVLINKS):
-            try:
-                if not nv.nvmlDeviceGetNvLinkState(h, link):
-                    continue
-                peer = as_text(nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId).lower()
-            except Exception:
+            state = q("nvmlDeviceGetNvLinkState", h, link)
+            if state is None:  # past the card's last link, or no NVLink query at all
+                break
+            if not state:
+                continue
+            peer = q("nvmlDeviceGetNvLinkRemotePciInfo", h, link,
+                     then=lambda pci: as_text(pci.busId).lower())  # fmt: skip
+            if peer is None:
                 break
             j = bus_of.get(peer)
             if j is not None:
                 counts[j] = counts.get(j, 0) + 1
         for j in range(i + 1, n):
-            level = None
-            with contextlib.suppress(Exception):  # unsupported on some drivers: unknown
-                level = nv.nvmlDeviceGetTopologyCommonAncestor(h, handles[j])
+            # unsupported on some drivers: unknown
+            level = q("nvmlDeviceGetTopologyCommonAncestor", h, handles[j])
             out["links"][(i, j)] = (counts.get(j, 0), level)
     return out
 
