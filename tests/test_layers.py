@@ -165,3 +165,54 @@ def test_one_choke_point_per_vendor_library(vendor_module):
             if isinstance(node, ast.ImportFrom) and node.module == vendor_module:
                 users.append(name)
     assert len(set(users)) == 1, f"{vendor_module} imported by {sorted(set(users))}"
+
+
+# -- the CLI is thin: it imports use cases and renderers, and the words its options take ---------
+
+# the consumers' packages hold the commands' use cases and their renderers (report.documents,
+# report.sections); go-live and fleet are consumers of those
+CLI_MAY_USE_PACKAGES = ("nodeledger.report", "nodeledger.doctor", "nodeledger.watch",
+                        "nodeledger.bench", "nodeledger.triage", "nodeledger.golive",
+                        "nodeledger.fleet")  # fmt: skip
+# below the consumers, only a use case module, or the vocabulary an option or a help text names
+CLI_MAY_USE_BELOW = {
+    "nodeledger.errors": "the errors mapped to exit codes",
+    "nodeledger.units": "the byte formatter",
+    "nodeledger.files": "reading a user's file (bounded)",
+    "nodeledger.atomic": "writing an output file whole or not at all",
+    "nodeledger.verdict.assess": "the fit use case",
+    "nodeledger.placement.usecase": "the place use case",
+    "nodeledger.placement.reserve": "the run / slurm use cases (book, wait, release)",
+    "nodeledger.placement.emit": "the Slurm hooks' files written (the emitter's writer)",
+    "nodeledger.ledger.jobs": "the job options' names (fit's options, the engines)",
+    "nodeledger.machine.vendors": "the vendors' names, samplers and labels in help and tables",
+    "nodeledger.machine.parsers.common": "--cards 0-3,5 read as every command reads it",
+    "nodeledger.machine.parsers.numa": "a card list printed as 0-3,5",
+    "nodeledger.logs.units": "a size printed as the logs print it",
+}
+
+
+def cli_import_problems(name: str, imported: str) -> str | None:
+    """Why ``imported`` may not be imported by the CLI module ``name`` (None: it may)."""
+    if imported.startswith("nodeledger.cli") or imported == "nodeledger":
+        return None
+    if any(imported == p or imported.startswith(p + ".") for p in CLI_MAY_USE_PACKAGES):
+        return None
+    if imported in CLI_MAY_USE_BELOW:
+        return None
+    return f"{name} imports {imported}: the CLI calls a use case (add one in the consumer's layer)"
+
+
+def test_the_cli_imports_only_use_cases_renderers_and_option_words():
+    mods = modules()
+    known = set(mods)
+    bad = [f"{p} (line {line})" for m, path in mods.items() if m.startswith("nodeledger.cli")
+           for t, line in imports(m, path, known) if (p := cli_import_problems(m, t))]  # fmt: skip
+    assert not bad, "\n".join(bad)
+
+
+def test_the_thin_cli_check_catches_an_orchestrating_import():
+    assert cli_import_problems("nodeledger.cli.fit", "nodeledger.speed.serving") is not None
+    assert cli_import_problems("nodeledger.cli.fit", "nodeledger.machine.probe.runner") is not None
+    assert cli_import_problems("nodeledger.cli.fit", "nodeledger.verdict.assess") is None
+    assert cli_import_problems("nodeledger.cli.oom", "nodeledger.triage.usecase") is None

@@ -416,3 +416,10 @@ def write_profile(profile: MachineProfile, path: str | os.PathLike) -> None:
     """Write atomically (``machine.io.save_profile``: TOML, or JSON for a .json name); an
     interrupted or failed write leaves the old file (or none), never half of one."""
     save_profile(profile, path)
+
+
+def probe_this_machine(timeout: float = 5.0) -> MachineProfile:
+    """The live probe of this machine: the profile the measured figures are written into."""
+    from nodeledger.machine.probe import Runner, probe_machine
+
+    return probe_machine(Runner(timeout=timeout, live=True))

@@ -107,12 +107,11 @@ def bench(
     date = datetime.now(timezone.utc).date().isoformat()  # the run's UTC date
     if save_to is not None:
         from nodeledger.bench import save_profile as S
-        from nodeledger.machine.probe import Runner, probe_machine
 
         target = S.check_target(save_to)  # before measuring: a bad path loses nothing
         if progress:
             progress("probing the machine")
-        profile = probe_machine(Runner(timeout=5.0, live=True))
+        profile = S.probe_this_machine()
     rep = run_bench(cards=card_list, quick=quick, dataset=dataset, cache=cache,
                     compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,
                     profile=profile, progress=progress, kernels=kernels, date=date)  # fmt: skip

@@ -81,25 +81,19 @@ def collective_cmd(machine=None, op="all_reduce", size="256M", cards=None, machi
                    machine_opt=None, as_json=False) -> None:  # fmt: skip
     """Time of one collective: algbw_gbps, busbw_gbps (nccl-tests definitions) and seconds, from
     measured figures (bench --save-profile) or the links and the hardware data."""
-    from nodeledger.machine import resolve_machine
-    from nodeledger.speed.collective import estimate
+    from nodeledger.report.machines import estimate_collective
 
     if machine and machine_opt and machine != machine_opt:
         raise NodeledgerError(f"two machines named: {machine!r} and --machine {machine_opt!r}")
-    profile = resolve_machine(machine or machine_opt)
-    have = [a.index for a in profile.accelerators]
-    if not have:
-        raise NodeledgerError(f"{profile.name}: no accelerator in the profile: nothing to time")
-    chosen = parse_cards(cards, have)
-    d = estimate(profile, op, parse_size(size), chosen, machines)
-    d["machine"] = profile.name
+    d = estimate_collective(machine or machine_opt, op, parse_size(size),
+                            lambda have: parse_cards(cards, have), machines)  # fmt: skip
     if as_json:
         print_json(d)
         return
     con = console()
     where = f"{len(d['cards'])} card(s) {d['cards']}" + (
         f" x {machines} machines" if machines > 1 else "")  # fmt: skip
-    con.print(f"[bold]{op}[/bold] of {d['size_bytes']:,} B over {where} on {profile.name} "
+    con.print(f"[bold]{op}[/bold] of {d['size_bytes']:,} B over {where} on {d['machine']} "
               f"({d['ranks']} ranks):")  # fmt: skip
     if d.get("seconds") is None:
         con.print(f"  unknown — {d['reason']}", markup=False)

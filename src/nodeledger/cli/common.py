@@ -1,6 +1,5 @@
-"""What every command module shares: the console, JSON output, number formatting, the machine
-and catalogue a report-like command starts from.  Command modules import this, never each
-other."""
+"""What every command module shares: the console, JSON output, number formatting, the card
+lists the options take.  Command modules import this, never each other."""
 
 from __future__ import annotations
 
@@ -98,13 +97,6 @@ def ranges(indices) -> str:
     from nodeledger.machine.parsers.numa import compress_cpus
 
     return compress_cpus(sorted(indices))
-
-
-def catalogue(workloads: str | None):
-    """(workloads, specs, source) of a workload catalogue (report.usecase)."""
-    from nodeledger.report.usecase import catalogue as load
-
-    return load(workloads)
 
 
 def card_indices(text: str | None, flag: str = "--cards") -> list[int] | None:

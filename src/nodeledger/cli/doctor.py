@@ -1,4 +1,4 @@
-"""CLI layer of `nodeledger doctor` (rendering only; the work is in nodeledger.doctor).
+"""CLI layer of `nodeledger doctor` (rendering only; the use case is doctor/usecase.py).
 
 Exit codes: checks — 0 ok (info / unknown / skip included), 1 warnings, 3 errors; pre-flight
 (``--job`` or a MODEL) — 0 go, 1 wait, 3 no-go; 2 stays "bad input" (one line on stderr).
@@ -96,29 +96,19 @@ def doctor(
     persistence, ECC, NUMA binding, dead card holders, MIG/MPS, IOMMU/ACS, HF cache and dataset
     mounts — each with evidence and the command that would fix it (printed, never run).
     With --job (and a MODEL): pre-flight of that job, go / wait / no-go."""
-    opts = job_opts
+    from nodeledger.doctor.usecase import ChecksAnswer, DoctorRequest, run_doctor
+
     if model and model_opt and model != model_opt:
         raise NodeledgerError(f"MODEL {model!r} and --model {model_opt!r} disagree; give one")
-    model = model or model_opt
-    if not timeout > 0:
-        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    if model is None and job is None:
-        given = sorted(k for k, v in opts.items() if v is not None)
-        if given:
-            names = ", ".join("--" + k.replace("_", "-") for k in given)
-            raise NodeledgerError(f"{names} applies to a pre-flight: add --job and a MODEL")
-        if lifeboat is not None:
-            raise NodeledgerError("--lifeboat applies to a pre-flight: add --job and a MODEL")
-        _checks(from_bundle, machine, tuple(dataset or ()), timeout, as_json)
-        return
-    if model is None:
-        raise NodeledgerError("doctor --job needs a MODEL (argument or --model)")
-    if dataset:
-        raise NodeledgerError("--dataset applies to the checks (doctor without --job)")
-    _preflight(
-        model, job or "serve", opts, from_bundle, machine, lifeboat, timeout, online, as_json,
-        no_fail,
-    )  # fmt: skip
+    answer = run_doctor(DoctorRequest(
+        model=model or model_opt, job=job, job_options=job_opts, from_bundle=from_bundle,
+        machine=machine, datasets=tuple(dataset or ()), timeout=timeout, lifeboat=lifeboat,
+        online=online,
+    ))  # fmt: skip
+    if isinstance(answer, ChecksAnswer):
+        _render_checks(answer, as_json)
+    else:
+        _render_preflight(answer, as_json, no_fail)
 
 
 def _value(v: Any) -> str:
@@ -128,21 +118,10 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def _checks(from_bundle, machine, datasets, timeout, as_json) -> None:
-    from nodeledger.doctor import exit_code, load_state, run_checks, worst
-
-    if machine and not (machine.endswith((".tar.gz", ".tgz"))):
-        raise NodeledgerError(
-            "--machine applies to --job: a preset or profile has no live state to check "
-            "(use --from BUNDLE for another machine)"
-        )
-    state = load_state(from_bundle, machine, timeout)
-    findings = run_checks(state, datasets)
-    code = exit_code(findings)
+def _render_checks(a, as_json: bool) -> None:
+    state, findings, code = a.state, a.findings, a.exit_code
     if as_json:
-        print_json({"origin": state.origin, "machine": state.profile.name,
-                     "checks": [f.to_json() for f in findings], "worst": worst(findings),
-                     "exit_code": code, "notes": state.notes})  # fmt: skip
+        print_json(a.to_json())
         exit_with(code)
     from rich.markup import escape
     from rich.table import Table
@@ -165,27 +144,14 @@ def _checks(from_bundle, machine, datasets, timeout, as_json) -> None:
         con.print("[bold]Fixes[/bold] (run them yourself, after reading them):")
         for f in fixes:
             con.print(f"  {f.id}: {f.fix}", markup=False, highlight=False)
-    con.print(f"worst: {worst(findings)} (exit {code})", markup=False)
+    con.print(f"worst: {a.worst} (exit {code})", markup=False)
     exit_with(code)
 
 
-def _preflight(
-    model, job_kind, opts, from_bundle, machine, lifeboat, timeout, online, as_json,
-    no_fail=False,
-) -> None:  # fmt: skip
-    from nodeledger.doctor import load_state, preflight
-    from nodeledger.ledger.jobs import build_job
-    from nodeledger.model import load_model
-
-    if lifeboat is not None and lifeboat < 0:
-        raise NodeledgerError(f"--lifeboat must be >= 0, got {lifeboat}")
-    job_obj = build_job(job_kind, opts)
-    state = load_state(from_bundle, machine, timeout, fallback_preset=True)
-    spec, src = load_model(model, online=online)
-    res = preflight(spec, job_obj, state, lifeboat)
-    name = src.catalogue_entry["id"] if src.catalogue_entry else src.where
+def _render_preflight(a, as_json: bool, no_fail: bool) -> None:
+    res, name, job_kind, state = a.result, a.name, a.job, a.state
     if as_json:
-        print_json({"model": name, "job": job_kind, "machine": state.profile.name, **res.to_json()})
+        print_json(a.to_json())
         verdict_exit(res.verdict, no_fail)
         return
     from rich.markup import escape

@@ -159,18 +159,11 @@ def features(machine="probe", plan=None, lifeboat=1, lifeboat_cards=None) -> Non
     from nodeledger.cli.common import card_indices
     from nodeledger.errors import InputError
     from nodeledger.fleet import kubernetes as kz
-    from nodeledger.machine import resolve_machine
 
     if plan and lifeboat_cards:
         raise InputError("give --plan or --lifeboat-cards, not both")
     boats = card_indices(lifeboat_cards, "--lifeboat-cards") if lifeboat_cards else None
-    profile = resolve_machine(machine)
-    if plan:
-        from nodeledger.placement import reserve as rs
-
-        workloads, specs = rs.load_plan_inputs(plan)
-        boats = list(rs.make_plan(profile, workloads, specs, lifeboat, set()).get("lifeboat") or [])
-    sys.stdout.write(kz.features_file(profile, boats))
+    sys.stdout.write(kz.features_for(machine, plan, lifeboat, boats))
 
 
 @k8s.command("daemonset")

@@ -20,7 +20,6 @@ from nodeledger.cli.common import (
     short,
 )
 from nodeledger.cli.options import json_option, tool_timeout_option
-from nodeledger.errors import NodeledgerError
 from nodeledger.files import read_user_text
 
 
@@ -35,22 +34,9 @@ def machine() -> None:
 @json_option
 def machine_list(as_json=False) -> None:
     """List the bundled machine presets."""
-    from nodeledger.machine import DEFAULT_PRESET, list_presets, resolve_machine
+    from nodeledger.report.machines import list_machines
 
-    rows = []
-    for name in list_presets():
-        p = resolve_machine(name)
-        rows.append(
-            {
-                "name": name,
-                "default": name == DEFAULT_PRESET,
-                "accelerators": len(p.accelerators),
-                "product": ", ".join(sorted({a.product for a in p.accelerators})),
-                "card_memory_total_bytes": p.total_accelerator_memory_bytes(),
-                "host_ram_bytes": p.host.ram_bytes,
-                "description": p.description,
-            }
-        )
+    rows = list_machines()
     if as_json:
         print_json(rows)
         return
@@ -77,23 +63,9 @@ def machine_list(as_json=False) -> None:
 @click.option("--from", "from_bundle", help="Replay a support bundle instead of probing live.")
 def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> None:
     """Probe this machine (Linux /proc and /sys, nvidia-smi): cards, links, NUMA, RAM, NICs, mounts."""
-    from nodeledger.machine import save_profile
-    from nodeledger.machine.probe import Runner, probe_machine
+    from nodeledger.report.machines import probe_profile
 
-    if not timeout > 0:
-        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    if save is not None:
-        from nodeledger.machine.io import check_save_path
-
-        check_save_path(save)  # before the probe: nothing probed is lost to a bad name
-    if from_bundle:
-        from nodeledger.machine.probe.bundle import load_bundle
-
-        profile = probe_machine(load_bundle(from_bundle))
-    else:
-        profile = probe_machine(Runner(timeout=timeout, live=True))
-    if save is not None:
-        save_profile(profile, save)
+    profile = probe_profile(timeout, from_bundle, save)
     if as_json:
         print_json(profile.model_dump(mode="json"))
         return
@@ -110,26 +82,13 @@ def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> No
 @click.option("--save", "save", help="Also write the profile to FILE (.toml or .json).")
 def machine_show(machine=None, as_json=False, save=None) -> None:
     """Show a machine profile: cards, links, host, network, storage — each figure with its source."""
-    from nodeledger.machine import resolve_machine, save_profile
-    from nodeledger.machine.identity import device_identity, read_dev_nodes
+    from nodeledger.report.machines import show_machine
 
-    if save is not None:
-        from nodeledger.machine.io import check_save_path
-
-        check_save_path(save)
-    profile = resolve_machine(machine)
-    if save is not None:
-        save_profile(profile, save)
-    # /dev nodes are this host's: read only for the live probe (a preset's cards are not here)
-    ident = device_identity(profile, dev_nodes=read_dev_nodes() if machine == "probe" else None)
-    from nodeledger.speed.figures import card_figures
-
-    figures = {i: {k: {"value": f.value, "unit": f.unit, "source": f.source} for k, f in d.items()}
-               for i, d in card_figures(profile).items()}  # fmt: skip
+    view = show_machine(machine, save)
     if as_json:
-        print_json({**profile.model_dump(mode="json"), "device_identity": ident,
-                    "card_figures": {str(i): d for i, d in figures.items()}})  # fmt: skip
+        print_json(view.to_json())
         return
+    profile, figures, ident = view.profile, view.figures, view.identity
     _render_machine(profile, figures)
     _render_identity(ident)
 
@@ -334,36 +293,10 @@ def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0, watch_samples=0,
     """Collect every raw output of a probe (commands, /proc and /sys files) into one archive;
     `nodeledger machine probe --from FILE` rebuilds the profile from it elsewhere, and with
     --watch-samples `nodeledger watch --from FILE` replays the samples."""
-    import socket
+    from nodeledger.watch.from_bundle import collect_bundle
 
-    from nodeledger.machine.probe import Runner
-    from nodeledger.machine.probe.bundle import write_bundle
-    from nodeledger.machine.probe.probe import probe_with_facts
-
-    if not timeout > 0:
-        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    if backend in ("nvml", "amdsmi"):
-        raise NodeledgerError(
-            f"--backend {backend}: a library's answers are not replayable; give its tool "
-            "(nvidia-smi, amd-smi)"
-        )
-    r = Runner(timeout=timeout)  # NVML answers are not replayable: bundles hold tool outputs only
-    profile, _ = probe_with_facts(r)  # the facts too: `doctor --from BUNDLE` replays them
-    extra = {"probed_profile_name": profile.name, "hostname": socket.gethostname()}
-    taken = ""
-    if watch_samples:
-        from nodeledger.watch.from_bundle import record_samples
-
-        extra["watch"], through, errors = record_samples(r, backend, watch_samples,
-                                                         watch_interval, timeout)  # fmt: skip
-        taken = f"; {extra['watch']['samples']} watch samples through {through}" + (
-            f" ({errors} failed)" if errors else ""
-        )
-    path = write_bundle(r, output, extra)
-    sys.stdout.write(
-        f"wrote {path} ({path.stat().st_size:,} B): {len(r.log)} commands, {len(r.files)} files read; "
-        f"{len(profile.accelerators)} cards, {len(profile.notes)} notes{taken}\n"
-    )
+    line = collect_bundle(output, timeout, watch_samples, watch_interval, backend)
+    sys.stdout.write(line + "\n")
 
 
 @click.command("parse")
@@ -375,9 +308,9 @@ def bundle_cmd(output="nodeledger-bundle.tar.gz", timeout=5.0, watch_samples=0,
 @json_option
 def parse_cmd(kind, file, as_json=False) -> None:
     """Explain one recorded tool output (parsed field by field)."""
-    from nodeledger.machine.parsers import parse_kind
+    from nodeledger.report.machines import parse_output
 
-    data = parse_kind(kind, read_user_text(file, "recorded tool output"))
+    data = parse_output(kind, read_user_text(file, "recorded tool output"))
     if as_json:
         print_json(data)
         return

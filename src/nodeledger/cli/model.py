@@ -26,13 +26,12 @@ def model() -> None:
 @json_option
 def model_list(as_json=False) -> None:
     """List the bundled model catalogue and the supported families."""
-    from nodeledger.model import catalogue, supported_families
+    from nodeledger.report.machines import model_catalogue
 
-    entries = [
-        {"id": e["id"], "aliases": e.get("aliases", []), "source": e["source"]} for e in catalogue()
-    ]
+    answer = model_catalogue()
+    entries = answer["catalogue"]
     if as_json:
-        print_json({"catalogue": entries, "families": supported_families()})
+        print_json(answer)
         return
     from rich.table import Table
 
@@ -44,7 +43,7 @@ def model_list(as_json=False) -> None:
         t.add_row(e["id"], ", ".join(e["aliases"]), e["source"])
     con = console()
     con.print(t)
-    con.print("Supported families (model_type): " + ", ".join(supported_families()))
+    con.print("Supported families (model_type): " + ", ".join(answer["families"]))
 
 
 @model.command("show")
@@ -59,11 +58,9 @@ def model_list(as_json=False) -> None:
 @json_option
 def model_show(model, dtype=None, online=False, as_json=False) -> None:
     """Parameters (total, active, by part), weight bytes per dtype, KV cache bytes per token."""
-    from nodeledger.model import load_model
-    from nodeledger.report.model_summary import model_summary
+    from nodeledger.report.machines import describe_model
 
-    spec, src = load_model(model, online=online)
-    summary = model_summary(spec, src, dtype=dtype)
+    summary = describe_model(model, dtype=dtype, online=online)
     if as_json:
         print_json(summary)
         return

@@ -8,7 +8,6 @@ import click
 
 from nodeledger.cli.common import MAX_ROWS, console
 from nodeledger.cli.options import json_option
-from nodeledger.errors import NodeledgerError
 
 
 @click.command("oom")
@@ -51,45 +50,10 @@ def oom(
 ) -> None:
     """Why did the job die? Find out-of-memory incidents in the kernel log and job logs, say
     whether host RAM or card memory ran out, with every figure, and the fixes for that side."""
-    from nodeledger.machine.probe.runner import Runner
-    from nodeledger.triage.collect import (
-        cleanup,
-        now,
-        parse_duration,
-        read_files,
-        read_kernel_log,
-    )
-    from nodeledger.triage.report import build_report
+    from nodeledger.triage.usecase import OomRequest, diagnose
 
-    if not timeout > 0:
-        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
-    if not window >= 0:
-        raise NodeledgerError(f"--link-window must be >= 0, got {window}")
-    since_s = parse_duration(since) if since is not None else None
-    try:
-        sources = read_files(list(files or []))  # a missing file / a device: one line, exit 2
-        notes: list[str] = []
-        unread: str | None = None
-        if no_kernel_log:
-            notes.append("kernel log not read (--no-kernel-log)")
-        else:
-            kl = read_kernel_log(Runner(timeout=timeout, live=True), since_s)
-            notes += kl.notes
-            if kl.source is not None:
-                sources.insert(0, kl.source)
-            else:
-                unread = "; ".join(kl.notes[:-1]) or "no tool could read it"
-        report = build_report(
-            sources,
-            notes=notes,
-            since_s=since_s,
-            since_text=since,
-            now=now(),
-            window_s=window,
-            kernel_log_unread=unread,
-        )
-    finally:
-        cleanup()
+    report = diagnose(OomRequest(files=tuple(files or ()), since=since, no_kernel_log=no_kernel_log,
+                                 window_s=window, timeout=timeout))  # fmt: skip
     import gc
 
     # the report is what this process holds until it ends: out of the cyclic collector's sight

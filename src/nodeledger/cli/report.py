@@ -11,7 +11,6 @@ import click
 from nodeledger import atomic
 from nodeledger.cli.common import (
     VERDICT_EXIT,
-    catalogue,
     console,
     num,
     verdict_exit,
@@ -179,8 +178,7 @@ def compare_cmd(
 ) -> None:
     """Which machine runs which workloads in which tier, serving capacity, cost per workload."""
 
-    from nodeledger.machine import resolve_machine
-    from nodeledger.report.compare import compare, parse_prices
+    from nodeledger.report.compare import compare_machines
 
     machines, price = list(machines), list(price)
     if len(machines) < 2:
@@ -192,10 +190,7 @@ def compare_cmd(
         raise NodeledgerError(
             "compare writes terminal, md or json; use `report --format html` per machine"
         )
-    profiles = [(m, resolve_machine(m)) for m in machines]
-    prices = parse_prices(price or [], machines)
-    ws, specs, src = catalogue(workloads)
-    res = compare(profiles, ws, specs, prices, lifeboat)
+    res, src = compare_machines(machines, workloads, price, lifeboat)
     if fmt == "json":
         _write(json.dumps({"workloads_source": src, **res}, indent=2, default=str), output)
         return

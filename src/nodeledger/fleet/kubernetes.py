@@ -226,3 +226,19 @@ def daemonset_header(allow_cidrs, host_network: bool, lifeboat: list[int] | None
 def to_yaml(docs: list[dict]) -> str:
     """The manifests as YAML (PyYAML's safe dumper, no anchors: placement/emit.to_yaml_docs)."""
     return to_yaml_docs(docs)
+
+
+def features_for(machine: str, plan: str | None, lifeboat: int,
+                 boats: list[int] | None) -> str:  # fmt: skip
+    """``k8s features``: the feature file of the machine ``machine`` (a preset, profile, bundle
+    or ``probe``), its lifeboat the plan's (``plan`` with ``lifeboat`` cards kept free) or the
+    cards ``boats`` name."""
+    from nodeledger.machine import resolve_machine
+
+    profile = resolve_machine(machine)
+    if plan:
+        from nodeledger.placement import reserve as rs
+
+        workloads, specs = rs.load_plan_inputs(plan)
+        boats = list(rs.make_plan(profile, workloads, specs, lifeboat, set()).get("lifeboat") or [])
+    return features_file(profile, boats)

@@ -136,3 +136,17 @@ def _faster(summary: list[dict]) -> dict:
             "ratio": (max(known.values()) / min(known.values())) if len(known) == len(summary) and len(known) > 1 else None,
         }  # fmt: skip
     return out
+
+
+def compare_machines(refs: list[str], workloads: str | None, price_texts: list[str],
+                     lifeboat: int | None) -> tuple[dict, str]:  # fmt: skip
+    """The ``compare`` use case: each machine (preset, profile or bundle) resolved, the prices
+    (``MACHINE=COST``) read, the workload catalogue loaded; (the comparison, the catalogue's
+    source)."""
+    from nodeledger.machine import resolve_machine
+    from nodeledger.report.usecase import catalogue
+
+    profiles = [(m, resolve_machine(m)) for m in refs]
+    prices = parse_prices(price_texts or [], refs)
+    ws, specs, src = catalogue(workloads)
+    return compare(profiles, ws, specs, prices, lifeboat), src

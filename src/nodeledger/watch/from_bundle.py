@@ -128,3 +128,38 @@ def record_samples(r, backend: str, samples: int, interval: float,
     entry = {"backend": None if getattr(b, "reason", None) else b.name, "interval_s": interval,
              "samples": len(times), "t": times}  # fmt: skip
     return entry, b.name, w.errors
+
+
+def collect_bundle(output: str, timeout: float = 5.0, watch_samples: int = 0,
+                   watch_interval: float = 1.0, backend: str = "auto") -> str:  # fmt: skip
+    """The ``bundle`` use case: every raw output of a probe (commands, /proc and /sys files),
+    with ``watch_samples`` samples of the card tool when asked, into one archive; the line that
+    says what was written."""
+    import socket
+
+    from nodeledger.machine.probe import Runner
+    from nodeledger.machine.probe.bundle import write_bundle
+    from nodeledger.machine.probe.probe import probe_with_facts
+
+    if not timeout > 0:
+        raise InputError(f"--timeout must be > 0, got {timeout}")
+    if backend in ("nvml", "amdsmi"):
+        raise InputError(
+            f"--backend {backend}: a library's answers are not replayable; give its tool "
+            "(nvidia-smi, amd-smi)"
+        )
+    r = Runner(timeout=timeout)  # NVML answers are not replayable: bundles hold tool outputs only
+    profile, _ = probe_with_facts(r)  # the facts too: `doctor --from BUNDLE` replays them
+    extra = {"probed_profile_name": profile.name, "hostname": socket.gethostname()}
+    taken = ""
+    if watch_samples:
+        extra["watch"], through, errors = record_samples(r, backend, watch_samples,
+                                                         watch_interval, timeout)  # fmt: skip
+        taken = f"; {extra['watch']['samples']} watch samples through {through}" + (
+            f" ({errors} failed)" if errors else ""
+        )
+    path = write_bundle(r, output, extra)
+    return (
+        f"wrote {path} ({path.stat().st_size:,} B): {len(r.log)} commands, {len(r.files)} files read; "
+        f"{len(profile.accelerators)} cards, {len(profile.notes)} notes{taken}"
+    )

@@ -1,0 +1,102 @@
+"""The ``doctor`` use cases: the read-only checks of a machine (or a bundle) and the pre-flight
+of one job against it.  The CLI parses, calls :func:`run_doctor` once and renders the answer
+(``doctor --json`` prints its ``to_json()``).  Never prints, never exits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeledger.errors import NodeledgerError
+
+
+@dataclass(frozen=True)
+class DoctorRequest:
+    model: str | None = None  # a MODEL: the pre-flight of its job
+    job: str | None = None  # serve | train | lora | qlora | load (default serve with a MODEL)
+    job_options: dict[str, Any] = field(default_factory=dict)  # fit's options, None = not given
+    from_bundle: str | None = None
+    machine: str | None = None  # pre-flight: a preset, profile or bundle; checks: a bundle
+    datasets: tuple[str, ...] = ()
+    timeout: float = 5.0
+    lifeboat: int | None = None
+    online: bool = False
+
+    @property
+    def is_preflight(self) -> bool:
+        return self.model is not None or self.job is not None
+
+
+@dataclass
+class ChecksAnswer:
+    """The checks of one machine: each finding with its evidence and printed fix."""
+
+    state: Any  # doctor.MachineState
+    findings: list  # [doctor.Finding]
+    worst: str
+    exit_code: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"origin": self.state.origin, "machine": self.state.profile.name,
+                "checks": [f.to_json() for f in self.findings], "worst": self.worst,
+                "exit_code": self.exit_code, "notes": self.state.notes}  # fmt: skip
+
+
+@dataclass
+class PreflightAnswer:
+    """One job's go / wait / no-go on a machine."""
+
+    name: str  # the model, as the catalogue or the path names it
+    job: str
+    state: Any  # doctor.MachineState
+    result: Any  # doctor.Preflight
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.name, "job": self.job, "machine": self.state.profile.name,
+                **self.result.to_json()}  # fmt: skip
+
+
+def check_request(req: DoctorRequest) -> None:
+    """The option sets that do not go together (one line each, before anything is read)."""
+    if not req.timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {req.timeout}")
+    if not req.is_preflight:
+        given = sorted(k for k, v in req.job_options.items() if v is not None)
+        if given:
+            names = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise NodeledgerError(f"{names} applies to a pre-flight: add --job and a MODEL")
+        if req.lifeboat is not None:
+            raise NodeledgerError("--lifeboat applies to a pre-flight: add --job and a MODEL")
+        if req.machine and not (req.machine.endswith((".tar.gz", ".tgz"))):
+            raise NodeledgerError(
+                "--machine applies to --job: a preset or profile has no live state to check "
+                "(use --from BUNDLE for another machine)"
+            )
+        return
+    if req.model is None:
+        raise NodeledgerError("doctor --job needs a MODEL (argument or --model)")
+    if req.datasets:
+        raise NodeledgerError("--dataset applies to the checks (doctor without --job)")
+    if req.lifeboat is not None and req.lifeboat < 0:
+        raise NodeledgerError(f"--lifeboat must be >= 0, got {req.lifeboat}")
+
+
+def run_doctor(req: DoctorRequest) -> ChecksAnswer | PreflightAnswer:
+    """The checks (no MODEL, no --job) or the pre-flight of the job."""
+    from nodeledger.doctor import exit_code, load_state, preflight, run_checks, worst
+
+    check_request(req)
+    if not req.is_preflight:
+        state = load_state(req.from_bundle, req.machine, req.timeout)
+        findings = run_checks(state, req.datasets)
+        return ChecksAnswer(state, findings, worst(findings), exit_code(findings))
+    from nodeledger.ledger.jobs import build_job
+    from nodeledger.model import load_model
+
+    job = req.job or "serve"
+    job_obj = build_job(job, req.job_options)
+    state = load_state(req.from_bundle, req.machine, req.timeout, fallback_preset=True)
+    spec, src = load_model(req.model, online=req.online)
+    res = preflight(spec, job_obj, state, req.lifeboat)
+    name = src.catalogue_entry["id"] if src.catalogue_entry else src.where
+    return PreflightAnswer(name, job, state, res)

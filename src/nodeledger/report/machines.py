@@ -1,0 +1,127 @@
+"""The use cases of the machine and model commands (``machine list / probe / show``,
+``parse``, ``collective``, ``model list / show``): each resolves what it is given, asks the layer
+that knows and returns the answer the CLI renders (``--json`` prints it as it is).  They live
+here, above ``speed``, because ``machine show`` and ``collective`` carry the card figures and
+the collective times.  Never prints, never exits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nodeledger.errors import NodeledgerError
+
+
+def list_machines() -> list[dict[str, Any]]:
+    """One row per bundled preset: cards, memory totals (bytes), the default marked."""
+    from nodeledger.machine import DEFAULT_PRESET, list_presets, resolve_machine
+
+    rows = []
+    for name in list_presets():
+        p = resolve_machine(name)
+        rows.append({
+            "name": name,
+            "default": name == DEFAULT_PRESET,
+            "accelerators": len(p.accelerators),
+            "product": ", ".join(sorted({a.product for a in p.accelerators})),
+            "card_memory_total_bytes": p.total_accelerator_memory_bytes(),
+            "host_ram_bytes": p.host.ram_bytes,
+            "description": p.description,
+        })  # fmt: skip
+    return rows
+
+
+def probe_profile(timeout: float = 5.0, from_bundle: str | None = None, save: str | None = None):
+    """This machine's profile (or a bundle's), written to ``save`` when given; the path is
+    checked before the probe, so nothing probed is lost to a bad name."""
+    from nodeledger.machine import save_profile
+    from nodeledger.machine.probe import Runner, probe_machine
+
+    if not timeout > 0:
+        raise NodeledgerError(f"--timeout must be > 0, got {timeout}")
+    if save is not None:
+        from nodeledger.machine.io import check_save_path
+
+        check_save_path(save)
+    if from_bundle:
+        from nodeledger.machine.probe.bundle import load_bundle
+
+        profile = probe_machine(load_bundle(from_bundle))
+    else:
+        profile = probe_machine(Runner(timeout=timeout, live=True))
+    if save is not None:
+        save_profile(profile, save)
+    return profile
+
+
+@dataclass
+class MachineView:
+    """A machine profile with its cards' figures (value, unit, source) and device identity."""
+
+    profile: Any  # MachineProfile
+    identity: dict[str, Any]
+    figures: dict[int, dict[str, dict[str, Any]]]  # card index -> figure -> value/unit/source
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.profile.model_dump(mode="json"), "device_identity": self.identity,
+                "card_figures": {str(i): d for i, d in self.figures.items()}}  # fmt: skip
+
+
+def show_machine(ref: str | None, save: str | None = None) -> MachineView:
+    from nodeledger.machine import resolve_machine, save_profile
+    from nodeledger.machine.identity import device_identity, read_dev_nodes
+    from nodeledger.speed.figures import card_figures
+
+    if save is not None:
+        from nodeledger.machine.io import check_save_path
+
+        check_save_path(save)
+    profile = resolve_machine(ref)
+    if save is not None:
+        save_profile(profile, save)
+    # /dev nodes are this host's: read only for the live probe (a preset's cards are not here)
+    ident = device_identity(profile, dev_nodes=read_dev_nodes() if ref == "probe" else None)
+    figures = {i: {k: {"value": f.value, "unit": f.unit, "source": f.source} for k, f in d.items()}
+               for i, d in card_figures(profile).items()}  # fmt: skip
+    return MachineView(profile, ident, figures)
+
+
+def parse_output(kind: str, text: str) -> dict[str, Any]:
+    """One recorded tool output, parsed field by field (machine.parsers.parse_kind)."""
+    from nodeledger.machine.parsers import parse_kind
+
+    return parse_kind(kind, text)
+
+
+def estimate_collective(ref: str | None, op: str, size_bytes: int, pick_cards,
+                        machines: int) -> dict[str, Any]:  # fmt: skip
+    """One collective's time on the machine ``ref``; ``pick_cards(indices)`` chooses the cards
+    among the profile's (the CLI's --cards)."""
+    from nodeledger.machine import resolve_machine
+    from nodeledger.speed.collective import estimate
+
+    profile = resolve_machine(ref)
+    have = [a.index for a in profile.accelerators]
+    if not have:
+        raise NodeledgerError(f"{profile.name}: no accelerator in the profile: nothing to time")
+    d = estimate(profile, op, size_bytes, pick_cards(have), machines)
+    d["machine"] = profile.name
+    return d
+
+
+def model_catalogue() -> dict[str, Any]:
+    """The bundled model catalogue (id, aliases, source) and the supported families."""
+    from nodeledger.model import catalogue, supported_families
+
+    entries = [{"id": e["id"], "aliases": e.get("aliases", []), "source": e["source"]}
+               for e in catalogue()]  # fmt: skip
+    return {"catalogue": entries, "families": supported_families()}
+
+
+def describe_model(ref: str, dtype: str | None = None, online: bool = False) -> dict[str, Any]:
+    """``model show``: parameters, weight bytes per dtype, KV cache bytes per token."""
+    from nodeledger.model import load_model
+    from nodeledger.report.model_summary import model_summary
+
+    spec, src = load_model(ref, online=online)
+    return model_summary(spec, src, dtype=dtype)
