@@ -19,6 +19,7 @@ from datetime import timedelta
 
 
 def main(argv: list[str] | None = None) -> int:
+    # long: the whole worker process of one rank: options, process group, a timed loop per op x size
     ap = argparse.ArgumentParser(prog="nodeledger.bench.collective")
     ap.add_argument("--kind", default="cuda", choices=("cuda", "npu", "cpu"))
     ap.add_argument("--rank", type=int, required=True)

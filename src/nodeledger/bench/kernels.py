@@ -52,6 +52,8 @@ def _median_s(be, i: int, fn, reps: int) -> float:
 
 def measure(be, i: int, product: str, sizes: KernelSizes, shapes=DEFAULT_SHAPES,
             date: str = "", clock=time.monotonic) -> tuple[list[dict], list[str]]:  # fmt: skip
+    # long: one sweep under one time budget (GEMM, fp8, attention, copy, launch); any part may end
+    # it early via over() and return the rows measured so far
     """(rows, notes) for card ``i``: the meta row first (its source names the card, the date,
     the torch build), then every measurement; a part the build lacks is a note."""
     t = be.torch

@@ -146,6 +146,7 @@ def _sources(figs: list[dict]) -> dict[str, int]:
 
 
 def render_bench(rep: dict, con=None) -> None:
+    # long: a renderer: the bench report top to bottom (disk, cards, kernels, figures, sources)
     from rich.table import Table
 
     con = con or console()

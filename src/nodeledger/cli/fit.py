@@ -149,6 +149,7 @@ EXTRA_UNITS_BY_ENGINE = {
 
 
 def _render_fit(d: dict[str, Any]) -> None:
+    # long: a renderer: the fit report top to bottom (verdict, card and host tables, extras, search)
     from rich.table import Table
 
     con = console()
@@ -318,6 +319,7 @@ def _rate(x: float | None, unit: str) -> str:
 
 
 def _render_speed(con, sp: dict | None) -> None:
+    # long: a renderer: one section, a branch per job kind (serve, train, load), then the inputs
     """The speed section: every figure with its unit; the inputs with their sources."""
     if not sp:
         return

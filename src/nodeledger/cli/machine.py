@@ -134,6 +134,7 @@ def _group_cards(cards):
 
 
 def _render_machine(p, figures: dict | None = None) -> None:
+    # long: a renderer: one profile top to bottom (cards, links, collectives, host, NICs, mounts)
     from rich.table import Table
 
     con = console()

@@ -68,6 +68,7 @@ def model_show(model, dtype=None, online=False, as_json=False) -> None:
 
 
 def _render_model(s: dict[str, Any]) -> None:
+    # long: a renderer: the model summary top to bottom (architecture, params, weights, KV)
     from rich.table import Table
 
     con = console()

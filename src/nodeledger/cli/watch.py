@@ -372,6 +372,7 @@ def _live_view(s: dict, an, header):
 
 
 def _render_summary(s: dict, header: dict) -> None:
+    # long: a renderer: the watch summary top to bottom (host, cards, engine log, verify, idle)
     from rich.table import Table
 
     con = console()

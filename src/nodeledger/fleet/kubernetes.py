@@ -86,6 +86,7 @@ def daemonset(image: str, vendor: str = "nvidia", namespace: str = "nodeledger",
               allow_cidrs: list[str] | tuple[str, ...] = (),
               node_selector: dict[str, str] | None = None,
               lifeboat: list[int] | None = None) -> list[dict]:  # fmt: skip
+    # long: the option checks, then the DaemonSet (and Service) as literal dicts shaped as the YAML
     """The manifests (DaemonSet, and a headless Service unless ``host_network``).  Without
     ``node_selector`` the DaemonSet runs on every node (a node without cards is watched for
     its host alone); e.g. NFD's ``feature.node.kubernetes.io/pci-0302_10de.present=true``

@@ -242,6 +242,7 @@ class TrainJob:
     optimizer_impl_source: str = ""
 
     def __post_init__(self) -> None:
+        # long: TrainJob validation: defaults resolved, then one check per option rule, in order
         _choice("framework", self.framework, FRAMEWORKS)
         _choice("shard", self.shard, SHARDING)
         # a choice made by a default is made again (dataclasses.replace of a --shard, say)
@@ -445,6 +446,7 @@ ENGINE_ONLY = {
 
 
 def build_job(kind: str, o: dict):
+    # long: which options apply to the kind, then one constructor per kind (serve, load, train)
     """A job from option values named as `nodeledger fit`'s options (snake_case; None = not
     given).  Options that do not apply to the job kind or engine raise JobError."""
     given = {k for k, v in o.items() if v is not None}

@@ -265,6 +265,7 @@ class _Ctx:
 def parse_accel_log(
     text: str | Iterable[str], source: str, *, origin: str = "file"
 ) -> list[Incident]:
+    # long: one pass over the lines; each message pattern tried in turn, sharing skip_until and seen
     """Every card-side out-of-memory message in ``text`` (a string, or its lines; pure; no I/O;
     one pass over a bounded window of lines)."""
     ctx = _Ctx(text, source, origin)
@@ -425,6 +426,8 @@ def _torch_figures() -> dict[str, int | None]:
 
 
 def _torch(ctx: _Ctx, i: int, msg: str, dev: str | None, n: int) -> Incident | None:
+    # long: one PyTorch OOM message: its forms (legacy, torch>=2.1, cut) fill one figures dict,
+    # then the figures derived from them
     kind = _DEV_KIND.get(dev, "torch-cuda-oom")
     f = _torch_figures()
     details: dict[str, Any] = {"device": dev, "form": None, "processes": [], "derived": []}

@@ -63,6 +63,7 @@ def _may_match(line: str) -> bool:
 def parse_job_log(
     text: str | Iterable[str], source: str, *, origin: str = "file"
 ) -> list[Incident]:
+    # long: one pass over the lines; each kill-trace pattern tried in turn, sharing seen_pids
     """Every host-side kill trace in a job log (pure; no I/O; one pass)."""
     out: list[Incident] = []
     seen_pids: set[int] = set()

@@ -497,6 +497,7 @@ def _page_size(r: _Report) -> tuple[int | None, str | None]:
 
 
 def _incident(r: _Report, source: str, origin: str) -> Incident:
+    # long: a builder: one Incident from a parsed report; figures and details are flat dicts
     memcg = bool(r.memcg_evidence)
     kind = "memcg-oom" if memcg else "kernel-oom-killer"
     killed = r.killed or {}

@@ -452,6 +452,7 @@ NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
 def _nemotron_h(c: ConfigReader, family: str) -> ModelSpec:
+    # long: one family's config to tensors, in module order (mixer, MLP, MoE, the per-layer kinds)
     hidden = c.int("hidden_size")
     n_layers = c.layers("num_hidden_layers")
     vocab = c.int("vocab_size")

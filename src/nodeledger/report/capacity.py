@@ -100,6 +100,7 @@ def _card_stack(ledger) -> dict:
 
 
 def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
+    # long: one workload on one machine: cards, fit, each resource's reason, links, then the row
     """One workload on one machine: resources, tier, binding, reason (with numbers)."""
     job = w.job()
     row: dict = {
@@ -582,6 +583,7 @@ def throughput_criterion(rows: list[dict], serving: dict) -> dict:
 
 
 def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -> dict:
+    # long: the three scale-out criteria in order, each gathered into a dict of holds + evidence
     """Field claim "scale_out": buy a second machine only when all three hold at once."""
     total = machine.total_accelerator_memory_bytes()
     # 1. a model that does not fit the total card memory of one machine (really, not a bad split)

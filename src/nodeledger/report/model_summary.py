@@ -29,6 +29,7 @@ KV_SOURCE = (
 def model_summary(
     spec: ModelSpec, src: ConfigSource, dtype: str | None = None, read_checkpoint: bool = True
 ) -> dict[str, Any]:
+    # long: a builder: one summary dict, mostly a literal of independent fields read off the spec
     by_part = spec.params_by_part()
     default = config_scheme(spec)
     out: dict[str, Any] = {

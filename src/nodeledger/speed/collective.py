@@ -29,6 +29,7 @@ TWO_NODE_TREE = (
 
 def estimate(machine: MachineProfile, op: str, size_bytes: int, cards: list[int] | None = None,
              machines: int = 1, nvls: bool = True) -> dict:  # fmt: skip
+    # long: one collective: the limits, ring vs tree, then the result dict with each figure's source
     """One collective of ``size_bytes`` (the buffer for all-reduce, the whole output for
     all-gather / input for reduce-scatter, as nccl-tests counts it) over ``cards`` of each of
     ``machines`` machines."""

@@ -518,6 +518,7 @@ class OpPlan:
              prefill_ctx: float = 0.0, decode_seqs: float = 0.0, decode_ctx: float = 0.0,
              graphs: bool = True, calls_per_layer: int = EAGER_CALLS_PER_LAYER,
              expert_loop: bool = True) -> dict:  # fmt: skip
+        # long: one step's seconds, operator kind by kind (GEMMs, attention, elementwise, LM head)
         """``graphs``: replayed from a graph (no host dispatch); else every call is dispatched,
         ``calls_per_layer`` of them beside the GEMMs and attention (transformers' unfused layer
         by default, ENGINE_EAGER_CALLS_PER_LAYER (+ ENGINE_EAGER_TP_CALLS) for a serving engine's

@@ -169,6 +169,7 @@ def serve_speed(spec: ModelSpec, job: ServeJob, machine: MachineProfile, input_l
                 max_concurrency: int | None, machines: int = 1,
                 pool_tokens: int | None = None, bench=None,
                 roofline: bool = False) -> dict:  # fmt: skip
+    # long: the simulator's section when it can run, else the roofline's figures one after another
     """The speed section of one serving replica.  ``concurrency``: the sequences served at once
     (None = the most that fit); ``max_concurrency``: the most that fit (the ledger's KV pool,
     capped by max_num_seqs), None if unknown."""

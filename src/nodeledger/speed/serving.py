@@ -376,6 +376,7 @@ def simulated_speed(spec: ModelSpec, job: ServeJob, machine, input_len: int, out
                     concurrency: int | None, max_concurrency: int | None,
                     pool_tokens: int | None, opts: BenchOptions | None = None,
                     machines: int = 1, fig: dict | None = None) -> dict | None:  # fmt: skip
+    # long: one replica's runs: a prompt alone, the job's concurrency, the most that fit, the bench
     """The speed section of a serving replica from the simulator and the operator model, or
     None when no kernel table reaches the card (the caller keeps its roofline, unknowns said).
     Figures as fit prints them: ttft_s (one prompt alone), tpot_s / output_tokens_per_s /

@@ -112,6 +112,7 @@ def _g(ck, m, n, k, kind, wb) -> float:
 
 
 def micro_batch_seconds(spec: ModelSpec, job: TrainJob, ck: O.CardKernels) -> dict:
+    # long: one micro-batch, one operator kind after another into parts, sharing m, frac, recompute
     """One micro-batch's forward + backward on one card of the slowest pipeline stage: seconds
     per operator kind, the host's dispatch, and the two together (module docstring)."""
     tp, pp = job.parallel.tp, job.parallel.pp

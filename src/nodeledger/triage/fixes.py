@@ -173,6 +173,7 @@ def _job_killed(inc: Incident) -> list[str]:
 
 
 def _torch(inc: Incident) -> list[str]:
+    # long: one fix per rule the OOM's figures meet, in the order they are printed
     f, d = inc.figures, inc.details
     req, total, free = f.get("requested_bytes"), f.get("total_bytes"), f.get("free_bytes")
     alloc, unalloc = f.get("allocated_bytes"), f.get("reserved_unallocated_bytes")

@@ -96,6 +96,7 @@ def default_catalogue_text() -> str:
 
 
 def parse_catalogue(text: str, where: str) -> list[Workload]:
+    # long: validation: one check per workload key, each with its own message, then the ids across
     try:
         data = loads_toml(text, where)
     except tomllib.TOMLDecodeError as exc:

@@ -439,6 +439,7 @@ class Analyzer:
     def _causes(
         self, i: int, c: dict, pids: dict, kind: str, findings: list[dict]
     ) -> tuple[list[str], list[str]]:
+        # long: one check per idle cause (verify, NUMA, CPU, swap, IO wait, RAM) over one window
         causes: list[str] = []
         hints: list[str] = []
         grp = next((gr for gr in (self.expect or {}).get("groups", []) if i in gr["cards"]), None)

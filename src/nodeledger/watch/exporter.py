@@ -148,6 +148,7 @@ def with_node_name(header: dict, environ) -> dict:
 
 def families(sample: dict | None, header: dict, an: Analyzer, state: dict,
              vendor_series: bool = True) -> list:  # fmt: skip
+    # long: every metric family of one scrape, each declared then filled, in exposition order
     """The metric families of one sample (also used by tests without a server).  Without
     ``vendor_series`` the vendor-named families (DCGM_FI_DEV_*, gpu_*_vram, npu_chip_info_*)
     are left out: a box that runs the vendor's own exporter has them from it already."""

@@ -157,6 +157,7 @@ class NpuTopology:
 
 
 def parse_topo(text: str) -> NpuTopology:
+    # long: one parse of the matrix, each step reading the last: header, rows, cards, links, NICs
     """``npu-smi info -t topo`` prints a matrix like ``nvidia-smi topo -m``: a header row of device
     names (``NPU<n>`` = logical NPU id on Atlas A2 / 300I boxes, ``Phy-ID<n>`` = physical chip id on
     Atlas A3), one row per device with one label per column, an optional ``CPU Affinity`` column

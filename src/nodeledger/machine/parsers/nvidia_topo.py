@@ -92,6 +92,7 @@ def _header_columns(line: str, tabbed: bool) -> list[str]:
 
 
 def parse(text: str) -> Topology:
+    # long: one parse of the matrix: header, rows, cards and links, NIC rows, then the legend notes
     text = clean(text)
     lines = text.split("\n")
     header_i = next(

@@ -54,6 +54,7 @@ FILES_BUDGET = MAX_TOTAL_BYTES - STDOUT_BUDGET - FILE_SAMPLES_BUDGET - MAX_MANIF
 
 
 def write_bundle(r: Runner, path: str | Path, extra: dict | None = None) -> Path:
+    # long: one archive: commands, files, file samples under their byte budgets, then the manifest
     """Archive what runner ``r`` collected."""
     p = Path(path)
     entries: dict[str, bytes] = {}

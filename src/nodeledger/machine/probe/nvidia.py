@@ -155,6 +155,7 @@ def _uuids_from_query(r: Runner, cards: list[Accelerator], notes: list[str]) -> 
 def probe(
     r: Runner, notes: list[str], want_nics: bool = False
 ) -> tuple[list[Accelerator], Interconnect | None, list[TopoNic]]:
+    # long: one fallback chain (NVML, query-gpu, the smi table, topo -m only), then the topo links
     """Cards, links and the NIC rows of ``topo -m``.  ``want_nics``: the host has RDMA devices,
     so an NVML probe still runs ``topo -m`` for the NICs' distance to the cards."""
     if r.live:

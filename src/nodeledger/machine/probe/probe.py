@@ -106,6 +106,8 @@ def probe_with_facts(runner: Runner | None = None) -> tuple[MachineProfile, fact
 
 
 def _profile(r: Runner) -> MachineProfile:
+    # long: the probe in order: host, cards, checks on the tools' figures, then the profile,
+    # dropping links, cards or host inventory until it validates
     notes: list[str] = []
     host = linux.host(r, notes)
     rdma = linux.rdma_devices(r)
