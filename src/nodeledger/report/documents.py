@@ -4,21 +4,55 @@ order (report/sections.py); nothing here prints on its own or exits."""
 
 from __future__ import annotations
 
+import re
 from html import escape as h
 from typing import Any
 
 from nodeledger.report import render as R
-from nodeledger.report.sections import sections
+from nodeledger.report.sections import Notes, sections
 
 
 def terminal(con, rep: dict, intro: list[str], details: bool = False) -> None:
     """The whole report, on ``con``: the intro, the headline, then each section (``details``:
     every workload's reason whole)."""
+    src = next((re.sub(r" \(\d+\)$", "", x.removeprefix("workloads: ")) for x in intro
+                if x.startswith("workloads: ")), None)  # fmt: skip
+    if not details:  # the catalogue's line joins the headline
+        intro = [line for line in intro if not line.startswith("workloads: ")]
     for line in intro:
         con.print(line, markup=False, highlight=False)
-    con.print(R.headline(rep), markup=False)
-    for sec in sections(rep):
-        sec.terminal(con, details)
+    if details:
+        con.print(R.headline(rep), markup=False)
+        for sec in sections(rep):
+            sec.terminal(con, details)
+        return
+    brief(con, rep, src)
+
+
+# the one-screen report puts the ranking before the workloads (the sections' own order after)
+BRIEF_ORDER = {"Bottlenecks": 0, "Workloads": 1}
+
+
+def brief(con, rep: dict, src: str | None = None) -> None:
+    """The one-screen report: the headline, the bottleneck ranking as a sentence, one line per
+    workload (card memory and host RAM side by side), each caveat once by its number, then each
+    section's answer; every reason whole is ``--details``."""
+    notes = Notes()
+    m, c = rep["machine"], rep["counts"]
+    con.print(f"{m['name']}: {len(rep['workloads'])} workloads" + (f" ({src})" if src else "")
+              + f" — {c['can']} can, {c['tight']} tight, {c['cannot']} cannot"
+              + (f", {c['unknown']} unknown." if c["unknown"] else "."), markup=False)  # fmt: skip
+    caveat = (rep.get("runtime") or {}).get("caveat")
+    said = 0
+    for sec in sorted(sections(rep), key=lambda x: BRIEF_ORDER.get(type(x).__name__, 9)):
+        sec.brief(con, notes)
+        if type(sec).__name__ == "Workloads" and caveat:
+            notes.ref(f"every card figure: {caveat}")
+        for line in notes.lines()[said:]:
+            con.print(line, markup=False, highlight=False)
+        said = len(notes.items)
+    con.print("--details: every reason, claim, link and criterion whole; `nodeledger fit`: every "
+              "byte of one workload.", markup=False)  # fmt: skip
 
 
 def markdown(rep: dict, intro: list[str] | None = None) -> str:

@@ -7,11 +7,13 @@ nothing."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from html import escape as h
 from typing import Any
 
 from nodeledger.report import render as R
+from nodeledger.units import gib_text
 
 
 def rx(text: str) -> str:
@@ -31,13 +33,39 @@ def Table(*args, **kwargs):
 TIER_STYLE = {"can": "green", "tight": "dark_orange", "cannot": "red", "unknown": "grey50"}
 
 
+class Notes:
+    """The one-screen report's caveats, each said once and numbered; a row refers to its
+    number ("[2]")."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, list[str]] = {}
+
+    def ref(self, text: str, ids: list[str] | None = None) -> int:
+        """The caveat's number (a new one is added at the end); ``ids``: the rows it covers."""
+        rows = self.items.setdefault(text, [])
+        rows += [i for i in ids or [] if i not in rows]
+        return list(self.items).index(text) + 1
+
+    def lines(self) -> list[str]:
+        out = []
+        for n, text in enumerate(self.items, 1):
+            out.append(f"[{n}] {text}")  # the rows name it in their "see" column
+        return out
+
+
 @dataclass
 class Section:
     rep: dict[str, Any]
     machine: Any = None  # the MachineProfile, for the HTML charts
 
     def terminal(self, con, details: bool = False) -> None:
-        """Print the section on ``con`` (rich)."""
+        """Print the section on ``con`` (rich), whole (``report --details``)."""
+
+    def brief(self, con, notes: Notes) -> None:
+        """Print the section's answer on ``con`` for the one-screen report; a caveat goes to
+        ``notes`` (said once, below the table), the rest is for ``--details``.  A section
+        without a brief form prints itself whole."""
+        self.terminal(con, False)
 
     def markdown(self) -> list[str]:
         return []
@@ -50,6 +78,81 @@ def _claims(rep: dict) -> list[tuple[dict, str]]:
     """(workload, the ledger's line) for each workload that carries a claim from the notes."""
     return [(r, R.state_line(r["model_state"], r.get("framework"), r.get("claim_check")))
             for r in rep["workloads"] if r.get("claim") and r.get("model_state")]  # fmt: skip
+
+
+def _resource(r: dict, name: str) -> dict | None:
+    return next((x for x in r.get("resources") or [] if x["resource"] == name), None)
+
+
+def common_capacity(rows: list[dict], name: str) -> int | None:
+    """The capacity most workloads have for ``name`` (card memory, host RAM): the table's
+    header states it once, a row with another (two machines' host RAM) states its own."""
+    caps = [x["capacity"] for r in rows if (x := _resource(r, name)) and x.get("capacity")]
+    return max(set(caps), key=caps.count) if caps else None
+
+
+def memory_cell(r: dict, name: str, common: int | None = None) -> str:
+    """The workload's card memory (busiest card) or host RAM as "59.8 93%" (GiB, of the
+    header's capacity; "48.0/250.0 19%" where the row's own differs), with its tier when it is
+    not "fits"."""
+    x = _resource(r, name)
+    if x is None or x.get("used") is None or not x.get("capacity"):
+        return "" if x is None else "unknown"
+    cap = "" if x["capacity"] == common else f"/{gib_text(x['capacity'], unit='')}"
+    text = f"{x['used'] / 2**30:,.1f}{cap} {x['used'] / x['capacity']:.0%}"
+    if x.get("tier") not in (None, "fits"):
+        text += f" {x['tier']}"
+    return text
+
+
+def beside_note(r: dict) -> str | None:
+    """The caveat of a workload whose host RAM counts the loads running beside it."""
+    x = _resource(r, "host RAM")
+    if r.get("beside") and x is not None and "beside" in (x.get("reason") or ""):
+        return f"host RAM counted with {', '.join(r['beside'])} running beside it"
+    return None
+
+
+BINDS_NOTE = {
+    "network": " the compute it hides behind",
+    "card links": " the compute it hides behind",
+}
+
+
+def binds_cell(r: dict) -> str:
+    """The binding resource; a link or network one with its traffic against the compute time
+    it hides behind ("network 13.3x")."""
+    b = r.get("binding") or ""
+    x = _resource(r, b)
+    if b in ("card memory", "host RAM") or x is None or x.get("ratio") is None:
+        return b
+    return f"{b} {x['ratio']:,.1f}x" if b in ("network", "card links") else b
+
+
+def serving_cell(w: dict | None, notes: Notes, refs: list[int]) -> str:
+    """A serving workload's replicas x cards on the business cards and the sequences they hold
+    at its context ("7x1 749@4k"), with its output tokens/s when the speed model has them; why
+    not (no replica, speed unknown) goes to ``notes`` and ``refs``."""
+    if w is None:
+        return ""
+    if w["note"]:
+        refs.append(notes.ref(f"no replica: {w['note'].removesuffix(': no replica')}", [w["id"]]))
+        return "none"
+    tot, ctx = w["total_sequences"], w["context"]
+    text = (f"{w['replicas_on_business_cards']}x{w['cards_per_replica']} "
+            f"{'?' if tot is None else f'{tot:,}'}@"
+            f"{f'{ctx // 1024}k' if ctx % 1024 == 0 else f'{ctx:,}'}")  # fmt: skip
+    if w.get("output_tokens_per_s") is not None:
+        return text + f" {w['output_tokens_per_s']:,.0f} tok/s"
+    if w.get("speed_unknown"):
+        refs.append(notes.ref("output tokens/s unknown: " + w["speed_unknown"][0].split(" (")[0],
+                              [w["id"]]))  # fmt: skip
+    return text
+
+
+def field_notes_cell(r: dict) -> str:
+    exp = r.get("expect")
+    return "" if not exp else ("agrees" if r.get("agrees") else f"said {exp}")
 
 
 class Workloads(Section):
@@ -91,6 +194,49 @@ class Workloads(Section):
                 con.print(f"  {text} — {rows}", markup=False, highlight=False)
         for r, line in _claims(rep):
             con.print(f"{r['id']}: claim: {r['claim']}.\n  ledger: {line}", markup=False)
+
+    def brief(self, con, notes: Notes) -> None:
+        from rich import box
+
+        rep = self.rep
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+                  collapse_padding=True)  # fmt: skip
+        rows = rep["workloads"]
+        card, host = common_capacity(rows, "card memory"), common_capacity(rows, "host RAM")
+        # a narrow terminal leaves out the binds column: a binding other than the two memories
+        # becomes a caveat (the tier words in the memory cells show theirs)
+        narrow = con.width < 110
+        cols = ["workload", "tier", *([] if narrow else ["binds"]),
+                "card GiB" + (f" of {gib_text(card, unit='')}" if card else ""),
+                "RAM GiB" + (f" of {gib_text(host, unit='')}" if host else ""), "serving",
+                "see"]  # fmt: skip
+        for col in cols:
+            t.add_column(col, no_wrap=col in ("tier", "see"), overflow="fold")
+        serving = {w["id"]: w for w in rep["serving"]["workloads"]}
+        caveats = R.caveats(rep)
+        for text, ids in caveats:
+            notes.ref(text, ids)
+        differ = [r for r in rep["workloads"] if r.get("expect") and not r.get("agrees")]
+        differs = ("the field notes expect another tier: " + "; ".join(
+            f"{r['id']} {r['expect']}" for r in differ)) if differ else None  # fmt: skip
+        for r in rep["workloads"]:
+            tier = r["tier_name"]
+            refs = [notes.ref(text) for text, ids in caveats if r["id"] in ids]
+            if beside_note(r):
+                refs.append(notes.ref(beside_note(r), [r["id"]]))
+            if differs and r in differ:
+                refs.append(notes.ref(differs))
+            cell = serving_cell(serving.get(r["id"]), notes, refs)
+            b = binds_cell(r)
+            if r.get("binding") not in (None, "card memory", "host RAM", *BINDS_NOTE):
+                # cards, disk ...: the row has no cell for it, its figure is a caveat
+                refs.append(notes.ref(f"{r['binding']}: {R.binding_figure(r)}", [r["id"]]))
+            elif narrow and r.get("binding") in BINDS_NOTE:
+                refs.append(notes.ref(f"binds: {b}{BINDS_NOTE[r['binding']]}", [r["id"]]))
+            t.add_row(rx(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", *([] if narrow else [rx(b)]),
+                      rx(memory_cell(r, "card memory", card)), rx(memory_cell(r, "host RAM", host)),
+                      rx(cell), ",".join(map(str, sorted(set(refs)))))  # fmt: skip
+        con.print(t)
 
     def markdown(self) -> list[str]:
         rep = self.rep
@@ -142,6 +288,32 @@ class CardLinks(Section):
         return ["<h2>Card-to-card links</h2>" + R._matrix_svg(self.machine)]
 
 
+# what each resource's worst ratio is a ratio of
+RATIO_OF = {"card memory": "a card", "host RAM": "its size", "network": "the compute it hides "
+            "behind", "card links": "the compute it hides behind", "disk": "its budget",
+            "cards": "the cards"}  # fmt: skip
+
+
+def ranking_sentence(bottlenecks: list[dict]) -> str:
+    """ "Bottlenecks: network >> host RAM > card memory — ...": the resources that bind a
+    workload in the report's order, ">>" where one's worst ratio is at least twice the next's;
+    each with its count and its worst demand against what it is a ratio of."""
+    bind = [b for b in bottlenecks if b["cannot"] or b["tight"]]
+    if not bind:
+        return "Bottlenecks: no resource makes a workload tight or cannot."
+    order = bind[0]["resource"]
+    for a, b in itertools.pairwise(bind):
+        ra, rb = a.get("worst_ratio"), b.get("worst_ratio")
+        order += (" >> " if ra and rb and ra >= 2 * rb else " > ") + b["resource"]
+    parts = []
+    for b in bind:
+        tiers = ", ".join(f"{b[k]} {k}" for k in ("cannot", "tight") if b[k])
+        worst = ("" if b.get("worst_ratio") is None else
+                 f", up to {b['worst_ratio']:,.2f}x {RATIO_OF.get(b['resource'], 'its capacity')}")  # fmt: skip
+        parts.append(f"{b['resource']} {tiers}{worst}")
+    return f"Bottlenecks: {order} — {'; '.join(parts)}."
+
+
 class Bottlenecks(Section):
     """Which resource binds how many workloads, and its worst demand against its capacity."""
 
@@ -159,6 +331,9 @@ class Bottlenecks(Section):
         for b, ratio in self._rows():
             t.add_row(b["resource"], str(b["cannot"]), str(b["tight"]), ratio, str(b["unknown"]))
         con.print(t)
+
+    def brief(self, con, notes: Notes) -> None:
+        con.print(ranking_sentence(self.rep["bottlenecks"]), markup=False, highlight=False)
 
     def markdown(self) -> list[str]:
         L = ["", "## Bottleneck ranking", "",
@@ -187,6 +362,14 @@ class Serving(Section):
         con.print(f"Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards kept free):")
         for line in R.serving_lines(self.rep):
             con.print(f"  {line}", markup=False)
+
+    def brief(self, con, notes: Notes) -> None:
+        s = self.rep["serving"]
+        con.print(f"serving: replicas x cards on the {s['business_cards']} business cards (lifeboat: "
+                  f"{s['lifeboat']} of {s['cards']} cards kept free), sequences held @ context "
+                  "tokens, output tokens/s at that load.", markup=False, highlight=False)  # fmt: skip
+        if s.get("lifeboat_note"):
+            con.print(f"  {s['lifeboat_note']}", markup=False)
 
     def markdown(self) -> list[str]:
         s = self.rep["serving"]
@@ -219,6 +402,14 @@ class HostLoads(Section):
             if x.get("load_times"):
                 con.print(f"    {R.load_line(x['load_times'])}", markup=False)
 
+    def brief(self, con, notes: Notes) -> None:
+        for x in self.rep["host_loads"]:
+            most, calm = (("unknown" if v is None else v)
+                          for v in (x["max_concurrent"], x["max_without_tight"]))  # fmt: skip
+            con.print(f"Host RAM, big loads at once: {x['model']}: {most} at once "
+                      f"(hard limit), {calm} without entering tight; "
+                      f"{x['reason']}", markup=False, highlight=False)  # fmt: skip
+
     def markdown(self) -> list[str]:
         L = ["", "## Host RAM: big loads at once", ""]
         for x in self.rep["host_loads"]:
@@ -241,6 +432,9 @@ class HostLoads(Section):
 
 class Links(Section):
     """Each workload's traffic between cards or machines against the compute it hides behind."""
+
+    def brief(self, con, notes: Notes) -> None:
+        """Nothing of its own: the binds column and the caveats say what binds (``--details``)."""
 
     def terminal(self, con, details: bool = False) -> None:
         con.print("Links and network:")
@@ -274,6 +468,13 @@ class ScaleOut(Section):
                       markup=False)  # fmt: skip
             for e in c["evidence"]:
                 con.print(f"     - {e}", markup=False)
+
+    def brief(self, con, notes: Notes) -> None:
+        so = self.rep["scale_out"]
+        held = [str(i) for i, c in enumerate(so["criteria"], 1) if c["holds"]]
+        con.print(f"Scale-out verdict: {so['verdict']}"
+                  + (f" (criterion {', '.join(held)} holds)" if held and not so["buy_second_machine"] else ""),
+                  markup=False, highlight=False)  # fmt: skip
 
     def markdown(self) -> list[str]:
         so = self.rep["scale_out"]
