@@ -4,6 +4,8 @@ speed, collective, compare, report criterion 2)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import cli_json, run_cli
@@ -220,6 +222,10 @@ def test_collective_cli():
     assert {"algbw_gbps", "busbw_gbps", "seconds"} <= set(d)
     ref = run_cli("collective")
     assert ref.returncode == 0 and "unknown" in ref.stdout and "bandwidth unknown" in ref.stdout
+    # the figure first (issue 32): the first line is the answer, the citations come last
+    first, *rest = run_cli("collective", "dgx-h100").stdout.splitlines()
+    assert re.search(r"\(8 ranks\): [\d.,]+ (us|ms|s), busbw [\d.,]+ GB/s$", first), first
+    assert "datasheet" not in "".join(rest[:4]) and rest[4] == "sources:", rest[:5]
     for bad, msg in ((["--size", "lots"], "--size"), (["--cards", "0,9"], "not in the machine"),
                      (["--size", "0"], "between 1 byte"), (["--op", "alltoall"], "alltoall")):  # fmt: skip
         p = run_cli("collective", "dgx-h100", *bad)

@@ -93,31 +93,35 @@ def collective_cmd(machine=None, op="all_reduce", size="256M", cards=None, machi
     con = console()
     where = f"{len(d['cards'])} card(s) {d['cards']}" + (
         f" x {machines} machines" if machines > 1 else "")  # fmt: skip
-    con.print(f"[bold]{op}[/bold] of {d['size_bytes']:,} B over {where} on {d['machine']} "
-              f"({d['ranks']} ranks):")  # fmt: skip
+    what = f"{op} of {d['size_bytes']:,} B over {where} on {d['machine']} ({d['ranks']} ranks)"
     if d.get("seconds") is None:
-        con.print(f"  unknown — {d['reason']}", markup=False)
+        con.print(f"{what}: unknown", markup=False, highlight=False)
         c = d.get("busbw_ceiling_gbps")
         if c and c.get("value") is not None:
-            con.print(
-                f"  bound: busbw at most {c['value']:,.1f} GB/s ({c['source']})", markup=False
-            )
+            con.print(f"  bound: busbw at most {c['value']:,.1f} GB/s", markup=False)
+        con.print(f"  why: {d['reason']}", markup=False)
+        if c and c.get("value") is not None:
+            con.print(f"  source of the bound: {c['source']}", markup=False)
         return
     if d["ranks"] <= 1:
-        con.print("  one rank: nothing moves")
+        con.print(f"{what}: one rank, nothing moves", markup=False, highlight=False)
         return
     at_least = "at least " if d.get("seconds_is_lower_bound") else ""
 
     def t(x: float) -> str:
         return f"{x * 1e3:,.3f} ms" if x >= 1e-3 else f"{x * 1e6:,.3g} us"
 
+    # the answer first (time and bus bandwidth), the binding in one clause, the sources last
+    con.print(f"{what}: {at_least}{t(d['seconds'])}, busbw {d['busbw_gbps']:,.2f} GB/s",
+              markup=False, highlight=False)  # fmt: skip
     con.print(f"  seconds: {at_least}{t(d['seconds'])} ({d['algorithm']}; ring "
               f"{t(d['ring_seconds'])}, tree {t(d['tree_seconds'])})")  # fmt: skip
     con.print(f"  algbw_gbps: {d['algbw_gbps']:,.2f} GB/s; busbw_gbps: {d['busbw_gbps']:,.2f} GB/s "
               f"(algbw x {d['bus_factor']:.3f}, nccl-tests doc/PERFORMANCE.md)")  # fmt: skip
-    con.print(f"  binding: {d['reason']}", markup=False)
+    con.print(f"  binding: {d['reason'].split(' (')[0]}", markup=False)
     if d.get("latency_per_step_s") is not None:
-        con.print(f"  latency per step: {d['latency_per_step_s'] * 1e6:,.1f} us ({d['latency_source']})",
-                  markup=False)  # fmt: skip
-    elif d.get("latency_source"):
+        con.print(f"  latency per step: {d['latency_per_step_s'] * 1e6:,.1f} us", markup=False)
+    con.print("sources:", markup=False)
+    con.print(f"  binding: {d['reason']}", markup=False)
+    if d.get("latency_source"):
         con.print(f"  latency: {d['latency_source']}", markup=False)
