@@ -81,6 +81,7 @@ def place(
     k8s_devices=None,
     as_json=False,
 ) -> None:
+    # long: a renderer: the placement top to bottom (intro, running, lifeboat, notes, replicas, not placed, devices, files)
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
     kept free), bind each to its cards' NUMA node, and print the environment and launch line."""
     from nodeledger.placement.usecase import PlaceRequest, place_plan

@@ -97,6 +97,7 @@ def run_cmd(
     release=None,
     as_json=False,
 ) -> None:
+    # long: list / release, the option checks, the booking, then exec of the command: one flow; its steps are placement.reserve's
     from nodeledger.placement import reserve as rs
 
     args = list(args or [])

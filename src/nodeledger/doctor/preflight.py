@@ -131,10 +131,12 @@ def _binding_lines(chosen: list[Accelerator], state: MachineState) -> list[str]:
 
 
 def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = None) -> Preflight:
-    """``lifeboat`` None: one card kept free, none on a one-card machine (said in a note)."""
+    """``lifeboat`` None: one card kept free, none on a one-card machine (said in a note).
+    Each part adds its reasons in order: card memory, host RAM, offload / dataloader / swap,
+    then the cards."""
     from nodeledger.verdict.fit import fit
 
-    prof, facts = state.profile, state.facts
+    prof = state.profile
     reasons: list[Reason] = []
     notes: list[str] = []
     if lifeboat is None:
@@ -156,7 +158,23 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = 
     fit_summary = {"tier": v.tier, "binding": v.binding, "reason": v.reason,
                    "suggestions": v.suggestions, "job_options": result.job_options}  # fmt: skip
 
-    # -- card memory (the ledger) --
+    _card_memory(lg, card_v, add)
+    host = _host_ram(state, lg, host_v, add, notes)
+    _offload_dataloader_swap(job, state, lg, host_v, host["ram_bytes"], host["free_bytes"], add)
+    card_info, binding = _cards(job, state, lifeboat, add, notes)
+
+    levels = {r.level for r in reasons}
+    verdict = "no-go" if "no-go" in levels else "wait" if "wait" in levels else "go"
+    if verdict == "no-go" and v.suggestions:
+        notes.append("would fit instead: " + "; ".join(f"{s['change']} ({s['reason']})"
+                                                        for s in v.suggestions[:3]))  # fmt: skip
+    if host_v.tier == "cannot" and isinstance(job, LoadJob):
+        notes.extend(_load_instead(spec, job, prof))
+    return Preflight(verdict, reasons, card_info, binding, host, fit_summary, state.origin, notes)
+
+
+def _card_memory(lg, card_v, add) -> None:
+    """The busiest card against its capacity (the ledger)."""
     card = max(lg.cards, key=lambda c: c.total_bytes)
     if card_v.tier == "cannot":
         add("no-go", "card memory", f"the busiest card needs {_g(card.total_bytes)} of "
@@ -174,7 +192,10 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = 
             f"the busiest card needs {_g(card.total_bytes)} of {_g(card.capacity_bytes)}",
         )
 
-    # -- host RAM: whole machine (the ledger), then free now --
+
+def _host_ram(state: MachineState, lg, host_v, add, notes: list[str]) -> dict:
+    """Host RAM: the whole machine (the ledger), then what is free now; the report's host dict."""
+    prof, facts = state.profile, state.facts
     total, need, cache = prof.host.ram_bytes, lg.host.peak_bytes, lg.host.reclaimable_bytes
     if state.live and prof.host.available_bytes is not None:
         free, free_src = prof.host.available_bytes, "/proc/meminfo MemAvailable"
@@ -220,7 +241,12 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = 
     if facts is None:
         notes.append("other loads: no live process table (a preset or profile file)")
 
-    # -- offload, dataloader, swap --
+    return host
+
+
+def _offload_dataloader_swap(job, state: MachineState, lg, host_v, total, free, add) -> None:
+    """CPU offload on a small host, the dataloader's share of the free RAM, swap in use."""
+    prof = state.profile
     if isinstance(job, TrainJob) and job.offload != "none":
         off = sum(i.bytes for i in lg.host.items if "offload" in i.name)
         text = f"--offload {job.offload} puts {_g(off)} in host RAM"
@@ -247,8 +273,10 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = 
         add("warning", "swap", f"{_g(swap)} of swap in use: the host was short of RAM; paging "
             "during the job is catastrophic (cut dataloader workers rather than rely on swap)")  # fmt: skip
 
-    # -- cards: free ones, the lifeboat, which to use --
-    cards = prof.accelerators
+
+def _cards(job, state: MachineState, lifeboat: int, add, notes: list[str]):
+    """Free cards, the lifeboat, which to use: (card info, the NUMA binding lines)."""
+    cards = state.profile.accelerators
     needed = cards_needed(job)
     busy = {a.index: why for a in cards if (why := _busy_reason(a, state))}
     free_cards = [a for a in cards if a.index not in busy]
@@ -285,14 +313,7 @@ def preflight(spec: ModelSpec, job, state: MachineState, lifeboat: int | None = 
                  "chosen": [{"card": a.index, "numa_node": a.numa_node} for a in chosen],
                  "lifeboat": [a.index for a in boat], "lifeboat_wanted": lifeboat}  # fmt: skip
 
-    levels = {r.level for r in reasons}
-    verdict = "no-go" if "no-go" in levels else "wait" if "wait" in levels else "go"
-    if verdict == "no-go" and v.suggestions:
-        notes.append("would fit instead: " + "; ".join(f"{s['change']} ({s['reason']})"
-                                                        for s in v.suggestions[:3]))  # fmt: skip
-    if host_v.tier == "cannot" and isinstance(job, LoadJob):
-        notes.extend(_load_instead(spec, job, prof))
-    return Preflight(verdict, reasons, card_info, binding, host, fit_summary, state.origin, notes)
+    return card_info, binding
 
 
 def _too_few_cards(job, state: MachineState, lifeboat: int, have: int) -> Preflight:

@@ -596,6 +596,7 @@ def run_golive(*, plan_file: str | None = None, machine: str | None = None,
                drill_kwargs: dict | None = None, timeout: float = 5.0,
                progress: Callable[[str], None] | None = None,
                allow_unavailable: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    # long: the checklist's steps in order (doctor, card settings, bench, plan, drill), then the summary dict
     """Every step in order; returns the report.  ``exit_code`` 0 when no step fails and every
     step ran whole, 1 otherwise: a step that is unavailable here (no card, no --plan, no
     torch) or ran in part blocks going live unless ``allow_unavailable`` names it."""

@@ -500,6 +500,7 @@ def _hf_card(
     defaults: rt.RuntimeDefaults,
     weights_how: str = "",
 ) -> CardLedger:
+    # long: generate()'s ledger: the prefill and decode phases, each term from its formula module, then the items
     """transformers generate(): phases prefill (whole-prompt KV + prefill activations) and
     decode (full KV + torch.cat growth + one token's layer transient)."""
     tp = job.parallel.tp
@@ -838,6 +839,7 @@ def _sglang_card(
     machine: MachineProfile,
     weights_how: str = "",
 ) -> tuple[CardLedger, dict]:
+    # long: SGLang's ledger: its pool sizing (profile_max_num_token), then the items and what lies outside torch
     """SGLang (``ModelRunner.profile_max_num_token``): the free memory before the weights
     (card total as torch reports it - CUDA context - NCCL) x mem_fraction_static holds the
     weights and the KV pool; activations, the sampler and CUDA graphs must fit in the rest,

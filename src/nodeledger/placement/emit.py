@@ -312,6 +312,7 @@ def k8s_pods(
     image: str = "",
     devices: str = "auto",
 ) -> dict[str, str]:
+    # long: one loop: each replica's Pod (and DRA claim) as literal dicts shaped as the YAML
     """replica name -> manifest (YAML): the Pod, and with DRA (k8s_devices) its ResourceClaim
     before it.  Requests = limits (Guaranteed QoS): the cards, CPUs (replica_cpus), and memory
     (memory_mib) = the ledger's host peak of the replica + its /dev/shm (shm_bytes; a

@@ -325,6 +325,7 @@ def plan(
     lifeboat: int | None = None,
     share: bool = False,
 ) -> dict:
+    # long: the planner in order: cards, the lifeboat choices searched, the best kept, then the result dict
     cards = [a.index for a in machine.accelerators]
     if not cards:
         raise InputError(f"machine {machine.name} has no accelerator: nothing to place")
