@@ -16,7 +16,7 @@ LONG_TODAY = {
     "golive/checklist.py:drill_step": 160,
     "ledger/build.py:_vllm_card": 205,
     "logs/kernel.py:parse_kernel_log": 253,
-    "speed/train.py:train_speed": 156,
+    "speed/train.py:train_speed": 98,
     "verdict/links.py:link_check": 170,
 }
 

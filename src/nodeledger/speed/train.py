@@ -108,54 +108,10 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
         + " + pipeline bubble "
         "+ tensor-parallel all-reduces + exposed data-parallel sync; speed/terms.py",
     }
-    # 3. TP traffic per micro-batch
-    tp_cards = cards[:tp]
-    crosses_tp = machines > 1 and tp > per_machine
-    tp_bw = tp_alpha = None
-    if tp > 1:
-        if crosses_tp:
-            tp_bw, _ = F.network_busbw(machine)
-            tp_alpha = None
-        else:
-            tp_bw, tp_alpha, _ = F.busbw(machine, "all_reduce", tp_cards)
-        out["inputs"]["tp_busbw_gbps"] = _fig(tp_bw)
-    # 4. DP sync per step
-    dp_bw = None
-    dp_bytes = 0.0
-    if dp > 1:
-        dp_bytes = model_state.dp_sync_bytes_per_step(spec, job)
-        if machines > 1 and not crosses_tp:
-            net, _ = F.network_busbw(machine)
-            rings = max(1, min(tp * pp, per_machine))  # DP rings crossing the same NICs at once
-            dp_bw = net if net.value is None or rings == 1 else F.Figure(
-                net.value / rings, "GB/s", f"{net.source}, shared by the {rings} data-parallel "
-                "rings (one per tp x pp position) that cross the machine boundary at once")  # fmt: skip
-        else:  # ZeRO-3 / FSDP gather and scatter (no NVLS); DDP, ZeRO-1/2 all-reduce
-            op = "all_gather" if job.shard in SHARDED and not job.is_lora else "all_reduce"
-            dp_bw, _, _ = F.busbw(machine, op, cards)
-        out["inputs"]["dp_busbw_gbps"] = _fig(dp_bw)
-        out["dp_bytes_per_step_per_card"] = dp_bytes
-    # 4b. expert parallelism: each MoE layer's tokens go to their experts' cards and back
-    # (dispatch + combine), forward and backward: 4 all-to-alls of micro_batch x seq x top_k x
-    # hidden x 2 B per card, of which (ep - 1) / ep leaves the card; over the card links within
-    # a machine, over the NICs (shared by the machine's cards) for the part beyond it
-    ep_bw = None
-    ep_bytes = 0.0
-    if job.ep > 1 and spec.moe is not None:
-        moe_here = -(-spec.moe.moe_layers // pp)
-        # each TP rank dispatches its 1/tp share of the tokens (sequence parallel under MoE + TP)
-        ep_bytes = (4 * moe_here * job.micro_batch * job.seq * spec.moe.top_k
-                    * spec.hidden_size * 2 * job.grad_accum / tp)  # fmt: skip
-        inside = min(job.ep, per_machine)
-        ep_bw, _, _ = F.busbw(machine, "alltoall", cards[:inside])
-        out["inputs"]["ep_alltoall_busbw_gbps"] = _fig(ep_bw)
-        if job.ep > per_machine:
-            net, _ = F.network_busbw(machine)
-            out["inputs"]["ep_network_busbw_gbps"] = _fig(net)
-            ep_bw = net if net.value is None or ep_bw.value is None else F.Figure(
-                net.value / per_machine, "GB/s", f"{net.source}, shared by the machine's "
-                f"{per_machine} cards")  # fmt: skip
-            out["ep_cross_machine_share"] = (job.ep - per_machine) / job.ep
+    # 3. TP traffic per micro-batch, 4. DP sync per step, 4b. expert all-to-all
+    tp_bw, tp_alpha, crosses_tp = _tp_bandwidth(machine, tp, cards, per_machine, machines, out)
+    dp_bw, dp_bytes = _dp_sync(spec, job, machine, cards, per_machine, machines, crosses_tp, out)
+    ep_bw, ep_bytes = _expert_alltoall(spec, job, machine, cards, per_machine, out)
     if eff is not None:
         out["inputs"]["train_efficiency"] = _fig(eff)
     fp8_peak = None
@@ -174,22 +130,8 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
     if unknown:
         out.update(step_s=None, tokens_per_s_per_card=None, binding=None)
         return out
-    opt_s = 0.0
-    if ck is not None:
-        mb = TO.micro_batch_seconds(spec, job, ck)
-        opt_s = TO.optimizer_seconds(spec, job, ck)
-        compute_s = mb["seconds"] * job.grad_accum + opt_s
-        out["operators"] = {
-            "micro_batch_s": mb["seconds"],
-            "parts_s": {k: v for k, v in mb["parts"].items() if v},
-            "optimizer_s": opt_s,
-            "host_dispatch_s": mb["dispatch_s"],
-            "host_bound": mb["host_bound"],
-            "elementwise": mb["elementwise"],
-            "kernel_table": ck.source,
-        }
-    else:
-        compute_s = T.compute_seconds(tokens_replica * fl / (tp * pp), peak.value, eff.value)
+    compute_s, opt_s = _compute_seconds(spec, job, ck, tokens_replica * fl / (tp * pp), peak,
+                                        eff, out)  # fmt: skip
     bubble = T.pipeline_bubble_fraction(pp, job.grad_accum, job.virtual_pipeline)
     tp_s = 0.0
     if tp > 1:
@@ -230,3 +172,91 @@ def train_speed(spec: ModelSpec, job: TrainJob, machine: MachineProfile, machine
         comm_to_compute=(tp_s + dp_s) / compute_s,
     )
     return out
+
+
+def _tp_bandwidth(machine: MachineProfile, tp: int, cards: list[int], per_machine: int,
+                  machines: int, out: dict):  # fmt: skip
+    """The tensor-parallel all-reduce's bus bandwidth and per-hop latency: over the card links,
+    or over the network when TP spans machines; (bandwidth, latency, whether TP crosses)."""
+    tp_cards = cards[:tp]
+    crosses_tp = machines > 1 and tp > per_machine
+    tp_bw = tp_alpha = None
+    if tp > 1:
+        if crosses_tp:
+            tp_bw, _ = F.network_busbw(machine)
+            tp_alpha = None
+        else:
+            tp_bw, tp_alpha, _ = F.busbw(machine, "all_reduce", tp_cards)
+        out["inputs"]["tp_busbw_gbps"] = _fig(tp_bw)
+    return tp_bw, tp_alpha, crosses_tp
+
+
+def _dp_sync(spec: ModelSpec, job: TrainJob, machine: MachineProfile, cards: list[int],
+             per_machine: int, machines: int, crosses_tp: bool, out: dict):  # fmt: skip
+    """The data-parallel sync of one step: (its bus bandwidth, bytes per card)."""
+    tp, pp, dp = job.parallel.tp, job.parallel.pp, job.parallel.dp
+    dp_bw = None
+    dp_bytes = 0.0
+    if dp > 1:
+        dp_bytes = model_state.dp_sync_bytes_per_step(spec, job)
+        if machines > 1 and not crosses_tp:
+            net, _ = F.network_busbw(machine)
+            rings = max(1, min(tp * pp, per_machine))  # DP rings crossing the same NICs at once
+            dp_bw = net if net.value is None or rings == 1 else F.Figure(
+                net.value / rings, "GB/s", f"{net.source}, shared by the {rings} data-parallel "
+                "rings (one per tp x pp position) that cross the machine boundary at once")  # fmt: skip
+        else:  # ZeRO-3 / FSDP gather and scatter (no NVLS); DDP, ZeRO-1/2 all-reduce
+            op = "all_gather" if job.shard in SHARDED and not job.is_lora else "all_reduce"
+            dp_bw, _, _ = F.busbw(machine, op, cards)
+        out["inputs"]["dp_busbw_gbps"] = _fig(dp_bw)
+        out["dp_bytes_per_step_per_card"] = dp_bytes
+    return dp_bw, dp_bytes
+
+
+def _expert_alltoall(spec: ModelSpec, job: TrainJob, machine: MachineProfile, cards: list[int],
+                     per_machine: int, out: dict):  # fmt: skip
+    """Expert parallelism: each MoE layer's tokens go to their experts' cards and back
+    (dispatch + combine), forward and backward: 4 all-to-alls of micro_batch x seq x top_k x
+    hidden x 2 B per card, of which (ep - 1) / ep leaves the card; over the card links within
+    a machine, over the NICs (shared by the machine's cards) for the part beyond it.
+    (bandwidth, bytes per step per card)."""
+    tp, pp = job.parallel.tp, job.parallel.pp
+    ep_bw = None
+    ep_bytes = 0.0
+    if job.ep > 1 and spec.moe is not None:
+        moe_here = -(-spec.moe.moe_layers // pp)
+        # each TP rank dispatches its 1/tp share of the tokens (sequence parallel under MoE + TP)
+        ep_bytes = (4 * moe_here * job.micro_batch * job.seq * spec.moe.top_k
+                    * spec.hidden_size * 2 * job.grad_accum / tp)  # fmt: skip
+        inside = min(job.ep, per_machine)
+        ep_bw, _, _ = F.busbw(machine, "alltoall", cards[:inside])
+        out["inputs"]["ep_alltoall_busbw_gbps"] = _fig(ep_bw)
+        if job.ep > per_machine:
+            net, _ = F.network_busbw(machine)
+            out["inputs"]["ep_network_busbw_gbps"] = _fig(net)
+            ep_bw = net if net.value is None or ep_bw.value is None else F.Figure(
+                net.value / per_machine, "GB/s", f"{net.source}, shared by the machine's "
+                f"{per_machine} cards")  # fmt: skip
+            out["ep_cross_machine_share"] = (job.ep - per_machine) / job.ep
+    return ep_bw, ep_bytes
+
+
+def _compute_seconds(spec: ModelSpec, job: TrainJob, ck, flops_per_card: float, peak, eff,
+                     out: dict) -> tuple[float, float]:  # fmt: skip
+    """One step's compute on a card: the operators timed from the kernel table (the micro-
+    batches and the optimizer step), else the FLOPs at the training efficiency;
+    (seconds, of which the optimizer step)."""
+    if ck is None:
+        return T.compute_seconds(flops_per_card, peak.value, eff.value), 0.0
+    mb = TO.micro_batch_seconds(spec, job, ck)
+    opt_s = TO.optimizer_seconds(spec, job, ck)
+    out["operators"] = {
+        "micro_batch_s": mb["seconds"],
+        "parts_s": {k: v for k, v in mb["parts"].items() if v},
+        "optimizer_s": opt_s,
+        "host_dispatch_s": mb["dispatch_s"],
+        "host_bound": mb["host_bound"],
+        "elementwise": mb["elementwise"],
+        "kernel_table": ck.source,
+    }
+    return mb["seconds"] * job.grad_accum + opt_s, opt_s
