@@ -10,6 +10,7 @@ skip count as ok; 2 stays "bad input").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,61 +83,106 @@ def _ranges(indices) -> str:
 # -- host --------------------------------------------------------------------------------------
 
 
-def thp_enabled(s: MachineState, **_) -> Finding:
-    h, path = s.profile.host, f"{THP}/enabled"
-    f = Finding("thp-enabled", "Transparent huge pages", "ok", "")
-    if h.thp_enabled is None:
-        f.severity, f.message = "unknown", _unreadable(s.facts, path)
+@dataclass(frozen=True)
+class Knob:
+    """One kernel setting doctor reads (sysfs / sysctl) and judges: where it is, what its
+    evidence is called, and ``judge(value, state) -> (severity, message, fix)``."""
+
+    id: str
+    title: str
+    field: str  # the HostProfile attribute
+    path: str
+    label: str  # the evidence's name
+    judge: Callable[[Any, MachineState], tuple[str, str, str | None]]
+    source_key: str | None = None  # the profile's own source for it, when it records one
+    more: Callable[[MachineState], list[Evidence]] | None = None  # evidence beside the value
+
+
+def _thp(name: str, path: str) -> Callable[[Any, MachineState], tuple[str, str, str | None]]:
+    why = {"enabled": ("THP is 'always': many small allocations fragment memory and stall in "
+                       "compaction; 'madvise' (or 'never') gives predictable latency"),
+           "defrag": ("THP defrag is 'always': a page fault that finds no huge page compacts "
+                      "memory synchronously (allocation stalls)")}[name]  # fmt: skip
+    said = {"enabled": "THP is", "defrag": "THP defrag is"}[name]
+
+    def judge(v, s):
+        if v == "always":
+            return "warning", why, f"echo madvise | sudo tee {path}"
+        return "ok", f"{said} '{v}'", None
+
+    return judge
+
+
+def _numa_balancing(v, s) -> tuple[str, str, str | None]:
+    nodes = len(s.profile.host.numa_nodes)
+    if v and nodes > 1:
+        return ("warning",
+                f"automatic NUMA balancing is on with {nodes} NUMA nodes: the kernel migrates "
+                "pages of jobs bound with numactl and unmaps pages to sample accesses (latency "
+                "spikes)",
+                "sudo sysctl -w kernel.numa_balancing=0   # persist: echo 'kernel.numa_balancing = 0' "
+                "| sudo tee /etc/sysctl.d/90-numa-balancing.conf")  # fmt: skip
+    if v:
+        return (
+            "ok",
+            "automatic NUMA balancing is on, but the host has one NUMA node: no effect",
+            None,
+        )
+    return "ok", "automatic NUMA balancing is off", None
+
+
+def _swappiness(v, s) -> tuple[str, str, str | None]:
+    if s.profile.host.swap_bytes == 0:
+        return "ok", f"swappiness {v}, but no swap is configured: no effect", None
+    if v > SWAPPINESS_MAX:
+        return ("info",
+                f"swappiness {v}: the kernel pages out anonymous memory (training processes) "
+                f"early; {SWAPPINESS_MAX} or less keeps them in RAM",
+                f"sudo sysctl -w vm.swappiness={SWAPPINESS_MAX}   # persist: echo 'vm.swappiness = "
+                f"{SWAPPINESS_MAX}' | sudo tee /etc/sysctl.d/90-swappiness.conf")  # fmt: skip
+    return "ok", f"swappiness {v}", None
+
+
+# the kernel settings, one row each (doctor's checks of them are these rows, judged alike)
+KNOBS = (
+    Knob("thp-enabled", "Transparent huge pages", "thp_enabled", f"{THP}/enabled", "THP enabled",
+         _thp("enabled", f"{THP}/enabled"), source_key="thp_enabled"),
+    Knob("thp-defrag", "THP defragmentation", "thp_defrag", f"{THP}/defrag", "THP defrag",
+         _thp("defrag", f"{THP}/defrag"), source_key="thp_defrag"),
+    Knob("numa-balancing", "Automatic NUMA balancing", "numa_balancing",
+         "/proc/sys/kernel/numa_balancing", "kernel.numa_balancing", _numa_balancing,
+         more=lambda s: [Evidence("NUMA nodes", len(s.profile.host.numa_nodes) or "unknown",
+                                  "/sys/devices/system/node")]),
+    Knob("swappiness", "vm.swappiness", "swappiness", "/proc/sys/vm/swappiness",
+         "vm.swappiness", _swappiness),
+)  # fmt: skip
+
+
+def knob_check(k: Knob) -> Callable[..., Finding]:
+    """The check of one kernel setting: unknown (with why) when it could not be read, else its
+    evidence and the row's judgement."""
+
+    def check(s: MachineState, **_) -> Finding:
+        h = s.profile.host
+        f = Finding(k.id, k.title, "ok", "")
+        value = getattr(h, k.field)
+        if value is None:
+            f.severity, f.message = "unknown", _unreadable(s.facts, k.path)
+            return f
+        source = h.sources.get(k.source_key, k.path) if k.source_key else k.path
+        f.evidence.append(Evidence(k.label, value, source))
+        if k.more is not None:
+            f.evidence += k.more(s)
+        f.severity, f.message, fix = k.judge(value, s)
+        if fix:
+            f.fix = fix
         return f
-    f.evidence.append(Evidence("THP enabled", h.thp_enabled, h.sources.get("thp_enabled", path)))
-    if h.thp_enabled == "always":
-        f.severity = "warning"
-        f.message = ("THP is 'always': many small allocations fragment memory and stall in "
-                     "compaction; 'madvise' (or 'never') gives predictable latency")  # fmt: skip
-        f.fix = f"echo madvise | sudo tee {path}"
-    else:
-        f.message = f"THP is '{h.thp_enabled}'"
-    return f
+
+    check.__name__ = k.field
+    return check
 
 
-def thp_defrag(s: MachineState, **_) -> Finding:
-    h, path = s.profile.host, f"{THP}/defrag"
-    f = Finding("thp-defrag", "THP defragmentation", "ok", "")
-    if h.thp_defrag is None:
-        f.severity, f.message = "unknown", _unreadable(s.facts, path)
-        return f
-    f.evidence.append(Evidence("THP defrag", h.thp_defrag, h.sources.get("thp_defrag", path)))
-    if h.thp_defrag == "always":
-        f.severity = "warning"
-        f.message = ("THP defrag is 'always': a page fault that finds no huge page compacts "
-                     "memory synchronously (allocation stalls)")  # fmt: skip
-        f.fix = f"echo madvise | sudo tee {path}"
-    else:
-        f.message = f"THP defrag is '{h.thp_defrag}'"
-    return f
-
-
-def numa_balancing(s: MachineState, **_) -> Finding:
-    h, path = s.profile.host, "/proc/sys/kernel/numa_balancing"
-    f = Finding("numa-balancing", "Automatic NUMA balancing", "ok", "")
-    if h.numa_balancing is None:
-        f.severity, f.message = "unknown", _unreadable(s.facts, path)
-        return f
-    f.evidence.append(Evidence("kernel.numa_balancing", h.numa_balancing, path))
-    nodes = len(h.numa_nodes)
-    f.evidence.append(Evidence("NUMA nodes", nodes or "unknown", "/sys/devices/system/node"))
-    if h.numa_balancing and nodes > 1:
-        f.severity = "warning"
-        f.message = (f"automatic NUMA balancing is on with {nodes} NUMA nodes: the kernel "
-                     "migrates pages of jobs bound with numactl and unmaps pages to sample "
-                     "accesses (latency spikes)")  # fmt: skip
-        f.fix = ("sudo sysctl -w kernel.numa_balancing=0   # persist: echo 'kernel.numa_balancing = 0' "
-                 "| sudo tee /etc/sysctl.d/90-numa-balancing.conf")  # fmt: skip
-    elif h.numa_balancing:
-        f.message = "automatic NUMA balancing is on, but the host has one NUMA node: no effect"
-    else:
-        f.message = "automatic NUMA balancing is off"
-    return f
+thp_enabled, thp_defrag, numa_balancing, swappiness = (knob_check(k) for k in KNOBS)
 
 
 def swap_in_use(s: MachineState, **_) -> Finding:
@@ -168,26 +214,6 @@ def swap_in_use(s: MachineState, **_) -> Finding:
         f.message = f"{used / MiB:,.0f} MiB swap in use (below {SWAP_WARN_BYTES // MiB} MiB: noise)"
     else:
         f.message = "no swap in use"
-    return f
-
-
-def swappiness(s: MachineState, **_) -> Finding:
-    h, path = s.profile.host, "/proc/sys/vm/swappiness"
-    f = Finding("swappiness", "vm.swappiness", "ok", "")
-    if h.swappiness is None:
-        f.severity, f.message = "unknown", _unreadable(s.facts, path)
-        return f
-    f.evidence.append(Evidence("vm.swappiness", h.swappiness, path))
-    if h.swap_bytes == 0:
-        f.message = f"swappiness {h.swappiness}, but no swap is configured: no effect"
-    elif h.swappiness > SWAPPINESS_MAX:
-        f.severity = "info"
-        f.message = (f"swappiness {h.swappiness}: the kernel pages out anonymous memory "
-                     f"(training processes) early; {SWAPPINESS_MAX} or less keeps them in RAM")  # fmt: skip
-        f.fix = (f"sudo sysctl -w vm.swappiness={SWAPPINESS_MAX}   # persist: echo 'vm.swappiness = "
-                 f"{SWAPPINESS_MAX}' | sudo tee /etc/sysctl.d/90-swappiness.conf")  # fmt: skip
-    else:
-        f.message = f"swappiness {h.swappiness}"
     return f
 
 

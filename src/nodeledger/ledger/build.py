@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from math import ceil
 
 from nodeledger.ledger import activations as act
@@ -22,7 +23,7 @@ from nodeledger.ledger import frameworks, model_state
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.dims import Dims, dims_of
-from nodeledger.ledger.jobs import JobError, LoadJob, ServeJob, TrainJob
+from nodeledger.ledger.jobs import JobError, LoadJob, ResolvedServeJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import (
     Scheme,
     config_scheme,
@@ -382,8 +383,13 @@ def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None
 
 def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
     """(job, settings): the serve job with the engine's defaults for this release and card
-    filled in (ledger/engines.py ``resolve_serve_job``); idempotent."""
-    return SERVE_ENGINES[job.engine].resolve(job, machine, spec)
+    filled in (ledger/engines.py ``resolve_serve_job``), as a ``ResolvedServeJob`` that carries
+    its settings; a job already resolved is returned as it is (resolved once)."""
+    if isinstance(job, ResolvedServeJob):
+        return job, job.settings
+    done, settings = SERVE_ENGINES[job.engine].resolve(job, machine, spec)
+    fields = {f.name: getattr(done, f.name) for f in dataclass_fields(ServeJob)}
+    return ResolvedServeJob(**fields, settings=settings), settings
 
 
 def serve_ledger(

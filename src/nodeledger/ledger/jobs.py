@@ -202,6 +202,16 @@ class ServeJob:
 
 
 @dataclass(frozen=True)
+class ResolvedServeJob(ServeJob):
+    """A serve job with its engine's defaults for the release and the card filled in
+    (ledger/build.py ``resolve_job``), and ``settings``: where each value came from.  The type
+    says the job is resolved: resolving it again returns it as it is, so the settings keep the
+    first resolution's sources ("given" only for what the user gave)."""
+
+    settings: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class TrainJob:
     kind = "train"
     # None: the framework's default (FRAMEWORK_PRECISION); filled in on construction

@@ -79,6 +79,7 @@ _ENGINE_FIELDS = {
 def job_options(job) -> dict:
     """The options the ledger used; a serve job lists only its own engine's settings."""
     d = dataclasses.asdict(job)
+    d.pop("settings", None)  # a resolved serve job's sources (shown apart, as engine settings)
     if isinstance(job, ServeJob):
         mine = _ENGINE_FIELDS.get(job.engine, set())
         for k in set().union(*_ENGINE_FIELDS.values()) - mine:
