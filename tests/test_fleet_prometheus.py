@@ -192,8 +192,8 @@ def test_rules_file_ships_with_the_package():
     assert Path(P.RULES_FILE).is_file()
 
 
-def test_every_alert_has_a_runbook_url_into_the_readme():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_every_alert_has_a_runbook_url_into_the_reference():
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
     anchors = {
         re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
         for h in re.findall(r"^#+ (.+)$", readme, re.M)
@@ -203,7 +203,7 @@ def test_every_alert_has_a_runbook_url_into_the_readme():
     for r in alerts:
         url = r["annotations"].get("runbook_url", "")
         path, _, anchor = url.partition("#")
-        assert path == "README.md" and anchor in anchors, (r["alert"], url)
+        assert path == "docs/reference.md" and anchor in anchors, (r["alert"], url)
 
 
 def test_dashboard_filters_by_host_and_says_what_it_needs():

@@ -2,7 +2,7 @@
 function) goes down the layer order, never up, never sideways between consumers or between CLI
 command modules, and never round in a cycle.
 
-Layers, lowest first (README "Layout"):
+Layers, lowest first (docs/reference.md "Layout"):
     errors, units -> atomic, files -> machine.parsers (pure), logs -> machine -> model -> ledger -> speed -> verdict
     -> placement -> consumers (report, doctor, watch, bench, triage) -> golive -> cli
 """
@@ -83,7 +83,9 @@ def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
 
 def unit(name: str) -> str:
     best = max((u for u in UNITS if name == u or name.startswith(u + ".")), key=len, default=None)
-    assert best is not None, f"{name} is in no layer: add it to UNITS and to README's layout"
+    assert best is not None, (
+        f"{name} is in no layer: add it to UNITS and to the layout in docs/reference.md"
+    )
     return best
 
 

@@ -587,3 +587,12 @@ def test_watch_help_lists_every_fake_scenario():
     flat = flat.replace("- ", "-")  # click wraps a line after a hyphen (two- loads)
     for name in SCENARIOS:
         assert name in flat
+
+
+def test_a_fake_demo_cut_short_says_where_its_finding_is():
+    from conftest import run_cli
+
+    p = run_cli("watch", "--backend", "fake:fsdp-unsharded", "--samples", "5")
+    flat = " ".join(p.stdout.split())
+    assert p.returncode == 0 and "holds 90 steps; 5 played show its start only" in flat, p.stdout
+    assert "play it to its finding" in flat

@@ -49,7 +49,7 @@ def run_bench(*, cards: list[int] | None = None, quick: bool = False, dataset: P
               progress: Callable[[str], None] | None = None,
               runner: Runner | None = None, kernels: bool = False,
               kernel_sizes=None, date: str = "") -> dict:  # fmt: skip
-    """Run every part; returns the report dict (see README "bench").  ``profile``: the machine
+    """Run every part; returns the report dict (see docs/reference.md "Bench and go-live").  ``profile``: the machine
     (default: probe this host); ``backend_kind="cpu"`` and the sizes are for tests.
     ``runner``: where /proc and /sys are read (and the probe runs); default: this host, live."""
     say = progress or (lambda _m: None)

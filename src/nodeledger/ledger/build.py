@@ -385,11 +385,16 @@ def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None =
     """(job, settings): the serve job with the engine's defaults for this release and card
     filled in (ledger/engines.py ``resolve_serve_job``), as a ``ResolvedServeJob`` that carries
     its settings; a job already resolved is returned as it is (resolved once)."""
-    if isinstance(job, ResolvedServeJob):
+    cards = (
+        machine.name,
+        tuple((a.vendor, a.product, a.memory_bytes) for a in machine.accelerators),
+    )
+    if isinstance(job, ResolvedServeJob) and job.resolved_as == (job.options(), cards):
         return job, job.settings
     done, settings = SERVE_ENGINES[job.engine].resolve(job, machine, spec)
     fields = {f.name: getattr(done, f.name) for f in dataclass_fields(ServeJob)}
-    return ResolvedServeJob(**fields, settings=settings), settings
+    out = ResolvedServeJob(**fields, settings=settings)
+    return replace(out, resolved_as=(out.options(), cards)), settings
 
 
 def serve_ledger(

@@ -4,7 +4,7 @@ raises JobError naming the option, so the CLI can print one line and exit 2."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from nodeledger.errors import InputError
 
@@ -205,10 +205,17 @@ class ServeJob:
 class ResolvedServeJob(ServeJob):
     """A serve job with its engine's defaults for the release and the card filled in
     (ledger/build.py ``resolve_job``), and ``settings``: where each value came from.  The type
-    says the job is resolved: resolving it again returns it as it is, so the settings keep the
-    first resolution's sources ("given" only for what the user gave)."""
+    says the job is resolved: resolving it again for the same machine returns it as it is, so
+    the settings keep the first resolution's sources ("given" only for what the user gave).
+    A copy with another option (``dataclasses.replace(job, parallel=...)``) no longer matches
+    ``resolved_as`` and is resolved again."""
 
     settings: dict = field(default_factory=dict, compare=False, repr=False)
+    # (the options as resolved, the machine's identity): what the settings hold for
+    resolved_as: tuple = field(default=(), compare=False, repr=False)
+
+    def options(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(ServeJob))
 
 
 @dataclass(frozen=True)
@@ -405,7 +412,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("output_len", int, "serve", f"Generated tokens per request (speed; default {DEFAULT_OUTPUT_LEN}, at most half the context)."),
     JobOption("new_tokens", int, "serve", "hf engine: tokens generated after the prompt.", engine="hf"),
     JobOption("engine", str, "serve", " | ".join(ENGINES)),
-    JobOption("engine_version", str, "serve", "vllm | sglang release whose accounting to follow (default: the newest modelled; README).", engine="vllm,sglang"),
+    JobOption("engine_version", str, "serve", "vllm | sglang release whose accounting to follow (default: the newest modelled; docs/reference.md).", engine="vllm,sglang"),
     JobOption("gpu_memory_utilization", float, "serve", "vLLM budget fraction (default: the release's, 0.9 or 0.92).", engine="vllm"),
     JobOption("mem_fraction_static", float, "serve", "SGLang share of free memory for weights + KV (default: SGLang's rule for the card).", engine="sglang"),
     JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step / SGLang chunked_prefill_size (default: the engine's for the card).", engine="vllm,sglang"),
@@ -416,7 +423,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("seq", int, "train", "Training sequence length."),
     JobOption("grad_accum", int, "train", "Gradient accumulation steps."),
     JobOption("framework", str, "train", "ddp | fsdp1 | fsdp2 | deepspeed | megatron | hf-trainer: whose state layout (default: the one --shard implies: zero* deepspeed, fsdp* fsdp2, none ddp)."),
-    JobOption("precision", str, "train", "bf16 | mixed: pure bf16, or fp32 parameters/master with bf16 compute (default: the framework's; README)."),
+    JobOption("precision", str, "train", "bf16 | mixed: pure bf16, or fp32 parameters/master with bf16 compute (default: the framework's; docs/reference.md)."),
     JobOption("sequence_parallel", bool, "train", "Megatron sequence parallelism with --tp: layer inputs split across TP ranks (without it each TP rank holds them whole)."),
     JobOption("fused_kernels", bool, "train", "Elementwise kernels fused: torch.compile, Transformer Engine or Liger layers (speed; --framework megatron is fused already)."),
     JobOption("fp8", bool, "train", "Linear layers in FP8 (Transformer Engine / torchao float8, current scaling): the GEMMs at the card's fp8 rate, their casts, and the fp8 weight copies."),

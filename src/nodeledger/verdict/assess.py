@@ -101,7 +101,7 @@ class RuntimeJSON:
 @dataclass
 class FitJSON:
     """``nodeledger fit --json``.  Bytes in ``*_bytes`` keys; ``speed`` is the speed section
-    (README "What each number means": seconds in ``*_s``, rates per second), ``extras`` the
+    (docs/reference.md "What each number means": seconds in ``*_s``, rates per second), ``extras`` the
     engine's figures (units in the CLI's EXTRA_UNITS)."""
 
     schema_version: int

@@ -1,7 +1,7 @@
 """Verdicts on a ledger: fits / tight / cannot per resource, the binding resource, and what
 would fit instead (each suggestion re-checked by the ledger itself).
 
-Margins for "tight" (documented in the README):
+Margins for "tight" (documented in docs/reference.md):
   card memory: used > 90 % of the card's memory (the allocator, fragmentation and run-to-run
                variance eat the last 10 %).  A serving engine (vLLM, SGLang) takes a fixed
                share of the card by design (gpu_memory_utilization, mem_fraction_static) and
@@ -80,6 +80,7 @@ def job_options(job) -> dict:
     """The options the ledger used; a serve job lists only its own engine's settings."""
     d = dataclasses.asdict(job)
     d.pop("settings", None)  # a resolved serve job's sources (shown apart, as engine settings)
+    d.pop("resolved_as", None)
     if isinstance(job, ServeJob):
         mine = _ENGINE_FIELDS.get(job.engine, set())
         for k in set().union(*_ENGINE_FIELDS.values()) - mine:

@@ -337,20 +337,8 @@ class WatchSession:
         try:
             fake = o.backend.startswith("fake:") and not o.from_bundle
             replayed = fake or bool(o.from_bundle)
-            if fake and (samples is None or samples > b.sc.steps):
-                # a scenario is played without waiting: never past its end (--duration counts
-                # this host's seconds, which a replay does not wait for)
-                if samples is not None:
-                    notes.append(
-                        f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: {b.sc.steps} "
-                        "samples played (a replay stops at its end, whatever --samples)"
-                    )
-                elif o.duration is not None:
-                    notes.append(
-                        f"the fake scenario {b.sc.name} holds {b.sc.steps} steps: the replay "
-                        "stops at its end at the latest (--duration counts this host's seconds)"
-                    )
-                samples = b.sc.steps
+            if fake:
+                samples = _fake_samples(b.sc, samples, o.duration, notes)
             expect, prof, profile = expectations(o.plan, o.model, o.job, o.job_options, o.cards,
                                                  o.machine, None, not replayed)  # fmt: skip
             header = w.header(expect, prof)
@@ -432,3 +420,27 @@ class WatchSession:
         s["plan"] = (expect or {}).get("source")
         s["notes"] = self.header.get("notes", [])
         return s
+
+
+def _fake_samples(sc, samples: int | None, duration: float | None, notes: list[str]) -> int:
+    """How many of a fake scenario's steps to play: never past its end (a scenario is played
+    without waiting; --duration counts this host's seconds, which a replay does not wait for),
+    and a note when --samples cuts it before its finding."""
+    if samples is None or samples > sc.steps:
+        if samples is not None:
+            notes.append(
+                f"the fake scenario {sc.name} holds {sc.steps} steps: {sc.steps} "
+                "samples played (a replay stops at its end, whatever --samples)"
+            )
+        elif duration is not None:
+            notes.append(
+                f"the fake scenario {sc.name} holds {sc.steps} steps: the replay "
+                "stops at its end at the latest (--duration counts this host's seconds)"
+            )
+        return sc.steps
+    if samples < sc.steps:  # a demo cut short shows the start-up only: say where its finding is
+        notes.append(
+            f"the fake scenario {sc.name} holds {sc.steps} steps; {samples} played show its "
+            f"start only: leave --samples out (or --samples {sc.steps}) to play it to its finding"
+        )
+    return samples
