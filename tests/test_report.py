@@ -332,7 +332,8 @@ def test_html_renders_in_headless_chromium(tmp_path):
                          capture_output=True, text=True, timeout=120).stdout  # fmt: skip
     for text in ("Capacity report: k100-ai-8x64g", "Bottleneck ranking", "Scale-out verdict",
                  "serve-671b-tp16-2machines", "Card-to-card links", "Stay on one machine",
-                 "Card memory and host RAM per workload", "dashed orange = tight (90 %)"):  # fmt: skip
+                 "Card memory and host RAM per workload",
+                 "dashed orange = tight (card memory 90%, host RAM 50%)"):  # fmt: skip
         assert text in dom
     png = tmp_path / "r.png"
     subprocess.run([CHROMIUM, *flags, "--window-size=1200,4000", f"--screenshot={png}",

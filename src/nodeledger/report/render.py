@@ -10,6 +10,7 @@ from html import escape
 
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.units import gib_text
+from nodeledger.verdict.fit import TIGHT
 
 TIER_COLOUR = {"can": "#2e7d32", "tight": "#ef6c00", "cannot": "#c62828", "unknown": "#616161"}
 
@@ -136,6 +137,7 @@ FAMILIES = (
 )  # fmt: skip
 OTHER = ("other", "#9e9d24")
 PAGE_CACHE = "#d7ccc8"
+BESIDE = "#4e342e"  # the loads a workload runs beside (host RAM counts them with it)
 
 
 def _family(name: str) -> tuple[str, str]:
@@ -157,11 +159,13 @@ def _panel(
     used: int,
     seen: dict,
     suffix: str = "",
+    tight: float = 0.9,
 ) -> None:
     """One stacked bar: items (name, bytes, colour) from x0, scaled so that the capacity sits at
-    80 % of the panel; a dashed tight marker at 90 % of capacity, a solid capacity line, and a
-    break mark where a bar runs past the panel; the value and percentage in a column of their
-    own to the right, so nothing is drawn over the capacity line."""
+    80 % of the panel; a dashed tight marker at the resource's own tight threshold (``tight`` of
+    capacity: 90 % for card memory, 50 % for host RAM), a solid capacity line, and a break mark
+    where a bar runs past the panel; the value and percentage in a column of their own to the
+    right, so nothing is drawn over the capacity line."""
     if not capacity:
         out.append(f'<text x="{x0}" y="{y + h - 6}" font-size="11" fill="#757575">capacity unknown: '
                    f"{_gib(used)} used</text>")  # fmt: skip
@@ -180,13 +184,13 @@ def _panel(
         out.append(f'<polyline points="{zx},{y - 2} {zx + 4},{y + h / 3:.1f} {zx - 2},{y + 2 * h / 3:.1f} '
                    f'{zx + 3},{y + h + 2}" fill="none" stroke="#fff" stroke-width="3"/>')  # fmt: skip
     cap_x = x0 + capacity * scale
-    tight_x = x0 + 0.9 * capacity * scale
+    tight_x = x0 + tight * capacity * scale
     out.append(f'<line x1="{tight_x:.1f}" x2="{tight_x:.1f}" y1="{y - 2}" y2="{y + h + 2}" stroke="#ff8f00" '
                'stroke-width="1.5" stroke-dasharray="3,2"/>')  # fmt: skip
     out.append(f'<line x1="{cap_x:.1f}" x2="{cap_x:.1f}" y1="{y - 3}" y2="{y + h + 3}" stroke="#000" '
                'stroke-width="2"/>')  # fmt: skip
     pct = 100 * used / capacity
-    colour = "#c62828" if pct > 100 else ("#e65100" if pct > 90 else "#212121")
+    colour = "#c62828" if pct > 100 else ("#e65100" if pct > 100 * tight else "#212121")
     out.append(f'<text x="{end + 6:.1f}" y="{y + h - 6}" font-size="11" fill="{colour}">'
                f"{_gib(used)} ({pct:.0f} %){suffix}</text>")  # fmt: skip
 
@@ -220,24 +224,37 @@ def _stacks_svg(rows: list[dict], machine: MachineProfile) -> str:
         st = r.get("stack")
         if st:
             items = [(it["name"], it["bytes"], _family(it["name"])[1]) for it in st["items"]]
-            _panel(
-                out, x_card, y, panel_w, bar_h, items, st["capacity_bytes"], st["total_bytes"], seen
-            )
+            _panel(out, x_card, y, panel_w, bar_h, items, st["capacity_bytes"], st["total_bytes"],
+                   seen, tight=TIGHT["card memory"])  # fmt: skip
         hl = r.get("ledger") or {}
-        hitems = [(it["name"], it["bytes"], PAGE_CACHE if it.get("reclaimable") else _family(it["name"])[1])
-                  for it in hl.get("host_items") or [] if it["bytes"] > 0]  # fmt: skip
+        own = [it for it in hl.get("host_items") or [] if it["bytes"] > 0]
+        # what counts first (the job's own items, then the loads running beside it), the
+        # evictable page cache after it, apart: it never decides the tier
+        hitems = [(it["name"], it["bytes"], _family(it["name"])[1]) for it in own
+                  if not it.get("reclaimable")]  # fmt: skip
+        used = hl.get("host_peak_bytes") or 0
+        res = next((x for x in r.get("resources") or [] if x["resource"] == "host RAM"), None)
+        beside = (res or {}).get("used") or 0
+        if r.get("beside") and beside > used:  # the host-RAM tier counts the loads beside it
+            hitems.append((f"running beside it: {', '.join(r['beside'])}", beside - used, BESIDE))
+            used = beside
+        cache = sum(it["bytes"] for it in own if it.get("reclaimable"))
+        if cache:
+            hitems.append(("page cache (evictable)", cache, PAGE_CACHE))
         if hitems:
-            cache = sum(it["bytes"] for it in hl.get("host_items") or [] if it.get("reclaimable"))
-            _panel(out, x_host, y, panel_w, bar_h, hitems, host_cap, hl.get("host_peak_bytes") or 0,
-                   seen, f" + {cache / 2**30:,.0f} GiB cache" if cache else "")  # fmt: skip
+            _panel(out, x_host, y, panel_w, bar_h, hitems, host_cap, used, seen,
+                   f" + {cache / 2**30:,.0f} GiB cache" if cache else "", TIGHT["host RAM"])  # fmt: skip
     out.append("</svg>")
     fams = {c: f for f, c, _ in (*FAMILIES, (*OTHER, ()))}
     fams[PAGE_CACHE] = "page cache (evictable)"
+    fams[BESIDE] = "loads running beside it"
     keys = "".join(f'<span class="key"><i style="background:{c}"></i>{escape(fams.get(c, c))}</span>'
                    for c in dict.fromkeys(seen))  # fmt: skip
     return (
         "".join(out) + f'<div class="legend">{keys}<span class="key">black line = capacity; '
-        "dashed orange = tight (90 %); a white zig-zag = the bar is cut</span></div>"
+        f"dashed orange = tight (card memory {TIGHT['card memory']:.0%}, host RAM "
+        f"{TIGHT['host RAM']:.0%}); evictable page cache drawn last, after what counts; a white "
+        "zig-zag = the bar is cut</span></div>"
     )
 
 

@@ -256,12 +256,16 @@ class Workloads(Section):
     def html(self) -> list[str]:
         rep = self.rep
         P = ["<h2>Workloads</h2><table><tr><th>workload</th><th>tier</th><th>binds</th>"
-             "<th>figure</th><th>field notes</th></tr>"]  # fmt: skip
+             "<th>figure</th><th>card memory GiB</th><th>host RAM GiB</th><th>field notes</th>"
+             "</tr>"]  # fmt: skip
         for r in rep["workloads"]:
             c = R.TIER_COLOUR[r["tier_name"]]
+            note = beside_note(r)
             P.append(f"<tr><td><b>{h(r['id'])}</b></td>"
                      f"<td><span class='tier' style='background:{c}'>{r['tier_name']}</span></td>"
                      f"<td>{h(r['binding'] or '')}</td><td>{h(R.binding_figure(r))}</td>"
+                     f"<td>{h(memory_cell(r, 'card memory'))}</td>"
+                     f"<td>{h(memory_cell(r, 'host RAM'))}{f'<br><small>{h(note)}</small>' if note else ''}</td>"
                      f"<td>{h(R.expect_note(r))}</td></tr>")  # fmt: skip
         P.append("</table><ul class='small'>")
         for text, ids in R.caveats(rep):
