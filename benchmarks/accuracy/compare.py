@@ -24,8 +24,10 @@ import json
 import statistics
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
+from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.build import serve_ledger, train_ledger
 from nodeledger.ledger.dims import dims_of
 from nodeledger.ledger.jobs import ServeJob, TrainJob
@@ -81,7 +83,10 @@ def nodeledger_peak(case: dict, record: dict, cfg: dict, machine) -> int:
     spec = build_spec(cfg, case["model"])
     job = job_for(case, str(record.get("sdpa_backend", "")))
     fn = serve_ledger if case["job"] == "serve" else train_ledger
-    card = fn(spec, job, machine).cards[0]
+    # the run's autocast policy is its device's: the fake-tensor runs are the CPU's
+    defaults = rt.DEFAULTS if record.get("device") == "cuda" else replace(
+        rt.DEFAULTS, autocast_device="cpu")  # fmt: skip
+    card = fn(spec, job, machine, defaults).cards[0]
     peak = card.torch_peak_bytes
     if record.get("device") != "cuda":
         peak -= sum(i.bytes for i in card.items if i.name.startswith("cuBLAS"))

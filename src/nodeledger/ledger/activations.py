@@ -71,8 +71,12 @@ def eager_attention_bytes_per_layer(
 PY_TANH_GELU = ("gelu_new", "bloom_gelu", "gelu_fast")
 
 
-def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None) -> int:
-    """Derivation 4."""
+def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None,
+                                    fp32_pow: bool = False) -> int:  # fmt: skip
+    """Derivation 4.  ``fp32_pow``: autocast on a card (the CUDA policy) runs ``pow`` in fp32,
+    and gelu_new's chain with it: pow keeps an fp32 copy of fc1's output, tanh its fp32 output,
+    the last product 0.5*x (bf16) and 1+tanh (fp32), fc2 its bf16 input: 2 + 4 + 4 + 4 + 2 =
+    16I (GPT-2 mixed on an H200, benchmarks/accuracy/gpu_h200/gpt2_cuda_oplog.tsv)."""
     inter = d.intermediate if intermediate is None else intermediate
     if d.gated:
         return 8 * inter
@@ -82,6 +86,8 @@ def saved_dense_mlp_bytes_per_token(d: Dims, intermediate: int | None = None) ->
     # product: 10I.  BLOOM wraps the same arithmetic in a custom autograd function
     # (modeling_bloom.py GeLUFunction: ctx.save_for_backward(input)), so it saves what GELU
     # does: 4I.
+    if d.activation == "gelu_new" and fp32_pow:
+        return 16 * inter
     if d.activation in PY_TANH_GELU and d.activation != "bloom_gelu":
         return 10 * inter
     return (2 if d.activation == "relu" else 4) * inter
@@ -119,14 +125,16 @@ def layernorm_autocast_bytes_per_token(d: Dims, autocast: bool) -> int:
 
 
 def saved_layer_bytes(d: Dims, micro_batch: int, seq: int, attention: str, moe: bool,
-                      autocast: bool = False) -> int:  # fmt: skip
+                      autocast: bool = False, autocast_device: str = "cuda") -> int:  # fmt: skip
     """Bytes one decoder layer saves for backward (``autocast``: the job's layout computes in
-    bf16 through torch.autocast on fp32 parameters)."""
+    bf16 through torch.autocast on fp32 parameters, under ``autocast_device``'s policy)."""
     tokens = micro_batch * seq
     per_token = saved_norms_bytes_per_token(d) + saved_attention_bytes_per_token(d)
     per_token += residual_dropout_bytes_per_token(d)
     per_token += layernorm_autocast_bytes_per_token(d, autocast)
-    per_token += saved_moe_bytes_per_token(d) if moe else saved_dense_mlp_bytes_per_token(d)
+    fp32_pow = autocast and autocast_device != "cpu"
+    per_token += (saved_moe_bytes_per_token(d) if moe
+                  else saved_dense_mlp_bytes_per_token(d, fp32_pow=fp32_pow))  # fmt: skip
     total = per_token * tokens
     if attention in ("eager", "math"):
         total += eager_attention_bytes_per_layer(d, micro_batch, seq, attention)
@@ -309,11 +317,12 @@ def saved_activations_bytes(
     checkpointing: str,
     layers_fraction: float = 1.0,
     autocast: bool = False,
+    autocast_device: str = "cuda",
 ) -> tuple[int, int]:
     """(bytes held at the end of forward, extra bytes of one recomputed layer in backward).
 
-    ``layers_fraction``: share of the layers on this card (pipeline stages); ``autocast``: see
-    saved_layer_bytes.
+    ``layers_fraction``: share of the layers on this card (pipeline stages); ``autocast`` and
+    ``autocast_device``: see saved_layer_bytes.
     """
     tokens = micro_batch * seq
     if d.mlp_only_layers:
@@ -323,8 +332,10 @@ def saved_activations_bytes(
     moe = round(d.moe_layers * layers_fraction)
     if d.dense_layers + d.moe_layers == 0:
         dense = round(d.layers * layers_fraction)
-    per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False, autocast=autocast)
-    per_moe = (saved_layer_bytes(d, micro_batch, seq, attention, moe=True, autocast=autocast)
+    per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False, autocast=autocast,
+                                  autocast_device=autocast_device)  # fmt: skip
+    per_moe = (saved_layer_bytes(d, micro_batch, seq, attention, moe=True, autocast=autocast,
+                                 autocast_device=autocast_device)
                if d.moe_layers else 0)  # fmt: skip
     # Mamba-2 mixers of a hybrid (one mixer per layer, beside the MLP and attention layers)
     mamba = round(d.mamba_layers * layers_fraction)
@@ -540,7 +551,8 @@ def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = T
     layer's MLP moment holds 67.1 MB = one B x S x h bf16 tensor more than the first's, beside
     its 16.8 MB of new KV).  Classic MLP: fc1 out and the activation output (2 x 2I) + 8h; tanh-GELU
     written as Python arithmetic (gelu_new, BLOOM's gelu) keeps fc1 out, 0.5*x, two chain
-    temporaries and the result (5 x 2I) + 4h.  MoE (grouped experts, transformers >= 5): the
+    temporaries and the result (5 x 2I) + 4h; GPT-2's gelu_new, measured, 4 x 2I + 10h.  MoE
+    (grouped experts, transformers >= 5): the
     widest of two moments per routed (token, expert) pair — the activation (the sorted input
     2h, gate_up 4I, act 2I, product 2I: 2h + 8I) or, once those are freed, the un-permute (the
     sorted input, the expert output, its weighted copy and the un-permuted copy: 8h) — plus
@@ -576,6 +588,14 @@ def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = T
     inter = d.intermediate or d.moe_intermediate
     if d.gated:
         dense = tokens * ((8 if transformers else 6) * d.hidden + 6 * inter)
+    elif d.activation == "gelu_new":
+        # GPT-2's block (the one family in the data with transformers' NewGELUActivation):
+        # 0.5*x*(1+tanh(c*(x+0.044715*x**3))) is widest at 0.044715*pow, with fc out, 0.5*x and
+        # pow alive (4 x 2I), beside five h-wide tensors: the model's inputs_embeds, the
+        # layer's input, c_proj's attention output (still a local of the block), the residual
+        # sum and ln_2's output (benchmarks/accuracy/oplog.py, gpt2 prefill 8 x 1000 tokens,
+        # two layers: the second layer's MLP moment)
+        dense = tokens * (10 * d.hidden + 8 * inter)
     elif d.activation in PY_TANH_GELU:
         dense = tokens * (4 * d.hidden + 10 * inter)
     else:

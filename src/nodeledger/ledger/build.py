@@ -1013,8 +1013,9 @@ def pipeline_inflight(pp: int, grad_accum: int, chunks: int = 1) -> float:
 
 
 def saved_activation_bytes_per_card(
-    dims: Dims, job: TrainJob, targets: tuple[str, ...] | None = None
-) -> tuple[int, int]:
+    dims: Dims, job: TrainJob, targets: tuple[str, ...] | None = None,
+    defaults: rt.RuntimeDefaults = rt.DEFAULTS,
+) -> tuple[int, int]:  # fmt: skip
     """(activations held at the end of forward, one recomputed layer) on one card:
     activations.saved_activations_bytes (LoRA: saved_lora_activations_bytes, ``targets`` the
     adapted modules) for the layers of one pipeline stage; tensor parallelism divides by tp
@@ -1034,7 +1035,7 @@ def saved_activation_bytes_per_card(
     else:
         held, recompute = act.saved_activations_bytes(
             dims, job.micro_batch, job.seq, attention, job.checkpointing, 1 / parallel.pp,
-            autocast=frameworks.layout(job).autocast,
+            autocast=frameworks.layout(job).autocast, autocast_device=defaults.autocast_device,
         )  # fmt: skip
     if parallel.tp > 1:
         rep_held, rep_layer = act.tp_replicated_bytes(
@@ -1201,7 +1202,7 @@ def _train_terms(spec: ModelSpec, job: TrainJob, dims, targets, layout,
     optimizer_offloaded = job.offload in ("optimizer", "params")
     params_offloaded = job.offload == "params"
     fp8_bytes, fp8_persistent = fp8_weight_copy_bytes(spec, job)
-    held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job, targets)
+    held_bytes, recompute_bytes = saved_activation_bytes_per_card(dims, job, targets, defaults)
     # the loss on vocabulary shards (Megatron's vocab-parallel cross-entropy) or on logits
     # gathered whole to every TP rank (transformers' tp_plan, DTensor without loss_parallel)
     loss_split = job.parallel.tp if layout.loss_parallel else 1

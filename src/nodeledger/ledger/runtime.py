@@ -34,6 +34,12 @@ class RuntimeDefaults:
     # boxes) for the Simple protocol, plus LL/LL128 buffers; default 300 MiB per communicator
     # (NCCL docs, environment variables NCCL_BUFFSIZE / NCCL_MAX_NCHANNELS).
     nccl_per_communicator_bytes: int = 300 * MiB
+    # torch.autocast's policy is per device type: on "cuda" (CUDA and ROCm/HIP builds) ``pow``
+    # and the rest of autocast's fp32 list run in fp32, on "cpu" they do not (GPT-2's python
+    # gelu_new chain is fp32 from pow on an H200, bf16 on the CPU: benchmarks/accuracy/README.md
+    # "Autocast policy").  A card runs the CUDA policy; the fake-tensor measurements on the CPU
+    # set "cpu" (benchmarks/accuracy/compare.py).
+    autocast_device: str = "cuda"
 
 
 DEFAULTS = RuntimeDefaults()
