@@ -45,3 +45,34 @@ def test_a_changed_key_fails_validation():
     renamed["host"]["peak"] = renamed["host"].pop("peak_bytes")
     with pytest.raises(ValidationError):
         TypeAdapter(FitJSON).validate_json(json.dumps(renamed), strict=True)
+
+
+# -- doctor --------------------------------------------------------------------------------------
+
+
+def test_the_shipped_doctor_schemas_are_generated_from_the_types():
+    from nodeledger.doctor.usecase import doctor_json_schemas
+
+    for name, schema in doctor_json_schemas().items():
+        shipped = json.loads(
+            resources.files("nodeledger.schemas").joinpath(f"{name}.schema.json").read_text()
+        )
+        assert shipped == json.loads(json.dumps(schema)), f"regenerate {name}.schema.json"
+
+
+def test_doctor_json_validates_against_its_types():
+    from conftest import run_cli
+    from nodeledger.doctor.usecase import SCHEMA_VERSION as V
+    from nodeledger.doctor.usecase import DoctorChecksJSON, PreflightJSON
+
+    checks = json.loads(run_cli("doctor", "--json").stdout)  # this host, read-only
+    assert checks["schema_version"] == V and checks["checks"]
+    TypeAdapter(DoctorChecksJSON).validate_json(json.dumps(checks), strict=True)
+    for args in (("llama-3.1-8b", "--job", "serve", "--machine", "dgx-h100"),
+                 ("qwen3-8b", "--job", "train", "--machine", "k100-ai-8x64g")):  # fmt: skip
+        pre = json.loads(run_cli("doctor", *args, "--json", "--no-fail").stdout)
+        assert pre["schema_version"] == V
+        TypeAdapter(PreflightJSON).validate_json(json.dumps(pre), strict=True)
+    broken = dict(checks, worst="fine")  # a severity doctor never prints
+    with pytest.raises(ValidationError):
+        TypeAdapter(DoctorChecksJSON).validate_json(json.dumps(broken), strict=True)

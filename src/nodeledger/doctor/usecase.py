@@ -5,9 +5,13 @@ of one job against it.  The CLI parses, calls :func:`run_doctor` once and render
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from nodeledger.errors import NodeledgerError
+
+# the version of doctor --json's shapes (DoctorChecksJSON, PreflightJSON); raised when a key
+# changes meaning or goes away
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,9 @@ class ChecksAnswer:
     exit_code: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"origin": self.state.origin, "machine": self.state.profile.name,
+        """``doctor --json`` (its shape: :class:`DoctorChecksJSON`, shipped as a JSON Schema)."""
+        return {"schema_version": SCHEMA_VERSION, "origin": self.state.origin,
+                "machine": self.state.profile.name,
                 "checks": [f.to_json() for f in self.findings], "worst": self.worst,
                 "exit_code": self.exit_code, "notes": self.state.notes}  # fmt: skip
 
@@ -52,8 +58,9 @@ class PreflightAnswer:
     result: Any  # doctor.Preflight
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.name, "job": self.job, "machine": self.state.profile.name,
-                **self.result.to_json()}  # fmt: skip
+        """``doctor MODEL --job ... --json`` (its shape: :class:`PreflightJSON`)."""
+        return {"schema_version": SCHEMA_VERSION, "model": self.name, "job": self.job,
+                "machine": self.state.profile.name, **self.result.to_json()}  # fmt: skip
 
 
 def check_request(req: DoctorRequest) -> None:
@@ -100,3 +107,79 @@ def run_doctor(req: DoctorRequest) -> ChecksAnswer | PreflightAnswer:
     res = preflight(spec, job_obj, state, req.lifeboat)
     name = src.catalogue_entry["id"] if src.catalogue_entry else src.where
     return PreflightAnswer(name, job, state, res)
+
+
+# -- the shapes of doctor --json (the shipped JSON Schemas are generated from them) -----------
+
+
+@dataclass
+class EvidenceJSON:
+    what: str
+    value: Any  # a count, a byte figure (int), a setting's text
+    source: str  # the file or tool field it was read from
+
+
+@dataclass
+class FindingJSON:
+    id: str
+    title: str
+    severity: Literal["ok", "skip", "unknown", "info", "warning", "error"]
+    message: str
+    evidence: list[EvidenceJSON]
+    fix: str | None  # a command for a person to run; doctor never runs it
+
+
+@dataclass
+class DoctorChecksJSON:
+    """``nodeledger doctor --json``: the read-only checks of a machine or a bundle."""
+
+    schema_version: int
+    origin: str
+    machine: str
+    checks: list[FindingJSON]
+    worst: Literal["ok", "skip", "unknown", "info", "warning", "error"]
+    exit_code: int
+    notes: list[str]
+
+
+@dataclass
+class ReasonJSON:
+    level: Literal["ok", "info", "warning", "wait", "no-go"]
+    topic: str
+    text: str
+
+
+@dataclass
+class PreflightJSON:
+    """``nodeledger doctor MODEL --job ... --json``: one job's go / wait / no-go.  Bytes in
+    ``*_bytes`` keys."""
+
+    schema_version: int
+    model: str
+    job: Literal["serve", "train", "lora", "qlora", "load"]
+    machine: str
+    verdict: Literal["go", "wait", "no-go"]
+    reasons: list[ReasonJSON]
+    cards: dict[str, Any]  # needed, total, free, busy, chosen, lifeboat, lifeboat_wanted
+    binding: list[str]  # the numactl / visible-devices lines for the chosen cards
+    host: dict[str, Any]  # job_peak_bytes, page_cache_bytes, ram_bytes, free_bytes, ...
+    fit: dict[str, Any]  # the ledger's tier, binding, reason, suggestions, job options
+    origin: str
+    notes: list[str]
+    exit_code: int
+    units: Literal["bytes"]
+
+
+def doctor_json_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schemas of ``doctor --json`` (checks) and of its pre-flight, from the types."""
+    from pydantic import TypeAdapter
+
+    out = {}
+    for name, cls, title in (("doctor", DoctorChecksJSON, "nodeledger doctor --json"),
+                             ("doctor-preflight", PreflightJSON,
+                              "nodeledger doctor MODEL --job ... --json")):  # fmt: skip
+        schema = TypeAdapter(cls).json_schema()
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["title"] = title
+        out[name] = schema
+    return out

@@ -1,7 +1,12 @@
-"""The JSON Schemas of the commands' ``--json`` outputs, generated from their types and shipped
-(``fit.schema.json``: ``verdict.assess.FitJSON``).  ``tests/test_schemas.py`` regenerates each
-and fails when the shipped file differs; rewrite it with
+"""The JSON Schemas of the commands' ``--json`` outputs, generated from their types and shipped:
+``fit.schema.json`` (``verdict.assess.FitJSON``), ``doctor.schema.json`` and
+``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``).
+``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
+with
 
     .venv/bin/python -c "import json; from nodeledger.verdict.assess import fit_json_schema; \
         open('src/nodeledger/schemas/fit.schema.json', 'w').write(json.dumps(fit_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.doctor.usecase import doctor_json_schemas; \
+        [open(f'src/nodeledger/schemas/{n}.schema.json', 'w').write(json.dumps(s, indent=2, sort_keys=True) + '\\n') \
+         for n, s in doctor_json_schemas().items()]"
 """
