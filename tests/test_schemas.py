@@ -76,3 +76,34 @@ def test_doctor_json_validates_against_its_types():
     broken = dict(checks, worst="fine")  # a severity doctor never prints
     with pytest.raises(ValidationError):
         TypeAdapter(DoctorChecksJSON).validate_json(json.dumps(broken), strict=True)
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def test_the_shipped_report_schema_is_generated_from_the_types():
+    from nodeledger.report.usecase import capacity_json_schema
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("report.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(capacity_json_schema())), (
+        "regenerate report.schema.json"
+    )
+
+
+@pytest.mark.parametrize(
+    "machine", ["k100-ai-8x64g", "dgx-h100", "8x-rtx4090", "4x-a100-80g-pcie", "8x-ascend-910b"]
+)
+def test_report_json_validates_against_its_types(machine):
+    from conftest import run_cli
+    from nodeledger.report.usecase import SCHEMA_VERSION as V
+    from nodeledger.report.usecase import CapacityJSON
+
+    d = json.loads(run_cli("report", "--machine", machine, "--format", "json", "--no-fail").stdout)
+    assert d["schema_version"] == V
+    TypeAdapter(CapacityJSON).validate_json(json.dumps(d), strict=True)
+    broken = json.loads(json.dumps(d))
+    broken["workloads"][0]["tier_name"] = "maybe"
+    with pytest.raises(ValidationError):
+        TypeAdapter(CapacityJSON).validate_json(json.dumps(broken), strict=True)

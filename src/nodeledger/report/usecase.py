@@ -6,7 +6,9 @@ calls :func:`assess_capacity` once, renders ``CapacityAnswer.report`` and exits 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,9 @@ class CapacityAnswer:
     why: str  # that tier's workloads, "" when every one can
 
     def to_json(self) -> dict[str, Any]:
-        """``nodeledger report --format json``."""
-        return {"intro": self.intro, **self.report}
+        """``nodeledger report --format json`` (its shape: :class:`CapacityJSON`, shipped as a
+        JSON Schema)."""
+        return {"schema_version": SCHEMA_VERSION, "intro": self.intro, **self.report}
 
 
 def catalogue(workloads: str | None):
@@ -61,3 +64,94 @@ def assess_capacity(req: CapacityRequest) -> CapacityAnswer:
     rep = capacity_report(profile, ws, specs, req.lifeboat)
     tier, why = gate(rep)
     return CapacityAnswer(intro=intro, report=rep, profile=profile, tier=tier, why=why)
+
+
+# -- the shape of report --format json (report.schema.json is generated from it) -------------
+
+# raised when a key of report --format json changes meaning or goes away
+SCHEMA_VERSION = 1
+Tier = Literal["can", "tight", "cannot", "unknown"]
+
+
+class ResourceJSON(TypedDict):
+    """One resource's judgement of a workload.  ``used`` / ``capacity``: bytes for card memory
+    and host RAM; for card links and the network the traffic and compute time behind ``ratio``
+    (seconds per token); None where unknown."""
+
+    resource: str
+    tier: str  # fits / tight / cannot / unknown (the ledger's words)
+    used: int | float | None
+    capacity: int | float | None
+    ratio: float | None
+    reason: str
+
+
+class WorkloadJSON(TypedDict):
+    id: str
+    title: str
+    model: str
+    job: Literal["serve", "train", "lora", "qlora", "load"]
+    options: dict[str, Any]  # fit's options in snake_case, as the catalogue gives them
+    machines: int
+    expect: str | None  # the tier the field notes give
+    beside: list[str]  # ids running at the same time (host RAM judged on the sum)
+    cards_needed: int
+    lifeboat: NotRequired[str]  # said when it uses every card
+    resources: list[ResourceJSON]
+    ledger: dict[str, Any] | None  # host_peak_bytes, host_reclaimable_bytes, host_items
+    stack: dict[str, Any] | None  # the busiest card's items (bytes) against its capacity
+    links: dict[str, Any] | None
+    largest: dict[str, Any] | None
+    # the next three are absent where the workload was not judged (too few cards)
+    speed: NotRequired[dict[str, Any] | None]  # seconds in *_s keys, rates per second
+    suggestions: NotRequired[list[Any]]
+    notes: NotRequired[list[str]]
+    tier: str
+    binding: str
+    reason: str
+    peak_sequences: int | None
+    peak_requests_per_s: float | None
+    peak_output_tokens_per_s: float | None
+    claim: str | None
+    tier_name: Tier
+    agrees: bool | None
+    model_state: NotRequired[dict[str, Any]]
+    framework: NotRequired[dict[str, Any]]
+    claim_check: NotRequired[dict[str, Any]]
+
+
+class BottleneckJSON(TypedDict):
+    resource: str
+    cannot: int
+    tight: int
+    workloads: list[str]
+    worst_ratio: float | None  # used / size for memory, traffic / compute time for links
+    unknown: int
+    severity: float
+
+
+class CapacityJSON(TypedDict):
+    """``nodeledger report --format json``: the capacity report of a workload catalogue on one
+    machine.  Bytes in ``*_bytes`` keys (and a memory resource's used / capacity)."""
+
+    schema_version: int
+    intro: list[str]
+    runtime: dict[str, Any]  # vendor, runtime, measured, caveat
+    machine: dict[str, Any]  # name, description, cards, card_memory_bytes, host_ram_bytes
+    workloads: list[WorkloadJSON]
+    counts: dict[Tier, int]
+    bottlenecks: list[BottleneckJSON]
+    serving: dict[str, Any]  # cards, lifeboat, business_cards, workloads, lifeboat_note
+    host_loads: list[dict[str, Any]]
+    links: list[dict[str, Any]]
+    scale_out: dict[str, Any]  # buy_second_machine, verdict, criteria
+
+
+def capacity_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``report --format json``, generated from :class:`CapacityJSON`."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(CapacityJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger report --format json"
+    return schema

@@ -1,6 +1,7 @@
 """The JSON Schemas of the commands' ``--json`` outputs, generated from their types and shipped:
 ``fit.schema.json`` (``verdict.assess.FitJSON``), ``doctor.schema.json`` and
-``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``).
+``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``),
+``report.schema.json`` (``report.usecase.CapacityJSON``).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
 
@@ -9,4 +10,6 @@ with
     .venv/bin/python -c "import json; from nodeledger.doctor.usecase import doctor_json_schemas; \
         [open(f'src/nodeledger/schemas/{n}.schema.json', 'w').write(json.dumps(s, indent=2, sort_keys=True) + '\\n') \
          for n, s in doctor_json_schemas().items()]"
+    .venv/bin/python -c "import json; from nodeledger.report.usecase import capacity_json_schema; \
+        open('src/nodeledger/schemas/report.schema.json', 'w').write(json.dumps(capacity_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
