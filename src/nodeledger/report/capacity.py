@@ -78,15 +78,18 @@ def cards_needed(job) -> int:
     return p.tp * p.pp * (p.dp if isinstance(job, TrainJob) else job.replicas)
 
 
+# the unit of a resource's used / capacity figures, in their key names; card links and the
+# network carry only their ratio (traffic time / compute time, dimensionless), a disk its reason
+UNIT_OF = {"card memory": "bytes", "host RAM": "bytes", "cards": "cards"}
+
+
 def _resource(name: str, tier: str, used: float | None, cap: float | None, reason: str) -> dict:
-    return {
-        "resource": name,
-        "tier": tier,
-        "used": used,
-        "capacity": cap,
-        "ratio": None if not cap or used is None else round(used / cap, 4),
-        "reason": reason,
-    }
+    unit = UNIT_OF.get(name)
+    out = {"resource": name, "tier": tier}
+    if unit is not None:
+        out |= {f"used_{unit}": used, f"capacity_{unit}": cap}
+    return out | {"ratio": None if not cap or used is None else round(used / cap, 4),
+                  "reason": reason}  # fmt: skip
 
 
 def _card_stack(ledger) -> dict:
@@ -365,8 +368,8 @@ def _add_beside(rows: dict[str, dict], machine: MachineProfile) -> None:
             + (f" + {soft / GiB:,.1f} GiB evictable page cache" if soft else "")
         )
         host = next(r for r in row["resources"] if r["resource"] == "host RAM")
-        host.update(tier=j.tier, used=hard, capacity=cap, ratio=None if not cap else round(hard / cap, 4),
-                    reason=reason)  # fmt: skip
+        host.update(tier=j.tier, used_bytes=hard, capacity_bytes=cap,
+                    ratio=None if not cap else round(hard / cap, 4), reason=reason)  # fmt: skip
         _decide(row, machine)
 
 

@@ -234,7 +234,7 @@ def _stacks_svg(rows: list[dict], machine: MachineProfile) -> str:
                   if not it.get("reclaimable")]  # fmt: skip
         used = hl.get("host_peak_bytes") or 0
         res = next((x for x in r.get("resources") or [] if x["resource"] == "host RAM"), None)
-        beside = (res or {}).get("used") or 0
+        beside = (res or {}).get("used_bytes") or 0
         if r.get("beside") and beside > used:  # the host-RAM tier counts the loads beside it
             hitems.append((f"running beside it: {', '.join(r['beside'])}", beside - used, BESIDE))
             used = beside

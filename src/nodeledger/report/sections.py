@@ -87,7 +87,8 @@ def _resource(r: dict, name: str) -> dict | None:
 def common_capacity(rows: list[dict], name: str) -> int | None:
     """The capacity most workloads have for ``name`` (card memory, host RAM): the table's
     header states it once, a row with another (two machines' host RAM) states its own."""
-    caps = [x["capacity"] for r in rows if (x := _resource(r, name)) and x.get("capacity")]
+    caps = [x["capacity_bytes"] for r in rows
+            if (x := _resource(r, name)) and x.get("capacity_bytes")]  # fmt: skip
     return max(set(caps), key=caps.count) if caps else None
 
 
@@ -96,10 +97,11 @@ def memory_cell(r: dict, name: str, common: int | None = None) -> str:
     header's capacity; "48.0/250.0 19%" where the row's own differs), with its tier when it is
     not "fits"."""
     x = _resource(r, name)
-    if x is None or x.get("used") is None or not x.get("capacity"):
+    if x is None or x.get("used_bytes") is None or not x.get("capacity_bytes"):
         return "" if x is None else "unknown"
-    cap = "" if x["capacity"] == common else f"/{gib_text(x['capacity'], unit='')}"
-    text = f"{x['used'] / 2**30:,.1f}{cap} {x['used'] / x['capacity']:.0%}"
+    used, size = x["used_bytes"], x["capacity_bytes"]
+    cap = "" if size == common else f"/{gib_text(size, unit='')}"
+    text = f"{used / 2**30:,.1f}{cap} {used / size:.0%}"
     if x.get("tier") not in (None, "fits"):
         text += f" {x['tier']}"
     return text

@@ -74,15 +74,18 @@ Tier = Literal["can", "tight", "cannot", "unknown"]
 
 
 class ResourceJSON(TypedDict):
-    """One resource's judgement of a workload.  ``used`` / ``capacity``: bytes for card memory
-    and host RAM; for card links and the network the traffic and compute time behind ``ratio``
-    (seconds per token); None where unknown."""
+    """One resource's judgement of a workload, the unit in each key: card memory and host RAM
+    carry ``used_bytes`` / ``capacity_bytes``, the card count ``used_cards`` / ``capacity_cards``;
+    card links and the network only ``ratio`` (traffic time / compute time, dimensionless), a
+    disk only its reason.  None where unknown."""
 
     resource: str
     tier: str  # fits / tight / cannot / unknown (the ledger's words)
-    used: int | float | None
-    capacity: int | float | None
-    ratio: float | None
+    used_bytes: NotRequired[int | None]
+    capacity_bytes: NotRequired[int | None]
+    used_cards: NotRequired[int]
+    capacity_cards: NotRequired[int]
+    ratio: float | None  # used / capacity, or traffic time / compute time
     reason: str
 
 
