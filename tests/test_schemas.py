@@ -107,3 +107,46 @@ def test_report_json_validates_against_its_types(machine):
     broken["workloads"][0]["tier_name"] = "maybe"
     with pytest.raises(ValidationError):
         TypeAdapter(CapacityJSON).validate_json(json.dumps(broken), strict=True)
+
+
+# -- place ---------------------------------------------------------------------------------------
+
+PLAN = """[[workloads]]
+id = "chat"
+model = "qwen3-8b"
+job = "serve"
+replicas = 2
+context = 4096
+concurrency = 4
+
+[[workloads]]
+id = "big"
+model = "llama-3.1-70b"
+job = "serve"
+tp = 8
+"""
+
+
+def test_the_shipped_place_schema_is_generated_from_the_types():
+    from nodeledger.placement.usecase import place_json_schema
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("place.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(place_json_schema())), "regenerate place.schema.json"
+
+
+@pytest.mark.parametrize("extra", [(), ("--emit", "k8s", "--image", "registry/x:1")])
+def test_place_json_validates_against_its_types(tmp_path, extra):
+    from conftest import run_cli
+    from nodeledger.placement.usecase import SCHEMA_VERSION as V
+    from nodeledger.placement.usecase import PlaceJSON
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    out = ("-o", str(tmp_path / "k8s")) if extra else ()
+    p = run_cli("place", str(plan), "--machine", "dgx-h100", "--json", *extra, *out)
+    d = json.loads(p.stdout)
+    assert d["schema_version"] == V and d["replicas"], p.stderr
+    assert d["not_placed"], "the 70B at TP8 does not fit beside the lifeboat: a not-placed row"
+    TypeAdapter(PlaceJSON).validate_json(json.dumps(d), strict=True)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
+
 from nodeledger.errors import NodeledgerError
 
 
@@ -86,5 +88,64 @@ def place_plan(req: PlaceRequest) -> PlaceAnswer:
         except OSError as exc:
             raise NodeledgerError(f"-o {folder}: cannot write ({exc.strerror or exc})") from None
         res["written"] = written
-    return PlaceAnswer(result=res, plan_source=src, workloads=len(ws), profile=profile,
-                       written=written)  # fmt: skip
+    return PlaceAnswer(result={"schema_version": SCHEMA_VERSION, **res}, plan_source=src,
+                       workloads=len(ws), profile=profile, written=written)  # fmt: skip
+
+
+# -- the shape of place --json (place.schema.json is generated from it) ----------------------
+
+# raised when a key of place --json changes meaning or goes away
+SCHEMA_VERSION = 1
+
+
+class ReplicaJSON(TypedDict):
+    replica: str
+    workload: str
+    cards: list[int]
+    shared: bool  # TP1 replicas sharing a card (--share)
+    links: str  # the group's weakest link
+    numa_node: int | None
+    cpus: str | None  # the NUMA node's CPU list for numactl
+    workers: int | None
+    card_bytes: int  # the ledger's busiest card
+    host_bytes: int  # the ledger's host peak
+    env: dict[str, str]  # the visible-devices variables
+    launch: str  # the command line that runs it there
+    note: str | None
+
+
+class NotPlacedJSON(TypedDict):
+    replica: str
+    workload: str
+    cards: int
+    binding: str | None
+    reason: str
+
+
+class PlaceJSON(TypedDict):
+    """``nodeledger place PLAN --json``: each replica's cards (ledger-checked, best-linked
+    groups, a lifeboat kept free) and NUMA binding.  Bytes in ``*_bytes`` keys."""
+
+    schema_version: int
+    machine: str
+    cards: list[int]
+    running: dict[str, list[int]]  # card -> pids already on it
+    lifeboat: list[int]
+    lifeboat_reason: str | None
+    replicas: list[ReplicaJSON]
+    not_placed: list[NotPlacedJSON]
+    free_after: list[int]
+    notes: list[str]
+    intro: list[str]
+    k8s_devices: NotRequired[dict[str, Any]]  # --emit k8s: mode, why, enforced
+    written: NotRequired[list[str]]  # --emit: the files written
+
+
+def place_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``place --json``, generated from :class:`PlaceJSON`."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(PlaceJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger place PLAN --json"
+    return schema

@@ -1,7 +1,8 @@
 """The JSON Schemas of the commands' ``--json`` outputs, generated from their types and shipped:
 ``fit.schema.json`` (``verdict.assess.FitJSON``), ``doctor.schema.json`` and
 ``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``),
-``report.schema.json`` (``report.usecase.CapacityJSON``).
+``report.schema.json`` (``report.usecase.CapacityJSON``), ``place.schema.json``
+(``placement.usecase.PlaceJSON``).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
 
@@ -12,4 +13,6 @@ with
          for n, s in doctor_json_schemas().items()]"
     .venv/bin/python -c "import json; from nodeledger.report.usecase import capacity_json_schema; \
         open('src/nodeledger/schemas/report.schema.json', 'w').write(json.dumps(capacity_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.placement.usecase import place_json_schema; \
+        open('src/nodeledger/schemas/place.schema.json', 'w').write(json.dumps(place_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
