@@ -650,7 +650,6 @@ def _vllm_card(
     subtracted; the rest in whole blocks.  Memory outside the budget (the context before the
     baseline, NCCL in it from 0.11, graphs captured after sizing) is listed apart: the card
     holds budget + those."""
-    tp = job.parallel.tp
     notes: list[str] = []
     fam = eng.vllm_family(job.engine_version)
     rtd = eng.data()["vllm"]["runtime"]
@@ -661,67 +660,16 @@ def _vllm_card(
     if budget is None:
         notes.append("card memory unknown: vLLM's KV pool cannot be sized")
     mnbt, seqs = job.max_num_batched_tokens, job.max_num_seqs
-    forward_bytes = ceil(act.inference_layer_transient_bytes(dims, mnbt, transformers=False) / tp)
-    rows = eng.sampler_rows(fam, seqs, mnbt)
-    hybrid_or_moe = bool(dims.moe_layers) or any(a.kind != "full" for a in spec.attention)
-    beta, triton, sampler_src = eng.sampler_model(
-        eng.vllm_version(job.engine_version), hybrid_or_moe
-    )
-    sms, _ = eng.card_sms(product)
-    live = 2 * (rows if fam.id == "v1-whole-card" else mnbt) * dims.hidden
-    sampler_bytes = (
-        eng.sampler_peak_bytes(rows, dims.vocab, beta, sms if triton else 0, live)
-        if eng.samples_on_rank(fam, 0) else 0
-    )  # fmt: skip
-    profile_peak = max(forward_bytes, sampler_bytes)
-    peak_what = (
-        f"sampler over {rows:,} dummy requests: {rows:,} x vocab {dims.vocab:,} x {beta:g} B"
-        + (f" + {min(sms, rows)}-row fp32 buffer" if triton else "")
-        + f" ({sampler_src})"
-        if sampler_bytes >= forward_bytes
-        else f"one forward of {mnbt:,} tokens / tp {tp} (activations.inference_layer_transient_bytes)"
-    )
-    # non-torch memory the budget pays for
-    if fam.charges_context:
-        nt = int(rtd["whole_card_non_torch_gib"] * GiB)
-        nt_src = f"everything outside torch on the card, context included: {rtd['whole_card_non_torch_source']}"
-    else:
-        nt = int(rtd["non_torch_increase_gib"] * GiB)
-        nt_src = f"non-torch growth since vLLM's baseline: {rtd['non_torch_increase_source']}"
-    nccl = rt.nccl_bytes(communicators, defaults) if communicators else 0
-    charged = nt + (nccl if fam.charges_nccl else 0)
-    sizes = eng.graph_capture_sizes(fam.graph_sizes, seqs, mnbt) if job.cuda_graphs else []
-    n_graphs = len(sizes) * fam.graph_modes
-    graph_bytes = eng.cuda_graph_bytes(n_graphs, dims.layers, vendor)
-    graph_src = (
-        f"{n_graphs} graphs ({len(sizes)} batch sizes up to {max(sizes) if sizes else 0} x {fam.graph_modes} mode(s)) "
-        f"x {dims.layers} layers x {rtd['graph_kib_per_graph_layer']} KiB ({rtd['graph_source']})"
-    )
+    profile_peak, forward_bytes, sampler_bytes, peak_what = _vllm_profile_peak(
+        spec, job, dims, fam, product)  # fmt: skip
+    charged, nt_src, nccl = _vllm_charged(fam, rtd, communicators, defaults)
+    graph_bytes, graph_src, n_graphs = _vllm_graphs(fam, rtd, job, dims, vendor)
     graph_charged = graph_bytes if fam.graphs == "estimated" else 0
     torch_fixed = weights_bytes + profile_peak
     available = vllm_kv_pool_bytes(budget, torch_fixed, charged + graph_charged)
     page = kv.paged_page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
     hybrid = fam.concurrency != "tokens"
-    # the block is already raised for a hybrid (_resolve_vllm): only whether it is modelled
-    with_state = eng.vllm_hybrid_modelled(spec, job.engine_version)
-    state = eng.state_layers(spec)
-    if state and not with_state:
-        if not any(a.kind != "linear" for a in spec.attention):
-            why = "a model without attention layers: vLLM's pool for it is not modelled"
-        else:
-            why = (f"not in this ledger for vLLM {eng.vllm_version(job.engine_version)} "
-                   f"(modelled for V1 from {eng.data()['vllm']['hybrid']['first']}, the hybrid "
-                   "KV manager read)")  # fmt: skip
-        notes.append(f"{len(state)} Mamba-2 / Gated DeltaNet layers: their "
-                     f"per-sequence state is {why}")  # fmt: skip
-    groups = (
-        eng.kv_groups(spec, with_state=with_state)
-        if hybrid
-        else [eng.KvGroup("full", sum(1 for a in spec.attention if a.kind != "linear"), None)]
-    )
-    per_block_layers = groups[0].layers
-    state_groups = sum(1 for g in groups if g.kind == "state")
-    attn_groups = len(groups) - state_groups or 1
+    groups, per_block_layers, state_groups, attn_groups = _vllm_kv_groups(spec, job, hybrid, notes)
     # bytes per token of the attention groups (the state groups hold a page per sequence)
     per_token = page * per_block_layers * attn_groups / job.block_size
     extras: dict = {
@@ -796,25 +744,8 @@ def _vllm_card(
     else:
         items.append(Item("KV cache needed", kv_needed, "concurrency x context x KV per token"))
     torch_total = sum(i.bytes for i in items if i.torch)
-    outside: list[Item] = []
-    if not fam.charges_context:
-        outside.append(Item("CUDA context before vLLM's baseline", int(rtd["context_gib"] * GiB),
-                            f"outside the budget: {rtd['context_source']}", torch=False))  # fmt: skip
-    if nccl and not fam.charges_nccl:
-        outside.append(
-            _nccl_item(
-                communicators, defaults, "NCCL buffers (in the baseline, outside the budget)"
-            )
-        )
-    if graph_bytes and not graph_charged:
-        outside.append(
-            Item(
-                "CUDA graphs (captured after the pool, outside the budget)",
-                graph_bytes,
-                graph_src,
-                torch=False,
-            )
-        )
+    outside = _vllm_outside(fam, rtd, nccl, communicators, defaults, graph_bytes, graph_src,
+                            graph_charged)  # fmt: skip
     # what the card holds: the budget's terms (the pool fills it to the last whole block) and
     # what lies outside it
     card_bytes = sum(i.bytes for i in items) + sum(i.bytes for i in outside)
@@ -834,6 +765,113 @@ def _vllm_card(
     card = CardLedger(cards, items + outside, torch_total, card_bytes, total if total is not None else capacity,
                       "steady", {"steady": torch_total})  # fmt: skip
     return card, extras
+
+
+def _vllm_kv_groups(spec: ModelSpec, job: ServeJob, hybrid: bool, notes: list[str]):
+    """vLLM's KV cache groups (its hybrid manager: attention groups and the Mamba-2 / Gated
+    DeltaNet state groups where this release is modelled for them; one full group otherwise);
+    (groups, layers per block, state groups, attention groups)."""
+    # the block is already raised for a hybrid (_resolve_vllm): only whether it is modelled
+    with_state = eng.vllm_hybrid_modelled(spec, job.engine_version)
+    state = eng.state_layers(spec)
+    if state and not with_state:
+        if not any(a.kind != "linear" for a in spec.attention):
+            why = "a model without attention layers: vLLM's pool for it is not modelled"
+        else:
+            why = (f"not in this ledger for vLLM {eng.vllm_version(job.engine_version)} "
+                   f"(modelled for V1 from {eng.data()['vllm']['hybrid']['first']}, the hybrid "
+                   "KV manager read)")  # fmt: skip
+        notes.append(f"{len(state)} Mamba-2 / Gated DeltaNet layers: their "
+                     f"per-sequence state is {why}")  # fmt: skip
+    groups = (
+        eng.kv_groups(spec, with_state=with_state)
+        if hybrid
+        else [eng.KvGroup("full", sum(1 for a in spec.attention if a.kind != "linear"), None)]
+    )
+    per_block_layers = groups[0].layers
+    state_groups = sum(1 for g in groups if g.kind == "state")
+    attn_groups = len(groups) - state_groups or 1
+    return groups, per_block_layers, state_groups, attn_groups
+
+
+def _vllm_profile_peak(spec: ModelSpec, job: ServeJob, dims: Dims, fam, product: str):
+    """vLLM's profile run before it sizes the pool: one forward of max_num_batched_tokens, or the
+    sampler over its dummy requests, whichever is wider; (peak, forward, sampler, what)."""
+    tp = job.parallel.tp
+    mnbt, seqs = job.max_num_batched_tokens, job.max_num_seqs
+    forward_bytes = ceil(act.inference_layer_transient_bytes(dims, mnbt, transformers=False) / tp)
+    rows = eng.sampler_rows(fam, seqs, mnbt)
+    hybrid_or_moe = bool(dims.moe_layers) or any(a.kind != "full" for a in spec.attention)
+    beta, triton, sampler_src = eng.sampler_model(
+        eng.vllm_version(job.engine_version), hybrid_or_moe
+    )
+    sms, _ = eng.card_sms(product)
+    live = 2 * (rows if fam.id == "v1-whole-card" else mnbt) * dims.hidden
+    sampler_bytes = (
+        eng.sampler_peak_bytes(rows, dims.vocab, beta, sms if triton else 0, live)
+        if eng.samples_on_rank(fam, 0) else 0
+    )  # fmt: skip
+    profile_peak = max(forward_bytes, sampler_bytes)
+    peak_what = (
+        f"sampler over {rows:,} dummy requests: {rows:,} x vocab {dims.vocab:,} x {beta:g} B"
+        + (f" + {min(sms, rows)}-row fp32 buffer" if triton else "")
+        + f" ({sampler_src})"
+        if sampler_bytes >= forward_bytes
+        else f"one forward of {mnbt:,} tokens / tp {tp} (activations.inference_layer_transient_bytes)"
+    )
+    return profile_peak, forward_bytes, sampler_bytes, peak_what
+
+
+def _vllm_charged(fam, rtd: dict, communicators: int, defaults: rt.RuntimeDefaults):
+    """The non-torch memory vLLM's budget pays for (its release's accounting): (bytes, source,
+    the NCCL buffers)."""
+    if fam.charges_context:
+        nt = int(rtd["whole_card_non_torch_gib"] * GiB)
+        nt_src = f"everything outside torch on the card, context included: {rtd['whole_card_non_torch_source']}"
+    else:
+        nt = int(rtd["non_torch_increase_gib"] * GiB)
+        nt_src = f"non-torch growth since vLLM's baseline: {rtd['non_torch_increase_source']}"
+    nccl = rt.nccl_bytes(communicators, defaults) if communicators else 0
+    return nt + (nccl if fam.charges_nccl else 0), nt_src, nccl
+
+
+def _vllm_graphs(fam, rtd: dict, job: ServeJob, dims: Dims, vendor):
+    """The CUDA graphs vLLM captures: (bytes, source, how many)."""
+    seqs, mnbt = job.max_num_seqs, job.max_num_batched_tokens
+    sizes = eng.graph_capture_sizes(fam.graph_sizes, seqs, mnbt) if job.cuda_graphs else []
+    n_graphs = len(sizes) * fam.graph_modes
+    graph_bytes = eng.cuda_graph_bytes(n_graphs, dims.layers, vendor)
+    graph_src = (
+        f"{n_graphs} graphs ({len(sizes)} batch sizes up to {max(sizes) if sizes else 0} x {fam.graph_modes} mode(s)) "
+        f"x {dims.layers} layers x {rtd['graph_kib_per_graph_layer']} KiB ({rtd['graph_source']})"
+    )
+    return graph_bytes, graph_src, n_graphs
+
+
+def _vllm_outside(fam, rtd: dict, nccl: int, communicators: int, defaults: rt.RuntimeDefaults,
+                  graph_bytes: int, graph_src: str, graph_charged: int) -> list[Item]:  # fmt: skip
+    """What the card holds outside vLLM's budget: the context before its baseline, NCCL in the
+    baseline, graphs captured after the pool (each where the release leaves it out)."""
+    outside: list[Item] = []
+    if not fam.charges_context:
+        outside.append(Item("CUDA context before vLLM's baseline", int(rtd["context_gib"] * GiB),
+                            f"outside the budget: {rtd['context_source']}", torch=False))  # fmt: skip
+    if nccl and not fam.charges_nccl:
+        outside.append(
+            _nccl_item(
+                communicators, defaults, "NCCL buffers (in the baseline, outside the budget)"
+            )
+        )
+    if graph_bytes and not graph_charged:
+        outside.append(
+            Item(
+                "CUDA graphs (captured after the pool, outside the budget)",
+                graph_bytes,
+                graph_src,
+                torch=False,
+            )
+        )
+    return outside
 
 
 def _sglang_card(
