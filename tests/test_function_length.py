@@ -17,7 +17,7 @@ LONG_TODAY = {
     "ledger/build.py:_vllm_card": 136,
     "logs/kernel.py:parse_kernel_log": 253,
     "speed/train.py:train_speed": 98,
-    "verdict/links.py:link_check": 170,
+    "verdict/links.py:link_check": 83,
 }
 
 

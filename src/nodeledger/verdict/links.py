@@ -30,6 +30,8 @@ least L/pp times smaller than TP traffic.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nodeledger.ledger import comm, model_state
 from nodeledger.ledger.jobs import LoadJob, TrainJob
 from nodeledger.machine.profile import MachineProfile
@@ -107,7 +109,11 @@ def _path_bw(machine: MachineProfile, resource: str, what: str, t: dict) -> tupl
 
 
 def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1) -> dict | None:
-    """The traffic verdict of one job; None when the job moves nothing between cards."""
+    """The traffic verdict of one job; None when the job moves nothing between cards.  The
+    ratio r = traffic time / compute time is decided from known figures (``_decided``), else
+    bounded: a lower bound that already says cannot (``_cannot_at_least``), an upper bound that
+    says can, or a range the card peak decides (``_within_bounds``), else unknown with what
+    would measure it (``_undecided``)."""
     if isinstance(job, LoadJob):
         return None
     t = traffic(spec, job, machine, machines)
@@ -118,13 +124,7 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
     first = machine.accelerators[0].product if machine.accelerators else None
     eff = H.efficiency("mfu_train" if training else "mfu_prefill", first)
     peak = F.card_peak(machine, [a.index for a in machine.accelerators][: t["cards"]])
-    bws: dict = {}
-    for r, what, _ in t["paths"]:  # a resource's slowest path prices all its traffic
-        f = _path_bw(machine, r, what, t)
-        cur = bws.get(r)
-        if cur is None or (cur[0].value is not None
-                           and (f[0].value is None or f[0].value < cur[0].value)):  # fmt: skip
-            bws[r] = f
+    bws = _path_bandwidths(machine, t)
     out = {
         "resource": resource,
         "tp": t["tp"],
@@ -149,38 +149,18 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
     if t["dp_step"]:
         sharded = getattr(job, "shard", "none") in ("zero3", "fsdp", "fsdp_hybrid")
         volume.append(f"{'ZeRO-3/FSDP' if sharded else 'DP'} sync {t['dp_step'] / 1e9:,.2f} GB per step per card")  # fmt: skip
-    moves = ", ".join(volume)
-    where = f" across {machines} machines" if resource == "network" else ""
+    say = _Say(resource, f" across {machines} machines" if resource == "network" else "",
+               ", ".join(volume))  # fmt: skip
     if eff.value is None:
-        out.update(tier="unknown", ratio=None, reason=f"{resource}: {moves}; {eff.source}")
+        out.update(tier="unknown", ratio=None, reason=f"{resource}: {say.moves}; {eff.source}")
         return out
-
-    def ratio(peak_tflops: float, bw_of: dict) -> float:
-        comm_s = sum(b / (bw_of[r] * GB) for r, _, b in t["paths"])
-        comp_s = t["flops"] / (peak_tflops * 1e12 * eff.value)
-        return comm_s / comp_s
-
     # GB/s of bus bandwidth each card needs per TFLOPS of its own peak for traffic = compute
     total_b = sum(b for _, _, b in t["paths"])
     need_per_tflops = total_b * 1e12 * eff.value / t["flops"] / GB
     out["needed_gbps_per_card_tflops"] = need_per_tflops
     known_bw = {r: f.value for r, (f, _) in bws.items() if f.value is not None}
     if peak.value is not None and len(known_bw) == len(bws):
-        r = ratio(peak.value, known_bw)
-        comm_s = sum(b / (known_bw[x] * GB) for x, _, b in t["paths"])
-        out.update(
-            tier=_tier(r), ratio=round(r, 3), bound=None,
-            comm_seconds_per_token=comm_s,
-            compute_seconds_per_token=comm_s / r,
-            needed_gbps_per_card=need_per_tflops * peak.value,
-            link_gbps_per_card=out["busbw_gbps"],
-            reason=(
-                f"{resource}{where}: {moves}; traffic takes {r:.2f}x the compute time "
-                f"({comm_s * 1e6:,.1f} us vs {comm_s / r * 1e6:,.1f} us per token: "
-                f"{out['busbw_gbps']:,.1f} GB/s bus bandwidth, {peak.value:,.0f} TFLOPS x {eff.value:g})"
-            ),
-        )  # fmt: skip
-        return out
+        return _decided(out, t, eff.value, peak.value, known_bw, need_per_tflops, say)
     # unknowns: a lower bound on r from a lower bound on the peak and upper bounds on the paths
     floor = peak if peak.value is not None else F.card_peak_floor(machine)
     upper = {}
@@ -196,64 +176,151 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
         if f.value is None:
             missing.append(f"{r_name}: {f.source}")
     out["unknown"] = missing
-    if floor.value is not None and len(upper) == len(bws):
-        lo = ratio(floor.value, {k: v for k, (v, _) in upper.items()})
-        out["ratio_lower_bound"] = round(lo, 3)
-        bounds = []
-        if peak.value is None:
-            bounds.append(f"card peak at least {floor.value:,.0f} TFLOPS ({floor.source})")
-        for r_name, (f, _) in bws.items():
-            if f.value is None:
-                bounds.append(
-                    f"{r_name} at most {upper[r_name][0]:,.1f} GB/s bus bandwidth ({upper[r_name][1]})"
-                )
-        # the peak above which the path binds beyond the cannot threshold, at the bound
-        bw_res = upper.get(resource, (None,))[0]
-        edge = RATIO_TIERS[-1][0] * bw_res / need_per_tflops if bw_res else None
-        out["cannot_above_card_tflops"] = edge
-        if lo > RATIO_TIERS[-1][0]:
-            out.update(
-                tier="cannot", ratio=round(lo, 3), bound="lower",
-                reason=(
-                    f"{resource}{where}: {moves}; traffic takes at least {lo:.1f}x the compute "
-                    f"time: {'; '.join(bounds)}; cannot for any card faster than "
-                    f"{edge:,.1f} TFLOPS at that bandwidth"
-                ),
-            )  # fmt: skip
-            return out
+    if (
+        floor.value is not None
+        and len(upper) == len(bws)
+        and _cannot_at_least(out, t, eff.value, peak, floor, upper, bws, need_per_tflops, say)
+    ):
+        return out  # fmt: skip
     # paths known, peak unknown: an upper bound on r from the fastest card in the data decides
     # "can" when even that card would not wait on the link
-    if peak.value is None and len(known_bw) == len(bws):
-        ceil = F.card_peak_ceiling(machine)
-        if ceil.value is not None:
-            hi = ratio(ceil.value, known_bw)
-            out["ratio_upper_bound"] = round(hi, 3)
-            lo_r = out.get("ratio_lower_bound")
-            can_edge = RATIO_TIERS[0][0] * known_bw[resource] / need_per_tflops
-            out["can_below_card_tflops"] = can_edge
-            if lo_r is not None and hi > RATIO_TIERS[0][0]:
-                out.update(
-                    tier="unknown", ratio=None, bound="range",
-                    reason=(
-                        f"{resource}{where}: {moves}; traffic takes {lo_r:.2f}x-{hi:.2f}x the compute "
-                        f"time over {out['busbw_gbps']:,.1f} GB/s bus bandwidth ({out['path']}), for "
-                        f"a card peak of {floor.value:,.0f}-{ceil.value:,.0f} TFLOPS (the slowest "
-                        f"and fastest cards that could be it); can for any card up to "
-                        f"{can_edge:,.0f} TFLOPS; decided by the card peak: put bf16_dense_tflops "
-                        "in the profile"
-                    ),
-                )  # fmt: skip
-                return out
-            if hi <= RATIO_TIERS[0][0]:
-                out.update(
-                    tier="fits", ratio=round(hi, 3), bound="upper",
-                    reason=(
-                        f"{resource}{where}: {moves}; traffic takes at most {hi:.2f}x the compute "
-                        f"time: {out['busbw_gbps']:,.1f} GB/s bus bandwidth ({out['path']}) against "
-                        f"a card peak of at most {ceil.value:,.0f} TFLOPS ({ceil.source})"
-                    ),
-                )  # fmt: skip
-                return out
+    if (
+        peak.value is None
+        and len(known_bw) == len(bws)
+        and _within_bounds(out, t, eff.value, machine, floor, known_bw, need_per_tflops, say)
+    ):
+        return out  # fmt: skip
+    return _undecided(out, t, machine, peak, known_bw, need_per_tflops, missing, say)
+
+
+@dataclass(frozen=True)
+class _Say:
+    """The words every reason of one link check starts with."""
+
+    resource: str
+    where: str  # " across N machines" for the network
+    moves: str  # what moves: "TP x MB per token per card, ..."
+
+    @property
+    def head(self) -> str:
+        return f"{self.resource}{self.where}: {self.moves}"
+
+
+def _path_bandwidths(machine: MachineProfile, t: dict) -> dict:
+    """resource -> (bus bandwidth figure, its ceiling): a resource's slowest path prices all
+    its traffic."""
+    bws: dict = {}
+    for r, what, _ in t["paths"]:
+        f = _path_bw(machine, r, what, t)
+        cur = bws.get(r)
+        if cur is None or (cur[0].value is not None
+                           and (f[0].value is None or f[0].value < cur[0].value)):  # fmt: skip
+            bws[r] = f
+    return bws
+
+
+def _ratio(t: dict, eff: float, peak_tflops: float, bw_of: dict) -> float:
+    """traffic seconds / compute seconds per token at ``peak_tflops`` and the paths' ``bw_of``."""
+    comm_s = sum(b / (bw_of[r] * GB) for r, _, b in t["paths"])
+    comp_s = t["flops"] / (peak_tflops * 1e12 * eff)
+    return comm_s / comp_s
+
+
+def _decided(out: dict, t: dict, eff: float, peak: float, known_bw: dict, need_per_tflops: float,
+             say: _Say) -> dict:  # fmt: skip
+    """Every figure known: the ratio and its tier."""
+    r = _ratio(t, eff, peak, known_bw)
+    comm_s = sum(b / (known_bw[x] * GB) for x, _, b in t["paths"])
+    out.update(
+        tier=_tier(r), ratio=round(r, 3), bound=None,
+        comm_seconds_per_token=comm_s,
+        compute_seconds_per_token=comm_s / r,
+        needed_gbps_per_card=need_per_tflops * peak,
+        link_gbps_per_card=out["busbw_gbps"],
+        reason=(
+            f"{say.head}; traffic takes {r:.2f}x the compute time "
+            f"({comm_s * 1e6:,.1f} us vs {comm_s / r * 1e6:,.1f} us per token: "
+            f"{out['busbw_gbps']:,.1f} GB/s bus bandwidth, {peak:,.0f} TFLOPS x {eff:g})"
+        ),
+    )  # fmt: skip
+    return out
+
+
+def _cannot_at_least(out: dict, t: dict, eff: float, peak, floor, upper: dict, bws: dict,
+                     need_per_tflops: float, say: _Say) -> bool:  # fmt: skip
+    """The lower bound on r (the card peak at least ``floor``, the paths at most ``upper``);
+    True when it already says cannot (``out`` then holds the verdict)."""
+    lo = _ratio(t, eff, floor.value, {k: v for k, (v, _) in upper.items()})
+    out["ratio_lower_bound"] = round(lo, 3)
+    bounds = []
+    if peak.value is None:
+        bounds.append(f"card peak at least {floor.value:,.0f} TFLOPS ({floor.source})")
+    for r_name, (f, _) in bws.items():
+        if f.value is None:
+            bounds.append(
+                f"{r_name} at most {upper[r_name][0]:,.1f} GB/s bus bandwidth ({upper[r_name][1]})"
+            )
+    # the peak above which the path binds beyond the cannot threshold, at the bound
+    bw_res = upper.get(say.resource, (None,))[0]
+    edge = RATIO_TIERS[-1][0] * bw_res / need_per_tflops if bw_res else None
+    out["cannot_above_card_tflops"] = edge
+    if lo <= RATIO_TIERS[-1][0]:
+        return False
+    out.update(
+        tier="cannot", ratio=round(lo, 3), bound="lower",
+        reason=(
+            f"{say.head}; traffic takes at least {lo:.1f}x the compute "
+            f"time: {'; '.join(bounds)}; cannot for any card faster than "
+            f"{edge:,.1f} TFLOPS at that bandwidth"
+        ),
+    )  # fmt: skip
+    return True
+
+
+def _within_bounds(out: dict, t: dict, eff: float, machine: MachineProfile, floor, known_bw: dict,
+                   need_per_tflops: float, say: _Say) -> bool:  # fmt: skip
+    """Paths known, peak unknown: the upper bound from the fastest card in the data says can,
+    or the range between the slowest and fastest cards leaves it to the card peak; True when
+    ``out`` holds one of those verdicts."""
+    ceil = F.card_peak_ceiling(machine)
+    if ceil.value is None:
+        return False
+    hi = _ratio(t, eff, ceil.value, known_bw)
+    out["ratio_upper_bound"] = round(hi, 3)
+    lo_r = out.get("ratio_lower_bound")
+    can_edge = RATIO_TIERS[0][0] * known_bw[say.resource] / need_per_tflops
+    out["can_below_card_tflops"] = can_edge
+    if lo_r is not None and hi > RATIO_TIERS[0][0]:
+        out.update(
+            tier="unknown", ratio=None, bound="range",
+            reason=(
+                f"{say.head}; traffic takes {lo_r:.2f}x-{hi:.2f}x the compute "
+                f"time over {out['busbw_gbps']:,.1f} GB/s bus bandwidth ({out['path']}), for "
+                f"a card peak of {floor.value:,.0f}-{ceil.value:,.0f} TFLOPS (the slowest "
+                f"and fastest cards that could be it); can for any card up to "
+                f"{can_edge:,.0f} TFLOPS; decided by the card peak: put bf16_dense_tflops "
+                "in the profile"
+            ),
+        )  # fmt: skip
+        return True
+    if hi <= RATIO_TIERS[0][0]:
+        out.update(
+            tier="fits", ratio=round(hi, 3), bound="upper",
+            reason=(
+                f"{say.head}; traffic takes at most {hi:.2f}x the compute "
+                f"time: {out['busbw_gbps']:,.1f} GB/s bus bandwidth ({out['path']}) against "
+                f"a card peak of at most {ceil.value:,.0f} TFLOPS ({ceil.source})"
+            ),
+        )  # fmt: skip
+        return True
+    return False
+
+
+def _undecided(out: dict, t: dict, machine: MachineProfile, peak, known_bw: dict,
+               need_per_tflops: float, missing: list[str], say: _Say) -> dict:  # fmt: skip
+    """Unknown: what the job needs, what is missing, and what would measure it (on plain
+    Ethernet, the card peak above which it cannot at each common port speed)."""
+    resource = say.resource
     hint = F.BENCH_HINT["link"] if resource == "card links" else F.BENCH_HINT["nic"]
     need = (
         f"needs {need_per_tflops * peak.value:,.1f} GB/s bus bandwidth per card"
@@ -272,7 +339,7 @@ def link_check(spec: ModelSpec, job, machine: MachineProfile, machines: int = 1)
             edges = "; cannot for any card faster than " + ", ".join(parts)
     out.update(
         tier="unknown", ratio=None, bound=None,
-        reason=f"{resource}{where}: {moves}; {need} to keep pace with compute; "
+        reason=f"{say.head}; {need} to keep pace with compute; "
         f"{'; '.join(missing)}{edges}; decided by measuring: {hint}",
     )  # fmt: skip
     return out
