@@ -13,7 +13,6 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "nodeledger"
 LIMIT = 80
 LONG_TODAY = {
-    "golive/checklist.py:drill_step": 160,
     "ledger/build.py:_vllm_card": 136,
     "logs/kernel.py:parse_kernel_log": 253,
     "speed/train.py:train_speed": 98,

@@ -410,30 +410,8 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
                             stdin=subprocess.DEVNULL)  # fmt: skip
     store, reserved, target = None, False, f"golive-canary-{proc.pid}"
     try:
-        # reserve the card for the canary, as `nodeledger run` would
-        if card is not None:
-            try:
-                from nodeledger.placement.reserve import Store
-
-                store = Store(state_path, runner=runner)
-                fake = {"machine": profile.name, "not_placed": [], "replicas": [
-                    {"replica": target, "workload": target, "cards": [card], "host_bytes": host_bytes}]}  # fmt: skip
-                d = store.take(fake, target, proc.pid, settle=0.0)
-                if d.ok:
-                    reserved = True
-                    sub(
-                        "reserve the lifeboat",
-                        "pass",
-                        f"card {card} reserved for pid {proc.pid} in {store.path}",
-                    )
-                else:
-                    sub("reserve the lifeboat", "fail", f"refused: {d.reason}")
-            except ImportError as exc:
-                sub("reserve the lifeboat", "unavailable", f"reservations library missing ({exc})")
-            except NodeledgerError as exc:
-                sub("reserve the lifeboat", "fail", str(exc))
-        else:
-            sub("reserve the lifeboat", "unavailable", "no card to reserve on this machine")
+        store, reserved = _drill_reserve(profile, card, state_path, runner, proc.pid, target,
+                                         host_bytes, sub)  # fmt: skip
         ready = _ready_line(proc, ready_timeout)
         rss = _rss(proc.pid, runner) if ready is not None else None
         if ready is None:
@@ -457,69 +435,9 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
         rc = proc.wait(timeout=10)
         sub("kill it on purpose", "pass" if rc == -signal.SIGKILL else "fail",
             f"SIGKILL sent; exit status {rc}")  # fmt: skip
-        # host memory back: every process of the canary gone (the kernel frees a dead
-        # process's private memory), corroborated by MemAvailable (which others move too)
-        from nodeledger.placement.reserve import alive
-
-        left = [p for p, st in kids if alive(p, st, runner)]
-        tol = max(128 * MiB, host_bytes // 4)
-        held = rss or host_bytes
-
-        def back(a: int | None) -> bool:
-            if a is None or avail0 is None:
-                return False
-            return a >= avail0 - tol or (avail1 is not None and a - avail1 >= held // 2)
-
-        avail2 = _poll(lambda: _avail(runner), back, min(back_timeout, HOST_BACK_S))
-        mem = (
-            f"MemAvailable {_gib(avail0)} before, {_gib(avail1)} while it ran, {_gib(avail2)} after"
-        )
-        if left:
-            sub("host memory back", "fail",
-                f"process(es) {', '.join(map(str, left))} of the canary still alive after the kill; {mem}")  # fmt: skip
-        elif back(avail2):
-            sub("host memory back", "pass",
-                f"no process of the canary left (its {held / MiB:,.0f} MiB VmRSS freed); {mem}: "
-                f"back within {tol / MiB:,.0f} MiB of before, or up by half of it since it ran")  # fmt: skip
-        else:
-            sub("host memory back", "pass",
-                f"no process of the canary left (its {held / MiB:,.0f} MiB VmRSS freed by the kernel at exit); "
-                f"{mem}: not back within {tol / MiB:,.0f} MiB — other processes allocated meanwhile "
-                "(MemAvailable is machine-wide)")  # fmt: skip
-        # card memory back
-        if card is None:
-            sub("card memory back", "unavailable", "no card: host-only canary")
-        elif ready is not None and not ready["card_bytes"]:
-            sub(
-                "card memory back",
-                "unavailable",
-                f"the canary held no card memory: {ready['card_note']}",
-            )
-        elif used0 is None:
-            sub("card memory back", "unavailable", f"card memory unreadable: {used_src}")
-        else:
-            used2 = _poll(
-                lambda: used_fn(card)[0],
-                lambda u: u is not None and u <= used0 + CARD_SLACK,
-                back_timeout,
-            )
-            ok = used2 is not None and used2 <= used0 + CARD_SLACK
-            sub("card memory back", "pass" if ok else "fail",
-                f"card {card} memory in use {_gib(used0)} before, {_gib(used1)} while it ran, "
-                f"{_gib(used2)} after ({used_src})")  # fmt: skip
-        # reservation cleared
-        if reserved and store is not None:
-            live, purged = store.check()
-            gone = not any(r.pid == proc.pid for r in live)
-            sub("reservation cleared", "pass" if gone else "fail",
-                (f"the canary's reservation of card {card} was deleted at the next check (dead holder)"
-                 if gone and any(r.pid == proc.pid for r in purged) else
-                 "no reservation of the canary left" if gone else
-                 f"card {card} still reserved for dead pid {proc.pid}"))  # fmt: skip
-        elif card is not None:
-            sub("reservation cleared", "unavailable", "the card was not reserved (see above)")
-        else:
-            sub("reservation cleared", "unavailable", "no card to reserve on this machine")
+        _drill_host_back(kids, rss, host_bytes, avail0, avail1, back_timeout, runner, sub)
+        _drill_card_back(card, ready, used0, used1, used_src, used_fn, back_timeout, sub)
+        _drill_reservation_cleared(card, reserved, store, proc.pid, sub)
     finally:
         if proc.poll() is None:
             with contextlib.suppress(OSError):
@@ -541,6 +459,117 @@ def drill_step(profile, lifeboat: int | None, *, state_path: str | None = None,
         summary += f" ({n_un} part(s) unavailable)"
     ev = [f"{c['status']}: {c['check']}: {c['evidence']}" for c in checks]
     return step("drill", title, status, summary, ev, checks=checks, card=card)
+
+
+def _drill_reserve(profile, card: int | None, state_path: str | None, runner: Runner | None,
+                   pid: int, target: str, host_bytes: int, sub):  # fmt: skip
+    """Reserve the lifeboat card for the canary, as `nodeledger run` would: (store, reserved)."""
+    store, reserved = None, False
+    if card is not None:
+        try:
+            from nodeledger.placement.reserve import Store
+
+            store = Store(state_path, runner=runner)
+            fake = {"machine": profile.name, "not_placed": [], "replicas": [
+                {"replica": target, "workload": target, "cards": [card], "host_bytes": host_bytes}]}  # fmt: skip
+            d = store.take(fake, target, pid, settle=0.0)
+            if d.ok:
+                reserved = True
+                sub(
+                    "reserve the lifeboat",
+                    "pass",
+                    f"card {card} reserved for pid {pid} in {store.path}",
+                )
+            else:
+                sub("reserve the lifeboat", "fail", f"refused: {d.reason}")
+        except ImportError as exc:
+            sub("reserve the lifeboat", "unavailable", f"reservations library missing ({exc})")
+        except NodeledgerError as exc:
+            sub("reserve the lifeboat", "fail", str(exc))
+        except BaseException:  # the caller's finally never sees this store: close it here
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.drop_pid(pid)
+                store.close()
+            raise
+    else:
+        sub("reserve the lifeboat", "unavailable", "no card to reserve on this machine")
+    return store, reserved
+
+
+def _drill_host_back(kids: list, rss: int | None, host_bytes: int, avail0: int | None,
+                     avail1: int | None, back_timeout: float, runner: Runner | None, sub) -> None:  # fmt: skip
+    """Host memory back after the kill."""
+    # host memory back: every process of the canary gone (the kernel frees a dead
+    # process's private memory), corroborated by MemAvailable (which others move too)
+    from nodeledger.placement.reserve import alive
+
+    left = [p for p, st in kids if alive(p, st, runner)]
+    tol = max(128 * MiB, host_bytes // 4)
+    held = rss or host_bytes
+
+    def back(a: int | None) -> bool:
+        if a is None or avail0 is None:
+            return False
+        return a >= avail0 - tol or (avail1 is not None and a - avail1 >= held // 2)
+
+    avail2 = _poll(lambda: _avail(runner), back, min(back_timeout, HOST_BACK_S))
+    mem = f"MemAvailable {_gib(avail0)} before, {_gib(avail1)} while it ran, {_gib(avail2)} after"
+    if left:
+        sub("host memory back", "fail",
+            f"process(es) {', '.join(map(str, left))} of the canary still alive after the kill; {mem}")  # fmt: skip
+    elif back(avail2):
+        sub("host memory back", "pass",
+            f"no process of the canary left (its {held / MiB:,.0f} MiB VmRSS freed); {mem}: "
+            f"back within {tol / MiB:,.0f} MiB of before, or up by half of it since it ran")  # fmt: skip
+    else:
+        sub("host memory back", "pass",
+            f"no process of the canary left (its {held / MiB:,.0f} MiB VmRSS freed by the kernel at exit); "
+            f"{mem}: not back within {tol / MiB:,.0f} MiB — other processes allocated meanwhile "
+            "(MemAvailable is machine-wide)")  # fmt: skip
+
+
+def _drill_card_back(card: int | None, ready: dict | None, used0: int | None, used1: int | None,
+                     used_src: str, used_fn, back_timeout: float, sub) -> None:  # fmt: skip
+    """The card's memory back to where it was before the canary."""
+    # card memory back
+    if card is None:
+        sub("card memory back", "unavailable", "no card: host-only canary")
+    elif ready is not None and not ready["card_bytes"]:
+        sub(
+            "card memory back",
+            "unavailable",
+            f"the canary held no card memory: {ready['card_note']}",
+        )
+    elif used0 is None:
+        sub("card memory back", "unavailable", f"card memory unreadable: {used_src}")
+    else:
+        used2 = _poll(
+            lambda: used_fn(card)[0],
+            lambda u: u is not None and u <= used0 + CARD_SLACK,
+            back_timeout,
+        )
+        ok = used2 is not None and used2 <= used0 + CARD_SLACK
+        sub("card memory back", "pass" if ok else "fail",
+            f"card {card} memory in use {_gib(used0)} before, {_gib(used1)} while it ran, "
+            f"{_gib(used2)} after ({used_src})")  # fmt: skip
+
+
+def _drill_reservation_cleared(card: int | None, reserved: bool, store, pid: int, sub) -> None:
+    """The dead canary's reservation is gone at the next check."""
+    # reservation cleared
+    if reserved and store is not None:
+        live, purged = store.check()
+        gone = not any(r.pid == pid for r in live)
+        sub("reservation cleared", "pass" if gone else "fail",
+            (f"the canary's reservation of card {card} was deleted at the next check (dead holder)"
+             if gone and any(r.pid == pid for r in purged) else
+             "no reservation of the canary left" if gone else
+             f"card {card} still reserved for dead pid {pid}"))  # fmt: skip
+    elif card is not None:
+        sub("reservation cleared", "unavailable", "the card was not reserved (see above)")
+    else:
+        sub("reservation cleared", "unavailable", "no card to reserve on this machine")
 
 
 def _ready_line(proc: subprocess.Popen, timeout: float) -> dict | None:
