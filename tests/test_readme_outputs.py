@@ -45,6 +45,10 @@ def render(cmd: str) -> tuple[int, list[str]]:
 
 def test_the_readme_has_printed_outputs_to_check():
     assert len(examples()) >= 6, "the README's report and its five recipes carry output markers"
+    # every marker is one the check reads (a marker the pattern misses would be skipped)
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8") if page.is_file() else ""
+        assert text.count("<!-- output:") == len(MARKER.findall(text)), page.name
 
 
 @pytest.mark.parametrize("page,cmd,body", examples(), ids=[c[:60] for _, c, _ in examples()])

@@ -384,16 +384,23 @@ def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None
 def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
     """(job, settings): the serve job with the engine's defaults for this release and card
     filled in (ledger/engines.py ``resolve_serve_job``), as a ``ResolvedServeJob`` that carries
-    its settings; a job already resolved is returned as it is (resolved once)."""
+    its settings; a job already resolved for these options and this machine is returned as it
+    is (resolved once).  One resolved for other options or another machine is resolved afresh
+    from the job as given, with the options changed since applied."""
     cards = (
         machine.name,
         tuple((a.vendor, a.product, a.memory_bytes) for a in machine.accelerators),
     )
-    if isinstance(job, ResolvedServeJob) and job.resolved_as == (job.options(), cards):
-        return job, job.settings
-    done, settings = SERVE_ENGINES[job.engine].resolve(job, machine, spec)
-    fields = {f.name: getattr(done, f.name) for f in dataclass_fields(ServeJob)}
-    out = ResolvedServeJob(**fields, settings=settings)
+    names = [f.name for f in dataclass_fields(ServeJob)]
+    if isinstance(job, ResolvedServeJob):
+        if job.resolved_as == (job.options(), cards):
+            return job, job.settings
+        before = dict(zip(names, job.resolved_as[0], strict=True)) if job.resolved_as else {}
+        changed = {n: getattr(job, n) for n in names if getattr(job, n) != before.get(n)}
+        job = replace(job.given, **changed) if job.given is not None else job
+    given = ServeJob(**{n: getattr(job, n) for n in names})
+    done, settings = SERVE_ENGINES[job.engine].resolve(given, machine, spec)
+    out = ResolvedServeJob(**{n: getattr(done, n) for n in names}, settings=settings, given=given)
     return replace(out, resolved_as=(out.options(), cards)), settings
 
 

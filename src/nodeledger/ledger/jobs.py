@@ -207,12 +207,17 @@ class ResolvedServeJob(ServeJob):
     (ledger/build.py ``resolve_job``), and ``settings``: where each value came from.  The type
     says the job is resolved: resolving it again for the same machine returns it as it is, so
     the settings keep the first resolution's sources ("given" only for what the user gave).
-    A copy with another option (``dataclasses.replace(job, parallel=...)``) no longer matches
-    ``resolved_as`` and is resolved again."""
+    A copy with another option (``dataclasses.replace(job, parallel=...)``) or the job on
+    another machine no longer matches ``resolved_as``: the options changed since then are
+    applied to the job as given and that is resolved afresh (the defaults of the first
+    resolution are not carried over)."""
 
     settings: dict = field(default_factory=dict, compare=False, repr=False)
     # (the options as resolved, the machine's identity): what the settings hold for
     resolved_as: tuple = field(default=(), compare=False, repr=False)
+    # the job as it was given, before the engine's defaults: a copy with another option is
+    # resolved again from it (those defaults depend on the card and the parallel layout)
+    given: ServeJob | None = field(default=None, compare=False, repr=False)
 
     def options(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(ServeJob))

@@ -81,6 +81,7 @@ def job_options(job) -> dict:
     d = dataclasses.asdict(job)
     d.pop("settings", None)  # a resolved serve job's sources (shown apart, as engine settings)
     d.pop("resolved_as", None)
+    d.pop("given", None)
     if isinstance(job, ServeJob):
         mine = _ENGINE_FIELDS.get(job.engine, set())
         for k in set().union(*_ENGINE_FIELDS.values()) - mine:
