@@ -233,7 +233,7 @@ def _stacks_svg(rows: list[dict], machine: MachineProfile) -> str:
         hitems = [(it["name"], it["bytes"], _family(it["name"])[1]) for it in own
                   if not it.get("reclaimable")]  # fmt: skip
         used = hl.get("host_peak_bytes") or 0
-        res = next((x for x in r.get("resources") or [] if x["resource"] == "host RAM"), None)
+        res = resource_of(r, "host RAM")
         beside = (res or {}).get("used_bytes") or 0
         if r.get("beside") and beside > used:  # the host-RAM tier counts the loads beside it
             hitems.append((f"running beside it: {', '.join(r['beside'])}", beside - used, BESIDE))
@@ -334,9 +334,14 @@ def caveats(rep: dict) -> list[tuple[str, list[str]]]:
     return list(seen.items())
 
 
+def resource_of(r: dict, name: str | None) -> dict | None:
+    """The workload row's judgement of resource ``name`` (None: not judged)."""
+    return next((x for x in r.get("resources") or [] if x["resource"] == name), None)
+
+
 def binding_figure(r: dict) -> str:
     """The binding resource's own figure, short: "91.2 GiB of 64.0 GiB (142 %)"."""
-    res = next((x for x in r["resources"] if x["resource"] == r.get("binding")), None)
+    res = resource_of(r, r.get("binding"))
     text = (res or {}).get("reason") or r["reason"]
     text = text.split("; ")[0].removeprefix(f"{r.get('binding')}: ").removeprefix("busiest card ")
     text = text.split(" + ")[0]

@@ -80,15 +80,11 @@ def _claims(rep: dict) -> list[tuple[dict, str]]:
             for r in rep["workloads"] if r.get("claim") and r.get("model_state")]  # fmt: skip
 
 
-def _resource(r: dict, name: str) -> dict | None:
-    return next((x for x in r.get("resources") or [] if x["resource"] == name), None)
-
-
 def common_capacity(rows: list[dict], name: str) -> int | None:
     """The capacity most workloads have for ``name`` (card memory, host RAM): the table's
     header states it once, a row with another (two machines' host RAM) states its own."""
     caps = [x["capacity_bytes"] for r in rows
-            if (x := _resource(r, name)) and x.get("capacity_bytes")]  # fmt: skip
+            if (x := R.resource_of(r, name)) and x.get("capacity_bytes")]  # fmt: skip
     return max(set(caps), key=caps.count) if caps else None
 
 
@@ -96,7 +92,7 @@ def memory_cell(r: dict, name: str, common: int | None = None) -> str:
     """The workload's card memory (busiest card) or host RAM as "59.8 93%" (GiB, of the
     header's capacity; "48.0/250.0 19%" where the row's own differs), with its tier when it is
     not "fits"."""
-    x = _resource(r, name)
+    x = R.resource_of(r, name)
     if x is None or x.get("used_bytes") is None or not x.get("capacity_bytes"):
         return "" if x is None else "unknown"
     used, size = x["used_bytes"], x["capacity_bytes"]
@@ -109,7 +105,7 @@ def memory_cell(r: dict, name: str, common: int | None = None) -> str:
 
 def beside_note(r: dict) -> str | None:
     """The caveat of a workload whose host RAM counts the loads running beside it."""
-    x = _resource(r, "host RAM")
+    x = R.resource_of(r, "host RAM")
     if r.get("beside") and x is not None and "beside" in (x.get("reason") or ""):
         return f"host RAM counted with {', '.join(r['beside'])} running beside it"
     return None
@@ -125,7 +121,7 @@ def binds_cell(r: dict) -> str:
     """The binding resource; a link or network one with its traffic against the compute time
     it hides behind ("network 13.3x")."""
     b = r.get("binding") or ""
-    x = _resource(r, b)
+    x = R.resource_of(r, b)
     if b in ("card memory", "host RAM") or x is None or x.get("ratio") is None:
         return b
     return f"{b} {x['ratio']:,.1f}x" if b in ("network", "card links") else b
@@ -224,8 +220,8 @@ class Workloads(Section):
         for r in rep["workloads"]:
             tier = r["tier_name"]
             refs = [notes.ref(text) for text, ids in caveats if r["id"] in ids]
-            if beside_note(r):
-                refs.append(notes.ref(beside_note(r), [r["id"]]))
+            if beside := beside_note(r):
+                refs.append(notes.ref(beside, [r["id"]]))
             if differs and r in differ:
                 refs.append(notes.ref(differs))
             cell = serving_cell(serving.get(r["id"]), notes, refs)

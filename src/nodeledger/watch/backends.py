@@ -56,10 +56,15 @@ def backend_names() -> tuple[str, ...]:
 # (name, runner, timeout) -> the backend, its cards not yet described
 
 
-def open_nvml(name: str, r: Runner, timeout: float) -> Backend:
+def _library_backend(cls, label: str, r: Runner, timeout: float) -> Backend:
+    """A backend over a card library (NVML, amdsmi): in-process calls, so live runs only."""
     if not r.live:
-        raise WatchError("NVML is asked only on live runs")
-    return NvmlBackend(timeout=timeout, runner=r)
+        raise WatchError(f"{label} is asked only on live runs")
+    return cls(timeout=timeout, runner=r)
+
+
+def open_nvml(name: str, r: Runner, timeout: float) -> Backend:
+    return _library_backend(NvmlBackend, "NVML", r, timeout)
 
 
 def open_nvidia_smi(name: str, r: Runner, timeout: float) -> Backend:
@@ -67,9 +72,7 @@ def open_nvidia_smi(name: str, r: Runner, timeout: float) -> Backend:
 
 
 def open_amdsmi(name: str, r: Runner, timeout: float) -> Backend:
-    if not r.live:
-        raise WatchError("amdsmi is asked only on live runs")
-    return AmdsmiBackend(timeout=timeout, runner=r)
+    return _library_backend(AmdsmiBackend, "amdsmi", r, timeout)
 
 
 def open_amd_smi(name: str, r: Runner, timeout: float) -> Backend:

@@ -123,7 +123,27 @@ def engine_log_checker(path, model, job, job_opts, machine, tolerance):
 
 
 @dataclass(frozen=True)
-class ExporterOptions:
+class SampledOptions:
+    """What watch and exporter share (the CLI's _sampled_and_verified options): where the
+    samples come from and what they are verified against."""
+
+    interval: float = 1.0
+    duration: float | None = None
+    backend: str = "auto"
+    plan: str | None = None
+    model: str | None = None
+    job: str | None = None
+    cards: str | None = None
+    machine: str | None = None
+    idle_window: float = 60.0
+    tolerance: float = 0.1
+    tolerance_gib: float = 1.0
+    timeout: float = 5.0
+    job_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExporterOptions(SampledOptions):
     """``nodeledger exporter``'s options (bounds checked by the CLI)."""
 
     listen: str = "127.0.0.1:19835"
@@ -135,21 +155,8 @@ class ExporterOptions:
     client_timeout: float = 5.0
     handler_threads: int = 8
     max_connections: int = 1024
-    interval: float = 1.0
-    backend: str = "auto"
-    plan: str | None = None
-    model: str | None = None
-    job: str | None = None
-    cards: str | None = None
-    machine: str | None = None
-    idle_window: float = 60.0
-    tolerance: float = 0.1
-    tolerance_gib: float = 1.0
-    timeout: float = 5.0
-    duration: float | None = None
     lifeboat_cards: str | None = None
     vendor_series: bool = True
-    job_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -245,28 +252,15 @@ def open_exporter(o: ExporterOptions, warn: Callable[[str], None]) -> ExporterRu
 
 
 @dataclass(frozen=True)
-class WatchOptions:
+class WatchOptions(SampledOptions):
     """``nodeledger watch``'s options (bounds checked by the CLI)."""
 
-    interval: float = 1.0
     samples: int | None = None
-    duration: float | None = None
-    backend: str = "auto"
-    plan: str | None = None
-    model: str | None = None
-    job: str | None = None
-    cards: str | None = None
-    machine: str | None = None
     record: str | None = None
     replay: str | None = None
     from_bundle: str | None = None
     fail_fast: bool = False
-    idle_window: float = 60.0
-    tolerance: float = 0.1
-    tolerance_gib: float = 1.0
-    timeout: float = 5.0
     engine_log: str | None = None
-    job_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
