@@ -262,3 +262,51 @@ def test_a_prompt_past_the_sliding_window_builds_the_sdpa_mask():
     assert item.bytes == act.inference_prefill_transient_bytes(
         d, 1, 3996, "sdpa"
     )  # within the window
+
+
+def test_gpt2_keeps_its_fused_qkv_and_opt_no_rotary_q_and_dropout_follows_the_device():
+    """Per token per layer, read off the fake-tensor tracker over 1 vs 2 layers and two sequence
+    lengths (benchmarks/accuracy/README.md): GPT-2's q is a view of c_attn's fused output
+    (4q + 8kv + 4 x heads saved), OPT (learned positions, separate projections) 4q + 4kv + 4 x
+    heads, a rotary family 6q + 4kv + 4 x heads; the math fallback keeps fp32 q/k/v and a bf16
+    output copy (14h for GPT-2) and 4 B per score element, + 4 + the dropout mask with dropout;
+    residual dropout keeps 1 B per element on a card, the bf16 noise (2 B) on the CPU."""
+    models = shared_models_or_skip()
+    gpt2 = dims_of(load_model(str(models / "gpt2"))[0])
+    opt = dims_of(load_model(str(models / "OPT-125m"))[0])
+    llama = dims_of(load_model("llama-3.1-8b")[0])
+    h = gpt2.hidden
+    assert (gpt2.fused_qkv, gpt2.learned_positions) == (True, True)
+    assert (opt.fused_qkv, opt.learned_positions) == (False, True)
+    assert (llama.fused_qkv, llama.learned_positions) == (False, False)
+    assert act.saved_attention_bytes_per_token(gpt2) == 12 * h + 4 * gpt2.heads
+    assert act.saved_attention_bytes_per_token(opt) == 8 * opt.hidden + 4 * opt.heads
+    assert act.saved_attention_bytes_per_token(llama) == (
+        6 * llama.q_dim + 4 * llama.kv_dim + 4 * llama.heads
+    )
+    assert act.saved_attention_bytes_per_token(gpt2, "math") == 14 * h
+    b, s = 8, 1024
+    elements = b * gpt2.heads * s * s
+    assert act.eager_attention_bytes_per_layer(gpt2, b, s, "math", "cpu") == 12 * elements
+    assert act.eager_attention_bytes_per_layer(gpt2, b, s, "math", "cuda") == 9 * elements
+    no_dropout = dataclasses.replace(gpt2, attention_dropout=0.0)
+    assert act.eager_attention_bytes_per_layer(no_dropout, b, s, "math") == 4 * elements
+    assert act.residual_dropout_bytes_per_token(gpt2, "cuda") == 2 * h
+    assert act.residual_dropout_bytes_per_token(gpt2, "cpu") == 4 * h
+    # the whole layer on the CPU, mixed precision, CUDA's flash kernel: 68h + 64 measured
+    per_token = act.saved_layer_bytes(gpt2, 1, 1, "sdpa", moe=False, autocast=True,
+                                      device_type="cpu")  # fmt: skip
+    assert per_token == 68 * h + 64
+
+
+def test_a_tied_lm_head_keeps_the_bf16_copy_of_the_embedding_table_under_autocast():
+    """GPT-2 mixed: the lm_head multiplies by wte, so autocast's [50257, 768] bf16 copy is
+    saved for backward beside the layers' linear copies."""
+    from nodeledger.ledger import model_state
+    from nodeledger.ledger.jobs import TrainJob
+
+    spec = load_model(str(shared_models_or_skip() / "gpt2"))[0]
+    assert spec.tied_embeddings
+    linear = sum(t.numel for t in spec.tensors if t.kind in ("linear", "lm_head"))
+    job = TrainJob(precision="mixed", micro_batch=1, seq=1024)
+    assert model_state.autocast_cache_bytes(spec, job) == 2 * (linear + 50257 * 768)

@@ -85,7 +85,7 @@ def nodeledger_peak(case: dict, record: dict, cfg: dict, machine) -> int:
     fn = serve_ledger if case["job"] == "serve" else train_ledger
     # the run's autocast policy is its device's: the fake-tensor runs are the CPU's
     defaults = rt.DEFAULTS if record.get("device") == "cuda" else replace(
-        rt.DEFAULTS, autocast_device="cpu")  # fmt: skip
+        rt.DEFAULTS, device_type="cpu")  # fmt: skip
     card = fn(spec, job, machine, defaults).cards[0]
     peak = card.torch_peak_bytes
     if record.get("device") != "cuda":

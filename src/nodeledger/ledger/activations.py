@@ -41,28 +41,59 @@ def saved_norms_bytes_per_token(d: Dims) -> int:
     return 14 * d.hidden + 8
 
 
-def saved_attention_bytes_per_token(d: Dims) -> int:
-    """Derivation 2 (SDPA) and 5 (q/k norm)."""
-    b = 6 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+def saved_attention_bytes_per_token(d: Dims, backend: str = "sdpa") -> int:
+    """Derivation 2 (SDPA) and 5 (q/k norm).
+
+    The kernel keeps q, k, v, its output (fed to o_proj as it is: the flash / cuDNN /
+    memory-efficient kernels write it in the [B, S, H, D] layout the projection reads) and the
+    logsumexp: 4q + 4kv + 4 x heads (OPT and Nemotron-H's attention, neither rotary).  A rotary
+    family keeps one more q-sized tensor (Llama / Qwen / Mistral: 6q + 4kv + 4 x heads,
+    derivation 2).  GPT-2 (learned positions and one fused c_attn) hands q to the kernel as a
+    view of the fused output, so the fused output's k and v parts stay saved too beside the
+    cache's copies of k and v: 4kv more (the tracker's live set, GPT-2 train on an H200 with
+    cuDNN attention and on the CPU with CUDA's flash kernel emulated:
+    benchmarks/accuracy/gpu_h200/gpt2_cuda_oplog.tsv; OPT's 4q + 4kv fitted over two sequence
+    lengths on the CPU).
+
+    SDPA's math composite (``backend="math"``) upcasts q, k and v to fp32 and its two bmm's
+    keep them (4 x (q + k + v)), and the output, written [B, H, S, D], is copied in bf16 for
+    o_proj (2 x out); no logsumexp.  k is as wide as q under MLA, v and the output are kv wide:
+    6q + 8kv, MLA 8q + 6kv (GPT-2 train, fake CPU: 14h per token over two sequence lengths)."""
+    if backend == "math":
+        b = 8 * d.q_dim + 6 * d.kv_dim if d.mla else 6 * d.q_dim + 8 * d.kv_dim
+    else:
+        b = 4 * d.q_dim + 4 * d.kv_dim + 4 * d.heads
+        if not d.learned_positions:
+            b += 2 * d.q_dim
+        elif d.fused_qkv:
+            b += 4 * d.kv_dim
     if d.qk_norm:
         head_dim = max(1, d.q_dim // max(1, d.heads))
         b += 6 * d.q_dim + 4 * d.heads + 6 * d.kv_dim + 4 * (d.kv_dim // head_dim)
     return b
 
 
-def eager_attention_bytes_per_layer(
-    d: Dims, micro_batch: int, seq: int, backend: str = "eager"
-) -> int:
+def dropout_mask_bytes(device_type: str = "cuda", itemsize: int = 2) -> int:
+    """Bytes per element a training-mode dropout keeps for backward: CUDA's native_dropout a
+    bool mask (1 B), the CPU's decomposition (bernoulli noise, then a multiply) its noise in the
+    input's dtype (``itemsize``)."""
+    return 1 if device_type != "cpu" else itemsize
+
+
+def eager_attention_bytes_per_layer(d: Dims, micro_batch: int, seq: int, backend: str = "eager",
+                                    device_type: str = "cuda") -> int:  # fmt: skip
     """Derivation 3: fp32 softmax + bf16 copy of the B x heads x S x S probabilities.
-    SDPA's math fallback keeps fp32 scores and probabilities (8), and with attention dropout
-    also the bool mask and the dropped fp32 probabilities (13; measured, GPT-2 on CPU).
+    SDPA's math fallback keeps only the fp32 probabilities (4: softmax's output, which the
+    second bmm keeps too), and with attention dropout also the dropout's mask and the dropped
+    fp32 probabilities: 4 + mask + 4 (fitted over two sequence lengths on the fake CPU: 4.0 B per
+    score element for DeepSeek-V3 without dropout, 12.0 for GPT-2 with the CPU's fp32 noise).
     gpt-oss's attention with sinks (cat of the sink column, max-subtract, a bf16 softmax) saves
     only the softmax output, S + 1 columns of 2 B (the tracker's live set after the forward)."""
     if d.family == "gpt_oss" and backend == "eager":
         return 2 * micro_batch * d.heads * seq * (seq + 1)
     per = 6
     if backend == "math":
-        per = 13 if d.attention_dropout > 0 else 8
+        per = 4 + (4 + dropout_mask_bytes(device_type, 4) if d.attention_dropout > 0 else 0)
     return per * micro_batch * d.heads * seq * seq
 
 
@@ -109,11 +140,11 @@ def saved_moe_bytes_per_token(d: Dims) -> int:
     return b
 
 
-def residual_dropout_bytes_per_token(d: Dims) -> int:
+def residual_dropout_bytes_per_token(d: Dims, device_type: str = "cuda") -> int:
     """Dropout on the two residual branches of a layer (GPT-2 resid_pdrop, OPT dropout) keeps
-    its mask for backward: CUDA's native_dropout returns a bool mask, 1 B per element, h per
-    branch (the CPU's decomposition keeps it in the input's dtype instead: 2 B)."""
-    return 2 * d.hidden if d.hidden_dropout > 0 else 0
+    its mask for backward, h elements per branch: 2h bytes on a card (bool masks), 4h on the
+    CPU (the bf16 noise; dropout_mask_bytes)."""
+    return 2 * d.hidden * dropout_mask_bytes(device_type) if d.hidden_dropout > 0 else 0
 
 
 def layernorm_autocast_bytes_per_token(d: Dims, autocast: bool) -> int:
@@ -125,19 +156,19 @@ def layernorm_autocast_bytes_per_token(d: Dims, autocast: bool) -> int:
 
 
 def saved_layer_bytes(d: Dims, micro_batch: int, seq: int, attention: str, moe: bool,
-                      autocast: bool = False, autocast_device: str = "cuda") -> int:  # fmt: skip
+                      autocast: bool = False, device_type: str = "cuda") -> int:  # fmt: skip
     """Bytes one decoder layer saves for backward (``autocast``: the job's layout computes in
-    bf16 through torch.autocast on fp32 parameters, under ``autocast_device``'s policy)."""
+    bf16 through torch.autocast on fp32 parameters, under ``device_type``'s policy)."""
     tokens = micro_batch * seq
-    per_token = saved_norms_bytes_per_token(d) + saved_attention_bytes_per_token(d)
-    per_token += residual_dropout_bytes_per_token(d)
+    per_token = saved_norms_bytes_per_token(d) + saved_attention_bytes_per_token(d, attention)
+    per_token += residual_dropout_bytes_per_token(d, device_type)
     per_token += layernorm_autocast_bytes_per_token(d, autocast)
-    fp32_pow = autocast and autocast_device != "cpu"
+    fp32_pow = autocast and device_type != "cpu"
     per_token += (saved_moe_bytes_per_token(d) if moe
                   else saved_dense_mlp_bytes_per_token(d, fp32_pow=fp32_pow))  # fmt: skip
     total = per_token * tokens
     if attention in ("eager", "math"):
-        total += eager_attention_bytes_per_layer(d, micro_batch, seq, attention)
+        total += eager_attention_bytes_per_layer(d, micro_batch, seq, attention, device_type)
     return total
 
 
@@ -317,12 +348,12 @@ def saved_activations_bytes(
     checkpointing: str,
     layers_fraction: float = 1.0,
     autocast: bool = False,
-    autocast_device: str = "cuda",
+    device_type: str = "cuda",
 ) -> tuple[int, int]:
     """(bytes held at the end of forward, extra bytes of one recomputed layer in backward).
 
     ``layers_fraction``: share of the layers on this card (pipeline stages); ``autocast`` and
-    ``autocast_device``: see saved_layer_bytes.
+    ``device_type``: see saved_layer_bytes.
     """
     tokens = micro_batch * seq
     if d.mlp_only_layers:
@@ -333,9 +364,9 @@ def saved_activations_bytes(
     if d.dense_layers + d.moe_layers == 0:
         dense = round(d.layers * layers_fraction)
     per_dense = saved_layer_bytes(d, micro_batch, seq, attention, moe=False, autocast=autocast,
-                                  autocast_device=autocast_device)  # fmt: skip
+                                  device_type=device_type)  # fmt: skip
     per_moe = (saved_layer_bytes(d, micro_batch, seq, attention, moe=True, autocast=autocast,
-                                 autocast_device=autocast_device)
+                                 device_type=device_type)
                if d.moe_layers else 0)  # fmt: skip
     # Mamba-2 mixers of a hybrid (one mixer per layer, beside the MLP and attention layers)
     mamba = round(d.mamba_layers * layers_fraction)
@@ -347,9 +378,9 @@ def saved_activations_bytes(
         return dense * op_sac_bytes_per_token(d, attention) * tokens, per_dense
     if checkpointing == "selective":
         # attention core recomputed (Korthikanti et al. sec. 4.2): drop q/k/v/out and probabilities
-        attn = saved_attention_bytes_per_token(d) * tokens
-        if attention == "eager":
-            attn += eager_attention_bytes_per_layer(d, micro_batch, seq)
+        attn = saved_attention_bytes_per_token(d, attention) * tokens
+        if attention in ("eager", "math"):
+            attn += eager_attention_bytes_per_layer(d, micro_batch, seq, attention, device_type)
         return dense * (per_dense - attn) + moe * (per_moe - attn) + mamba * per_mamba, attn
     return dense * per_dense + moe * per_moe + mamba * per_mamba, 0
 

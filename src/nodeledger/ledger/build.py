@@ -1080,7 +1080,7 @@ def saved_activation_bytes_per_card(
     else:
         held, recompute = act.saved_activations_bytes(
             dims, job.micro_batch, job.seq, attention, job.checkpointing, 1 / parallel.pp,
-            autocast=frameworks.layout(job).autocast, autocast_device=defaults.autocast_device,
+            autocast=frameworks.layout(job).autocast, device_type=defaults.device_type,
         )  # fmt: skip
     if parallel.tp > 1:
         rep_held, rep_layer = act.tp_replicated_bytes(

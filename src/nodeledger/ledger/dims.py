@@ -40,6 +40,10 @@ class Dims:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0  # residual-branch dropout (GPT-2 resid_pdrop, OPT dropout)
     sdpa_supported: bool = True  # False: transformers runs this family's attention eagerly
+    # learned absolute positions (a position table: GPT-2's wpe, OPT's embed_positions), so no
+    # rotary on q / k; and one fused q/k/v projection (GPT-2's c_attn, Phi-3's qkv_proj)
+    learned_positions: bool = False
+    fused_qkv: bool = False
     router_fp32: bool = False  # MoE: top-k weights fp32 (MoEInfo.router_fp32)
     experts_gated: bool = True  # routed experts with a gate (SwiGLU); False: up / down only
     # linear-attention (Gated DeltaNet) layers: how many, their value heads, key / value head
@@ -155,6 +159,10 @@ def _dims_of(spec: ModelSpec) -> Dims:
         and len(t.shape) == 2
     )
     qk_norm = any(t.name.endswith(("q_norm.weight", "k_norm.weight")) for t in spec.tensors)
+    fused_qkv = any(t.part == "attention" and t.kind == "linear" and t.shape[0] == q_dim + 2 * kv_dim
+                    for t in spec.tensors)  # fmt: skip
+    learned_positions = any(t.part == "embeddings" and t.kind == "embedding"
+                            and not t.name.startswith("embed_tokens") for t in spec.tensors)  # fmt: skip
     return Dims(
         hidden=spec.hidden_size,
         layers=spec.num_layers,
@@ -181,6 +189,8 @@ def _dims_of(spec: ModelSpec) -> Dims:
         attention_dropout=spec.attention_dropout,
         hidden_dropout=spec.hidden_dropout,
         sdpa_supported=spec.sdpa_supported,
+        learned_positions=learned_positions,
+        fused_qkv=fused_qkv,
         **_linear_dims(spec),
     )
 

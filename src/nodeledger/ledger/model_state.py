@@ -288,10 +288,14 @@ def optimizer_step_temp_bytes(spec: ModelSpec, job: TrainJob) -> int:
 
 def autocast_cache_bytes(spec: ModelSpec, job: TrainJob) -> int:
     """Mixed precision: bf16 copies of the weights autocast casts for matmuls (linear layers
-    and the lm_head; embeddings are looked up in fp32)."""
+    and the lm_head; embeddings are looked up in fp32).  A tied lm_head multiplies by the
+    embedding table, so that table's bf16 copy is kept for backward too (GPT-2 mixed: the
+    [50257, 768] bf16 copy in benchmarks/accuracy/gpu_h200/gpt2_cuda_oplog.tsv)."""
     if not fw.layout(job).autocast or job.is_lora:
         return 0
     linear = sum(t.numel for t in spec.tensors if t.kind in ("linear", "lm_head"))
+    if spec.tied_embeddings:
+        linear += spec.vocab_size * spec.hidden_size
     if job.ep > 1:
         ex = expert_params(spec)
         return ceil(2 * ep_card_params(spec, job, "params", dense=linear - ex, experts=ex))

@@ -34,12 +34,14 @@ class RuntimeDefaults:
     # boxes) for the Simple protocol, plus LL/LL128 buffers; default 300 MiB per communicator
     # (NCCL docs, environment variables NCCL_BUFFSIZE / NCCL_MAX_NCHANNELS).
     nccl_per_communicator_bytes: int = 300 * MiB
-    # torch.autocast's policy is per device type: on "cuda" (CUDA and ROCm/HIP builds) ``pow``
-    # and the rest of autocast's fp32 list run in fp32, on "cpu" they do not (GPT-2's python
-    # gelu_new chain is fp32 from pow on an H200, bf16 on the CPU: benchmarks/accuracy/README.md
-    # "Autocast policy").  A card runs the CUDA policy; the fake-tensor measurements on the CPU
-    # set "cpu" (benchmarks/accuracy/compare.py).
-    autocast_device: str = "cuda"
+    # The torch device type whose kernels' policies the saved tensors follow.  torch.autocast's
+    # op lists are per device type: on "cuda" (CUDA and ROCm/HIP builds) ``pow`` and the rest of
+    # autocast's fp32 list run in fp32, on "cpu" they do not (GPT-2's python gelu_new chain is
+    # fp32 from pow on an H200, bf16 on the CPU).  Dropout too: CUDA's native_dropout keeps a
+    # bool mask (1 B per element), the CPU's decomposition its noise tensor in the input's dtype
+    # (benchmarks/accuracy/README.md "Autocast policy", "Dropout").  A card runs "cuda"; the
+    # fake-tensor measurements on the CPU set "cpu" (benchmarks/accuracy/compare.py).
+    device_type: str = "cuda"
 
 
 DEFAULTS = RuntimeDefaults()
