@@ -4,6 +4,7 @@ derived by hand from the transformers code it follows."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -310,3 +311,77 @@ def test_a_tied_lm_head_keeps_the_bf16_copy_of_the_embedding_table_under_autocas
     linear = sum(t.numel for t in spec.tensors if t.kind in ("linear", "lm_head"))
     job = TrainJob(precision="mixed", micro_batch=1, seq=1024)
     assert model_state.autocast_cache_bytes(spec, job) == 2 * (linear + 50257 * 768)
+
+
+def test_gated_deltanet_training_saves_its_chunk_rule_set_on_the_torch_path():
+    """Qwen3-Next's Gated DeltaNet mixer, bf16: saved_tensors_hooks on one layer read 365,971
+    and 365,867 B per token (256 / 512 tokens) on transformers' pure-torch path; fla's kernels
+    save far less (derived from fla's source)."""
+    d = dims_of(load_model(str(shared_models_or_skip() / "Qwen3-Next-80B-A3B-Instruct"))[0])
+    assert (d.lin_heads, d.lin_dk, d.lin_dv, act._gdn_key_width(d)) == (32, 128, 128, 2048)
+    assert act.saved_gated_deltanet_bytes_per_token(d) == 365_760
+    fused = act.saved_gated_deltanet_bytes_per_token(d, "fused")
+    assert fused == 114_944 < 365_760
+    # a linear layer saves its mixer where an attention layer saves the attention
+    torch_held, _ = act.saved_activations_bytes(d, 1, 1024, "sdpa", "none")
+    fused_held, _ = act.saved_activations_bytes(d, 1, 1024, "sdpa", "none", kernels="fused")
+    assert torch_held - fused_held == d.linear_layers * (365_760 - fused) * 1024
+    assert act.gated_deltanet_prefill_bytes_per_token(d, "fused") < (
+        act.gated_deltanet_prefill_bytes_per_token(d)
+    )
+
+
+def test_mamba2_fused_kernels_save_the_in_proj_output_and_the_scan_output():
+    """mamba_split_conv1d_scan_combined saves zxbcdt, out_x and the norm's rstd: Nemotron-H-8B
+    (128 heads x 64, state 128, 8 groups): 2 x (8,192 + 10,240 + 128) + 2 x 8,192 + 32."""
+    d = dims_of(load_model(str(_nemotron_h_folder()))[0])
+    assert act.saved_mamba2_bytes_per_token(d, "fused") == 53_536
+    assert act.saved_mamba2_bytes_per_token(d) > 5 * 53_536
+    fused = act.mamba2_prefill_bytes_per_token(d, "fused")
+    assert fused < act.mamba2_prefill_bytes_per_token(d)
+
+
+def test_the_kernel_path_is_what_is_installed_unless_asked(monkeypatch):
+    from nodeledger.model import kernel_path as kp
+
+    monkeypatch.setattr(kp, "_installed", lambda package: package == "fla")
+    assert kp.kernel_path("gdn").kernels == "fused"
+    assert kp.kernel_path("mamba2").kernels == "torch"
+    assert "mamba_ssm is not installed" in kp.kernel_path("mamba2").source
+    assert kp.kernel_path("gdn", "torch") == kp.KernelPath("torch", "--ssm-kernels torch")
+
+
+def test_eager_experts_hold_one_expert_at_a_time_and_qwen3_q_norm_its_fp32_copies():
+    """The eager loop: the one-hot mask (8 x k x (E + 1) per token), the output buffer (2h) and
+    the widest expert's rows (balanced routing); Qwen3's q_norm moment 6h + 10q per token."""
+    d = dims_of(load_model("qwen3-30b-a3b")[0])
+    tokens = 8192
+    rows = -(-tokens * d.top_k // d.experts)
+    per_row = 2 * d.hidden + 8 * d.moe_intermediate + 16
+    assert act.eager_experts_bytes(d, tokens) == (
+        tokens * (8 * d.top_k * (d.experts + 1) + 2 * d.hidden) + rows * per_row
+    )
+    eager = act.inference_layer_transient_bytes(d, tokens, experts="eager")
+    assert eager < act.inference_layer_transient_bytes(d, tokens)  # grouped holds every pair
+    assert act.qk_norm_moment_bytes_per_token(d) == 6 * d.hidden + 10 * d.q_dim
+
+
+@pytest.mark.parametrize(
+    ("version", "model", "mode", "resident"),
+    [("0.25.0", "Nemotron-H-8B-Base-8K", "none", 1), ("0.26.0", "Nemotron-H-8B-Base-8K", "all", 1),
+     ("0.28.0", "Nemotron-H-8B-Base-8K", "align", 2), ("0.33.0", "Nemotron-H-8B-Base-8K", "align", 3)],
+)  # fmt: skip
+def test_vllm_prefix_caching_sets_the_state_blocks_per_sequence(version, model, mode, resident):
+    """engines.toml [[vllm.hybrid_prefix]]: off for hybrids until 0.25, on from 0.26 ('all' for
+    models with SupportsMambaPrefixCaching), 'align' from 0.28 (2 blocks; 3 from 0.29);
+    --no-prefix-caching keeps one."""
+    from nodeledger.ledger import engines as eng
+
+    spec = load_model(str(Path(__file__).resolve().parent / "fixtures" / "models" / model))[0]
+    blocks = eng.vllm_state_blocks(spec, version, None)
+    assert (blocks.mode, blocks.resident) == (mode, resident)
+    assert eng.vllm_state_blocks(spec, version, False).mode == "none"
+    if mode == "all":
+        assert blocks.budget(8192, 1152) == 8  # every block's state budgeted
+        pages = eng.vllm_hybrid_pages(spec, version, 16, 2, 1.0, 1, "all")
+        assert pages.block_size % 128 == 0  # a multiple of the scan's chunk

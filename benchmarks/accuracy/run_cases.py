@@ -10,6 +10,8 @@ Usage::
 * ``--device cuda``: real tensors (random weights) on the current GPU; each case runs in its own
   subprocess by default (``--isolate``) so allocator pools / driver-used memory start clean.
   The tracker runs alongside unless ``--no-tracker`` (then only torch.cuda statistics).
+* A case with its own ``"device"`` (``"cpu"``: the eager experts' loop, which FakeTensor cannot
+  run) runs there when ``--device fake`` is asked.
 * ``--only``: run just these ids; existing records for other ids in ``--out`` are kept.
 * A failing case is recorded as {"case", "error", "traceback", "device", "versions", "seconds"} --
   never dropped.  The file is rewritten after every case, so an interrupted run keeps its results.
@@ -173,10 +175,13 @@ def main(argv=None) -> int:
     t_all = time.time()
     n_err = 0
     for i, case in enumerate(cases, 1):
+        # a case that names its device runs there (FakeTensor cannot run the eager experts'
+        # data-dependent loop: those cases run on the real CPU)
+        device = case.get("device", args.device) if args.device == "fake" else args.device
         if isolate:
-            rec = run_isolated(case, args.device, args.fixtures, track, args.timeout)
+            rec = run_isolated(case, device, args.fixtures, track, args.timeout)
         else:
-            rec = run_one(case, args.device, args.fixtures, track)
+            rec = run_one(case, device, args.fixtures, track)
         results[case["id"]] = rec
         out.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
         if "error" in rec:

@@ -340,6 +340,47 @@ def saved_lora_activations_bytes(
     return layers * per_layer, 0
 
 
+def _gdn_key_width(d: Dims) -> int:
+    """H x dk of a Gated DeltaNet layer (key heads x key head dim), from its fused projection:
+    in_proj_qkvz = 2 H dk + 2 HV dv."""
+    return max(0, (d.lin_proj - 2 * d.lin_heads * d.lin_dv) // 2)
+
+
+def saved_gated_deltanet_bytes_per_token(d: Dims, kernels: str = "torch") -> int:
+    """What one Gated DeltaNet mixer (Qwen3NextGatedDeltaNet, transformers 5.24) saves for
+    backward per token, its layer's norms and MLP apart.  H key heads, HV value heads, dk / dv
+    head dims, C = 64 the chunk, conv = 2 H dk + HV dv the short convolution's channels.
+
+    Both paths: the in_proj input (2h), out_proj's input (2 HV dv) and the gated RMSNorm
+    (Qwen3NextRMSNormGated, torch in both): its fp32 input, gate and SiLU(gate) and two bf16
+    operands, 16 HV dv.
+
+    ``kernels="torch"`` (transformers' pure-torch fallback, fla / causal-conv1d not installed):
+    F.conv1d keeps its padded input and SiLU its input (2 x 2 conv); torch_chunk_gated_delta_rule
+    11 fp32 HV x d tensors (q, k, v in fp32 and chunked, k·beta, v·beta, the decayed keys, the
+    UT solutions, per chunk), 5 fp32 HV x C (the pairwise decay, the UT system, the intra-chunk
+    attention), the per-chunk states (4 HV dk dv / C) and 38 B per value head of gates and
+    decays.  Read off saved_tensors_hooks on one layer (Qwen3-Next, bf16, 256 and 512 tokens:
+    365,971 and 365,867 B per token; this gives 365,760).
+
+    ``kernels="fused"`` (fla's chunk_gated_delta_rule and causal-conv1d installed): derived from
+    their source, not measured (fla bc3b101d, chunk.py ChunkGatedDeltaRuleFunction: ctx saves the
+    l2-normalised q and k, v, the cumulative gate, beta and A = (I + A)^-1, 2 (2 H dk + HV dv +
+    HV C) + 4 (2H + HV); CausalConv1dFn saves its input, 2 conv)."""
+    if not d.linear_layers or not d.lin_heads:
+        return 0
+    hv, dk, dv, c = d.lin_heads, d.lin_dk, d.lin_dv, GDN_CHUNK
+    hk = _gdn_key_width(d)
+    conv = 2 * hk + hv * dv
+    both = 2 * d.hidden + 2 * hv * dv + 16 * hv * dv
+    if kernels == "fused":
+        k_heads = hk // max(1, dk)
+        return both + 2 * conv + 2 * (2 * hk + hv * dv + hv * c) + 4 * (2 * k_heads + hv)
+    dkv = (dk + dv) / 2
+    return both + 4 * conv + int(11 * 4 * hv * dkv + 5 * 4 * hv * c + 4 * hv * dk * dv / c
+                                 + 38 * hv)  # fmt: skip
+
+
 def saved_activations_bytes(
     d: Dims,
     micro_batch: int,
@@ -349,16 +390,19 @@ def saved_activations_bytes(
     layers_fraction: float = 1.0,
     autocast: bool = False,
     device_type: str = "cuda",
+    kernels: str = "torch",
 ) -> tuple[int, int]:
     """(bytes held at the end of forward, extra bytes of one recomputed layer in backward).
 
     ``layers_fraction``: share of the layers on this card (pipeline stages); ``autocast`` and
-    ``device_type``: see saved_layer_bytes.
+    ``device_type``: see saved_layer_bytes; ``kernels``: the Gated DeltaNet path
+    (saved_gated_deltanet_bytes_per_token).  A Gated DeltaNet layer saves its mixer's set where
+    an attention layer saves the attention's.
     """
     tokens = micro_batch * seq
     if d.mlp_only_layers:
         return _saved_one_mixer_hybrid(d, micro_batch, seq, attention, checkpointing,
-                                       layers_fraction)  # fmt: skip
+                                       layers_fraction, kernels)  # fmt: skip
     dense = round(d.dense_layers * layers_fraction)
     moe = round(d.moe_layers * layers_fraction)
     if d.dense_layers + d.moe_layers == 0:
@@ -370,19 +414,26 @@ def saved_activations_bytes(
                if d.moe_layers else 0)  # fmt: skip
     # Mamba-2 mixers of a hybrid (one mixer per layer, beside the MLP and attention layers)
     mamba = round(d.mamba_layers * layers_fraction)
-    per_mamba = saved_mamba2_bytes_per_token(d) * tokens
+    per_mamba = saved_mamba2_bytes_per_token(d, kernels) * tokens
+    attn = saved_attention_bytes_per_token(d, attention) * tokens
+    if attention in ("eager", "math"):
+        attn += eager_attention_bytes_per_layer(d, micro_batch, seq, attention, device_type)
+    # Gated DeltaNet layers (Qwen3-Next): their MLP is the model's (MoE where it has one)
+    lin = round(d.linear_layers * layers_fraction)
+    swap = (saved_gated_deltanet_bytes_per_token(d, kernels) * tokens - attn) if lin else 0
+    per_lin = (per_moe if moe >= lin else per_dense) + swap
     if checkpointing == "full":
         return (checkpointed_inputs_bytes(d, dense + moe + mamba, tokens),
-                max(per_dense, per_moe, per_mamba))  # fmt: skip
+                max(per_dense, per_moe, per_mamba, per_lin if lin else 0))  # fmt: skip
     if checkpointing == "selective_op":  # dense layers only (op_sac_supported)
         return dense * op_sac_bytes_per_token(d, attention) * tokens, per_dense
+    held = (dense * per_dense + moe * per_moe + mamba * per_mamba
+            + lin * swap)  # fmt: skip
     if checkpointing == "selective":
-        # attention core recomputed (Korthikanti et al. sec. 4.2): drop q/k/v/out and probabilities
-        attn = saved_attention_bytes_per_token(d, attention) * tokens
-        if attention in ("eager", "math"):
-            attn += eager_attention_bytes_per_layer(d, micro_batch, seq, attention, device_type)
-        return dense * (per_dense - attn) + moe * (per_moe - attn) + mamba * per_mamba, attn
-    return dense * per_dense + moe * per_moe + mamba * per_mamba, 0
+        # attention core recomputed (Korthikanti et al. sec. 4.2): drop q/k/v/out and
+        # probabilities of the attention layers
+        return held - (dense + moe - lin) * attn, attn
+    return held, 0
 
 
 def _saved_mixer_attention_bytes_per_token(d: Dims) -> int:
@@ -392,7 +443,8 @@ def _saved_mixer_attention_bytes_per_token(d: Dims) -> int:
 
 
 def _saved_one_mixer_hybrid(d: Dims, micro_batch: int, seq: int, attention: str,
-                            checkpointing: str, layers_fraction: float) -> tuple[int, int]:  # fmt: skip
+                            checkpointing: str, layers_fraction: float,
+                            kernels: str = "torch") -> tuple[int, int]:  # fmt: skip
     """A hybrid whose layers each hold one norm and ONE mixer (Nemotron-H: Mamba-2, attention
     or MLP): per layer its RMSNorm (fp32 input 4h, rsqrt 4, bf16 output 2h), then the mixer's
     own saved set — Mamba-2 (saved_mamba2_bytes_per_token), attention without rotary (q, k, v,
@@ -407,7 +459,7 @@ def _saved_one_mixer_hybrid(d: Dims, micro_batch: int, seq: int, attention: str,
     attn = _saved_mixer_attention_bytes_per_token(d)
     per = {"attention": (norm + attn) * tokens,
            "mlp": (norm + saved_dense_mlp_bytes_per_token(d)) * tokens,
-           "mamba": (norm + saved_mamba2_bytes_per_token(d)) * tokens}  # fmt: skip
+           "mamba": (norm + saved_mamba2_bytes_per_token(d, kernels)) * tokens}  # fmt: skip
     if attention in ("eager", "math"):
         per["attention"] += eager_attention_bytes_per_layer(d, micro_batch, seq, attention)
     if checkpointing == "full":
@@ -458,7 +510,7 @@ def _saved_one_mixer_hybrid_lora(d: Dims, micro_batch: int, seq: int, attention:
     return held, 0
 
 
-def saved_mamba2_bytes_per_token(d: Dims) -> int:
+def saved_mamba2_bytes_per_token(d: Dims, kernels: str = "torch") -> int:
     """What one Mamba-2 mixer saves for backward on transformers' pure-torch path (autograd
     through NemotronHMamba2Mixer.torch_forward's chunked SSD einsums), per token, read off the
     fake-tensor tracker's live set at the end of the forward (Nemotron-H): fp32 4 x H x state
@@ -467,11 +519,19 @@ def saved_mamba2_bytes_per_token(d: Dims) -> int:
     states), 6.5 B per intermediate element in bf16 (gate, x, the gated norm's input and
     output), the in_proj output (intermediate + conv_dim + H), x / B / C after the conv
     (2 x intermediate + groups x state), the conv output (conv_dim), and 36 B per head.  Its
-    layer's norm is counted apart (_saved_one_mixer_hybrid)."""
+    layer's norm is counted apart (_saved_one_mixer_hybrid).
+
+    ``kernels="fused"`` (mamba_ssm installed: transformers trains through
+    mamba_split_conv1d_scan_combined, conv, scan, gated norm and out_proj in one function),
+    derived from its source, not measured (mamba e9594ce1, MambaSplitConv1dScanCombinedFn: ctx
+    saves the in_proj output, the scan output before the norm and the norm's rstd; the rest is
+    recomputed in backward): 2 (intermediate + conv_dim + H) + 2 x intermediate + 4 x groups."""
     if not d.mamba_layers:
         return 0
     h, p, n, g, chunk = d.m_heads, d.m_dim, d.m_state, d.m_groups, d.m_chunk
     inter, conv = d.m_inter, d.m_conv
+    if kernels == "fused":
+        return 2 * (inter + conv + h) + 2 * inter + 4 * g
     return (4 * (4 * h * n + 4 * h * chunk + 11 * h * p) + 13 * inter // 2
             + 2 * (inter + conv + h) + 2 * (2 * inter + g * n) + 2 * conv + 36 * h)  # fmt: skip
 
@@ -569,6 +629,23 @@ def batched_mm_experts_bytes(d: Dims, tokens: int) -> int:
     )
 
 
+def eager_experts_bytes(d: Dims, tokens: int) -> int:
+    """transformers 5's eager experts path (e.g. Qwen3MoeExperts.forward, no grad): a loop over
+    the experts hit.  Alive through it: the one-hot expert mask, int64, tokens x top_k x
+    (experts + 1) x 8 B; the output buffer (zeros_like, 2h per token); and for the expert in
+    hand, per token routed to it: its gathered input (2h), gate_up (4I), act (2I) and their
+    product (2I), and the int64 token and slot indices (16 B).  The loop holds one expert at a
+    time, so the widest expert decides: with balanced routing ceil(tokens x top_k / experts)
+    tokens -- the assumption this figure makes (a skewed router sends up to every token to one
+    expert: tokens x (2h + 8I + 16) at most)."""
+    if not d.moe_layers:
+        return 0
+    widest = -(-tokens * d.top_k // max(1, d.experts))
+    inter = (2 if d.experts_gated else 1) * d.moe_intermediate
+    pair = 2 * d.hidden + 2 * inter + 2 * d.moe_intermediate * (2 if d.experts_gated else 1) + 16
+    return tokens * (8 * d.top_k * (d.experts + 1) + 2 * d.hidden) + widest * pair
+
+
 def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = True,
                                     experts: str = "grouped_mm") -> int:  # fmt: skip
     """No-grad forward of one layer, the widest moment (bytes beyond weights and KV cache).
@@ -606,6 +683,9 @@ def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = T
         fp32 = 4 * d.hidden if d.router_fp32 else 0
         if transformers and experts == "batched_mm":
             moe = batched_mm_experts_bytes(d, tokens)
+        elif transformers and experts == "eager":
+            base = 8 * d.hidden + (2 * d.hidden if d.shared_intermediate else 0)
+            moe = tokens * (base + 8 * d.experts) + eager_experts_bytes(d, tokens)
         elif transformers:
             act = 2 * d.hidden + 8 * d.moe_intermediate
             out = 8 * d.hidden + fp32
@@ -644,7 +724,7 @@ def inference_logits_bytes(d: Dims, rows: int) -> int:
 GDN_CHUNK = 64
 
 
-def gated_deltanet_prefill_bytes_per_token(d: Dims) -> int:
+def gated_deltanet_prefill_bytes_per_token(d: Dims, kernels: str = "torch") -> int:
     """Widest moment of a Gated DeltaNet layer's no-grad prefill on transformers' pure-torch path
     (Qwen3NextGatedDeltaNet.forward + torch_chunk_gated_delta_rule, transformers 5.24), per
     token, the live tensors read off the fake-tensor tracker at that moment (Qwen3-Next):
@@ -652,16 +732,30 @@ def gated_deltanet_prefill_bytes_per_token(d: Dims) -> int:
     decayed k·beta, the UT solutions for v and k, the output buffer and the rebound copies),
     3 fp32 head x chunk tensors (pairwise decay, UT system, intra-chunk attention), the bf16 z
     gate and fused q/k/v/z projection, 3 hidden-sized bf16 tensors (residual, normed input,
-    their sum) and the per-head gates and decays (10 fp32 + 5 bf16 per head).  With the fused
-    kernels (fla) installed the working set is smaller; not modelled."""
+    their sum) and the per-head gates and decays (10 fp32 + 5 bf16 per head).
+
+    ``kernels="fused"`` (fla's chunk_gated_delta_rule and causal-conv1d installed), derived from
+    their source, not measured (fla bc3b101d chunk_gated_delta_rule_fwd, widest inside
+    chunk_fwd_o): the contiguous copies of q, k, v, the l2-normalised q and k and their rstd,
+    the cumulative gate, A = (I + A)^-1, w, u, the per-chunk states h (bf16, HV dk dv / C per
+    token), v_new and the output: 2 [4 H dk + HV (3 dv + dk + C + dk dv / C) + HV dv] + 4 (2H +
+    HV); beside the projection (2 x in_proj_qkvz), the concatenated q/k/v and the conv output (2
+    x 2 conv), the z gate, 3 hidden-sized tensors and the gates (50 B per value head)."""
     if not d.linear_layers or not d.lin_heads:
         return 0
+    if kernels == "fused":
+        hv, dk, dv, c = d.lin_heads, d.lin_dk, d.lin_dv, GDN_CHUNK
+        hk = _gdn_key_width(d)
+        conv = 2 * hk + hv * dv
+        kernel = (2 * (4 * hk + hv * (4 * dv + dk + c) + hv * dk * dv // c)
+                  + 4 * (2 * (hk // max(1, dk)) + hv))  # fmt: skip
+        return kernel + 2 * d.lin_proj + 4 * conv + 2 * hv * dv + 6 * d.hidden + 50 * hv
     h, dkv = d.lin_heads, (d.lin_dk + d.lin_dv) / 2
     return int(11 * 4 * h * dkv + 3 * 4 * h * GDN_CHUNK + 2 * h * d.lin_dv + 2 * d.lin_proj
                + 3 * 2 * d.hidden + 10 * 4 * h + 5 * 2 * h)  # fmt: skip
 
 
-def mamba2_prefill_bytes_per_token(d: Dims) -> int:
+def mamba2_prefill_bytes_per_token(d: Dims, kernels: str = "torch") -> int:
     """Widest moment of a Mamba-2 layer's no-grad prefill on transformers' pure-torch path
     (NemotronHMamba2Mixer.torch_forward: the chunked SSD scan, mamba_ssm not installed),
     transformers 5.24, per token, the live tensors read off the fake-tensor tracker at that
@@ -669,9 +763,21 @@ def mamba2_prefill_bytes_per_token(d: Dims) -> int:
     H x state; the segment-sum decays L, G = C·B, M = G·L and a segment-sum temporary, 4 x H x
     chunk; x, D·x, x·dt, the diagonal output and the chunk states, 5 x H x head_dim; the bf16
     in_proj output (intermediate + conv_dim + H), conv output (conv_dim), gate and x (2 x
-    intermediate + H); 3 hidden-sized bf16 tensors; ~62 B per head of gates and decays."""
+    intermediate + H); 3 hidden-sized bf16 tensors; ~62 B per head of gates and decays.
+
+    ``kernels="fused"`` (mamba_ssm's mamba_chunk_scan_combined and causal-conv1d installed),
+    derived from their source, not measured (mamba e9594ce1, _mamba_chunk_scan_combined_fwd):
+    beside the in_proj output and the conv output, 3 hidden-sized tensors, the wider of the
+    state passing (dt and dA_cumsum fp32, 8H; the chunk states in fp32 and bf16, 6 H x head_dim
+    x state / chunk) and the gated RMSNorm after it (torch: the scan output 2 x intermediate,
+    its fp32 copy, SiLU(gate) in fp32 and their product, 3 x 4 x intermediate)."""
     if not d.mamba_layers:
         return 0
+    if kernels == "fused":
+        h, p, n, chunk = d.m_heads, d.m_dim, d.m_state, d.m_chunk
+        inter, conv = d.m_inter, d.m_conv
+        common = 2 * (inter + conv + h) + 2 * conv + 3 * 2 * d.hidden
+        return common + max(8 * h + 6 * h * p * n // chunk, 14 * inter)
     h, p, n, chunk = d.m_heads, d.m_dim, d.m_state, d.m_chunk
     inter, conv = d.m_inter, d.m_conv
     return (4 * (3 * h * n + 4 * h * chunk + 5 * h * p) + 2 * (inter + conv + h) + 2 * conv
@@ -691,15 +797,25 @@ def sliding_window_sdpa_prefill_bytes(d: Dims, batch: int, prompt: int) -> int:
 
 
 def inference_prefill_transient_bytes(d: Dims, batch: int, prompt: int, backend: str,
-                                      experts: str = "grouped_mm") -> int:  # fmt: skip
+                                      experts: str = "grouped_mm", kernels: str = "torch") -> int:  # fmt: skip
     """Widest moment of one layer's no-grad prefill of ``batch`` x ``prompt`` tokens: the larger
     of ``inference_layer_transient_bytes(B x prompt)`` and, for a backend that materialises its
     scores, ``inference_attention_transient_bytes`` + B x prompt x (6h + 4q) (calibrated against
-    measured peaks, commit de8f874)."""
+    measured peaks, commit de8f874), and a Gated DeltaNet / Mamba-2 layer's on ``kernels``'
+    path."""
     mlp = inference_layer_transient_bytes(d, batch * prompt, experts=experts)
     attention = inference_attention_transient_bytes(d, batch, prompt, prompt, backend)
     if attention:
         attention += batch * prompt * (6 * d.hidden + 4 * d.q_dim)
-    linear = batch * prompt * max(gated_deltanet_prefill_bytes_per_token(d),
-                                  mamba2_prefill_bytes_per_token(d))  # fmt: skip
-    return max(mlp, attention, linear)
+    linear = batch * prompt * max(gated_deltanet_prefill_bytes_per_token(d, kernels),
+                                  mamba2_prefill_bytes_per_token(d, kernels))  # fmt: skip
+    return max(mlp, attention, linear, batch * prompt * qk_norm_moment_bytes_per_token(d))
+
+
+def qk_norm_moment_bytes_per_token(d: Dims) -> int:
+    """A q/k-norm family's (Qwen3) RMSNorm on q in fp32, no grad: q_norm(q_proj(x)) holds q_proj's
+    output (2q), its fp32 copy (4q) and the normalised product (4q) beside three hidden-sized
+    tensors (the model's input embeddings, the layer's input and its normed copy): 6h + 10q
+    (oplog.py, real CPU, a 2-layer Qwen3-MoE at hidden 1,024 and 2 x 2,048 tokens: the peak is at
+    the second layer's q_norm multiply, above its eager experts' loop)."""
+    return 6 * d.hidden + 10 * d.q_dim if d.qk_norm else 0

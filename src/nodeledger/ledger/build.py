@@ -35,6 +35,7 @@ from nodeledger.ledger.weights import (
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.machine.vendors import DEFAULT_VENDOR
 from nodeledger.machine.vendors import spec as vendor_spec
+from nodeledger.model.kernel_path import KernelPath, kernel_path
 from nodeledger.model.spec import ModelSpec
 from nodeledger.units import GiB, MiB
 
@@ -367,9 +368,10 @@ def _resolve_vllm(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None
         # of a pipeline stage are the same size, pp does not enter)
         tp = job.parallel.tp
         asked = job.block_size_asked or job.block_size
+        mode = eng.vllm_state_blocks(spec, job.engine_version, job.prefix_caching).mode
         hyb = eng.vllm_hybrid_pages(spec, job.engine_version, asked,
                                     kv.KV_DTYPE_BYTES[job.kv_dtype],
-                                    kv.kv_split_across_tp(spec, tp), tp)  # fmt: skip
+                                    kv.kv_split_across_tp(spec, tp), tp, mode)  # fmt: skip
         block = hyb.block_size if hyb is not None else asked
         if block != job.block_size or job.block_size_asked is not None:
             job = replace(job, block_size=block, block_size_asked=asked)
@@ -532,9 +534,9 @@ def _hf_card(
     kv_cache_bytes = kv.kv_cache_bytes_per_card(
         cached, job.context, kv_dtype_bytes, sequences, kv_split
     )
-    prefill_bytes = ceil(
-        act.inference_prefill_transient_bytes(dims, sequences, prompt, backend, job.experts) / tp
-    )
+    path = ssm_path(dims, job.ssm_kernels)
+    prefill_bytes = ceil(act.inference_prefill_transient_bytes(
+        dims, sequences, prompt, backend, job.experts, path.kernels if path else "torch") / tp)  # fmt: skip
     windows = [a.window for a in spec.attention if a.kind == "sliding" and a.window]
     if backend == "sdpa" and windows and prompt > min(windows):
         # the bool mask lives through the whole forward (the MLP moment too); its additive
@@ -572,11 +574,12 @@ def _hf_card(
                 else ""
             )
             + (
-                "; eager experts loop not measured (FakeTensor cannot run its data-dependent loop): "
-                "counted as grouped_mm, which holds every routed pair at once, an upper bound"
+                "; eager experts: one expert at a time, balanced routing assumed "
+                "(activations.eager_experts_bytes)"
                 if dims.moe_layers and job.experts == "eager"
                 else ""
-            ),
+            )
+            + _ssm_note(path),
         ),
         Item(
             "logits of the last position (bf16 + fp32)",
@@ -636,6 +639,28 @@ def vllm_kv_pool_bytes(budget: int | None, torch_fixed: int, non_torch: int) -> 
     return None if budget is None else budget - torch_fixed - non_torch
 
 
+def _hybrid_state_extras(
+    extras: dict,
+    states,
+    blocks: int,
+    attn_groups: int,
+    state_groups: int,
+    job: ServeJob,
+    seqs: int,
+    page: float,
+) -> None:
+    """A hybrid's state blocks in the vLLM card's extras.  The simulator schedules attention
+    blocks: the state pages of the sequences that run at once are set aside (here for requests
+    of max_model_len; speed/job.py sets them aside again for the job's own request lengths)."""
+    extras["engine"].update(kv_attn_groups=attn_groups,
+                            kv_state_blocks_per_sequence=states.resident,
+                            mamba_cache_mode=states.mode, mamba_cache_mode_source=states.source)  # fmt: skip
+    extras["sim_pool_tokens"] = eng.hybrid_sim_pool_tokens(
+        blocks, attn_groups, state_groups, job.block_size, job.context, seqs, states.resident
+    )
+    extras["kv_state_bytes_per_sequence"] = ceil(state_groups * states.resident * page)
+
+
 def _vllm_card(
     spec: ModelSpec,
     job: ServeJob,
@@ -677,6 +702,7 @@ def _vllm_card(
     page = kv.paged_page_bytes_per_layer(spec, job.block_size, kv_dtype_bytes, kv_split)
     hybrid = fam.concurrency != "tokens"
     groups, per_block_layers, state_groups, attn_groups = _vllm_kv_groups(spec, job, hybrid, notes)
+    states = eng.vllm_state_blocks(spec, job.engine_version, job.prefix_caching)
     # bytes per token of the attention groups (the state groups hold a page per sequence)
     per_token = page * per_block_layers * attn_groups / job.block_size
     extras: dict = {
@@ -698,19 +724,14 @@ def _vllm_card(
     if available is not None and page > 0:
         blocks = eng.num_blocks(available, page, per_block_layers)
         kv_pool = ceil(blocks * page * per_block_layers)
-        tokens, conc = eng.printed_pool(fam, blocks, groups, job.block_size, job.context, mnbt)
+        tokens, conc = eng.printed_pool(fam, blocks, groups, job.block_size, job.context, mnbt,
+                                        states.budget(job.context, job.block_size))  # fmt: skip
         extras.update(kv_pool_bytes=kv_pool, kv_blocks=blocks, kv_pool_tokens=tokens,
                       max_concurrency_printed=conc, max_concurrency=min(seqs, int(conc)),
                       max_context_at_concurrency=tokens // (job.concurrency or 1))  # fmt: skip
         if state_groups:
-            # the simulator schedules attention blocks: the state pages of the sequences that
-            # run at once are set aside (here for requests of max_model_len; speed/job.py
-            # sets them aside again for the job's own request lengths)
-            extras["engine"]["kv_attn_groups"] = attn_groups
-            extras["sim_pool_tokens"] = eng.hybrid_sim_pool_tokens(
-                blocks, attn_groups, state_groups, job.block_size, job.context, seqs
-            )
-            extras["kv_state_bytes_per_sequence"] = ceil(state_groups * page * per_block_layers)
+            _hybrid_state_extras(extras, states, blocks, attn_groups, state_groups, job, seqs,
+                                 page * per_block_layers)  # fmt: skip
     elif available is not None:
         extras["kv_pool_bytes"] = max(available, 0)
     items = [
@@ -727,7 +748,9 @@ def _vllm_card(
             Item("CUDA graph estimate (subtracted)", graph_charged, graph_src, torch=False)
         )
     per_seq = kv.paged_kv_bytes_per_sequence(per_token, job.context, job.block_size)
-    per_seq += state_groups * page * per_block_layers  # one state page per Mamba-style group
+    # the state blocks a running sequence holds per Mamba-style group (1, or 2-3 when prefix
+    # caching keeps aligned states: engines.vllm_state_blocks)
+    per_seq += state_groups * (states.resident if state_groups else 1) * page * per_block_layers
     kv_needed = ceil(per_seq * (job.concurrency or 0))
     if available is not None:
         items.append(Item(
@@ -1057,6 +1080,21 @@ def pipeline_inflight(pp: int, grad_accum: int, chunks: int = 1) -> float:
     return min(held, float(grad_accum))
 
 
+def ssm_path(dims: Dims, asked: str) -> KernelPath | None:
+    """The path transformers takes for the model's Gated DeltaNet or Mamba-2 layers (None for a
+    model without them): model/kernel_path.py."""
+    kind = "gdn" if dims.linear_layers else "mamba2" if dims.mamba_layers else None
+    return kernel_path(kind, asked) if kind else None
+
+
+def _ssm_note(path: KernelPath | None) -> str:
+    if path is None:
+        return ""
+    how = ("fused kernels: derived from their source, not measured" if path.kernels == "fused"
+           else "transformers' pure-torch path")  # fmt: skip
+    return f"; Gated DeltaNet / Mamba-2 layers on {how} ({path.source})"
+
+
 def saved_activation_bytes_per_card(
     dims: Dims, job: TrainJob, targets: tuple[str, ...] | None = None,
     defaults: rt.RuntimeDefaults = rt.DEFAULTS,
@@ -1078,9 +1116,11 @@ def saved_activation_bytes_per_card(
             targets, job.rank, parallel.pp,
         )  # fmt: skip
     else:
+        path = ssm_path(dims, job.ssm_kernels)
         held, recompute = act.saved_activations_bytes(
             dims, job.micro_batch, job.seq, attention, job.checkpointing, 1 / parallel.pp,
             autocast=frameworks.layout(job).autocast, device_type=defaults.device_type,
+            kernels=path.kernels if path else "torch",
         )  # fmt: skip
     if parallel.tp > 1:
         rep_held, rep_layer = act.tp_replicated_bytes(
@@ -1239,6 +1279,7 @@ class _TrainTerms:
     workspace: int
     root_grad: int
     backward_layer: int
+    ssm_note: str = ""  # the Gated DeltaNet / Mamba-2 path the saved set was taken on
 
 
 def _train_terms(spec: ModelSpec, job: TrainJob, dims, targets, layout,
@@ -1278,6 +1319,7 @@ def _train_terms(spec: ModelSpec, job: TrainJob, dims, targets, layout,
         workspace=rt.cublas_workspace_bytes(defaults, training=True),
         root_grad=model_state.fsdp_root_grad_bytes(spec, job),
         backward_layer=model_state.fsdp_backward_layer_bytes(spec, job),
+        ssm_note=_ssm_note(ssm_path(dims, job.ssm_kernels)),
     )
 
 
@@ -1309,7 +1351,7 @@ def _train_items(t: _TrainTerms, job: TrainJob, layout) -> list[Item]:
         Item(
             f"saved activations ({job.checkpointing} checkpointing)",
             t.held,
-            "activations.saved_activations_bytes (derivations 1-6)",
+            "activations.saved_activations_bytes (derivations 1-6)" + t.ssm_note,
         ),
         Item(
             "loss: logits + fp32 copy + log_softmax",

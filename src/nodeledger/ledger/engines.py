@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from math import ceil
+from math import ceil, gcd
 
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger.jobs import JobError, ServeJob
@@ -562,8 +562,49 @@ def vllm_hybrid_modelled(spec, version: str | None) -> bool:
     return vllm_family(version).engine != "V0"  # VLLM_USE_V1=0: V0's own mamba cache, not read
 
 
+@dataclass(frozen=True)
+class StateBlocks:
+    """How many Mamba-style state blocks a hybrid's running sequence takes in a vLLM release
+    (engines.toml ``[[vllm.hybrid_prefix]]``): ``mode`` is the release's mamba_cache_mode."""
+
+    mode: str  # "none" | "align" | "all"
+    align_blocks: int
+    source: str
+
+    def budget(self, max_model_len: int, block: int) -> int:
+        """Blocks per sequence in MambaSpec.max_memory_usage_bytes (the printed concurrency)."""
+        if self.mode == "all":
+            return -(-max(1, max_model_len) // max(1, block))
+        return self.align_blocks if self.mode == "align" else 1
+
+    @property
+    def resident(self) -> int:
+        """Blocks a running sequence holds ("all": the latest state; the older ones are
+        evictable cache)."""
+        return self.align_blocks if self.mode == "align" else 1
+
+
+def vllm_state_blocks(spec, version: str | None, prefix_caching: bool | None) -> StateBlocks:
+    """The release's state blocks per sequence for a hybrid, prefix caching at the release's
+    default (``prefix_caching`` None) or as asked (False: --no-enable-prefix-caching)."""
+    rows = data()["vllm"].get("hybrid_prefix", [])
+    v = parse_version(vllm_version(version))
+    row = next((r for r in reversed(rows) if parse_version(r["first"]) <= v), None)
+    if row is None or prefix_caching is False:
+        how = "--no-prefix-caching" if prefix_caching is False else "prefix caching off"
+        return StateBlocks("none", 1, f"{how}: one state block per sequence")
+    mode = row["mode"]
+    if mode == "all" and spec.family not in row.get("all_models", []):
+        mode = "align"
+    if mode == "none" and prefix_caching:
+        mode = "align"  # asked on in a release whose default is off: vLLM 0.15+ 'align'
+    return StateBlocks(
+        mode, int(row.get("align_blocks", 2)), f"mamba_cache_mode '{mode}': {row['source']}"
+    )
+
+
 def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes: int,
-                      kv_split: float, tp: int) -> HybridPages | None:  # fmt: skip
+                      kv_split: float, tp: int, mode: str = "none") -> HybridPages | None:  # fmt: skip
     """The release's hybrid page for a model with Mamba-2 / Gated DeltaNet layers beside
     attention (None for any other model, or a release before engines.toml ``[vllm.hybrid]``
     first): attention block = max(block_size, 16 x ceil(state page / (16 x attention bytes per
@@ -579,22 +620,30 @@ def vllm_hybrid_pages(spec, version: str | None, block_size: int, kv_dtype_bytes
         pages.append(conv * conv_b + ssm * ssm_b)
     state_page = max(pages)
     per_token = kv.paged_page_bytes_per_layer(spec, 1, kv_dtype_bytes, kv_split)
-    aligned = 16 * ceil(state_page / (16 * per_token)) if per_token else block_size
-    block = max(block_size, aligned)
+    # "all": the block is a multiple of the scan's chunk (lcm(chunk, 16)), else of 16
+    unit = 16
+    if mode == "all":
+        chunk = max((a.chunk for a in state_layers(spec) if a.chunk), default=16)
+        unit = chunk * 16 // gcd(chunk, 16)
+    aligned = unit * ceil(state_page / (unit * per_token)) if per_token else block_size
+    block = (
+        max(block_size, aligned) if mode != "all" else max(aligned, unit * ceil(block_size / unit))
+    )
     return HybridPages(block, state_page, per_token * block, conv_b, ssm_b,
                        f"{hy['source']}; {how}")  # fmt: skip
 
 
 def hybrid_sim_pool_tokens(blocks: int, attn_groups: int, state_groups: int, block: int,
-                           request_tokens: int, max_num_seqs: int) -> int:  # fmt: skip
+                           request_tokens: int, max_num_seqs: int,
+                           state_blocks: int = 1) -> int:  # fmt: skip
     """The attention tokens a hybrid's pool leaves the simulator once the state pages of the
     sequences that run at once are set aside: with requests of ``request_tokens`` each holds
     attn_groups x ceil(tokens / block) + state_groups blocks, so min(max_num_seqs, blocks //
     that) run, each holding state_groups blocks (a steady-state reservation: the simulator does
     not charge the state per admitted sequence)."""
-    per_seq = attn_groups * -(-max(1, request_tokens) // block) + state_groups
+    per_seq = attn_groups * -(-max(1, request_tokens) // block) + state_groups * state_blocks
     running = min(max_num_seqs, blocks // max(1, per_seq))
-    return max(blocks - state_groups * running, 0) // max(1, attn_groups) * block
+    return max(blocks - state_groups * state_blocks * running, 0) // max(1, attn_groups) * block
 
 
 def num_blocks(available: int, page_bytes_per_layer: float, layers_per_block: int) -> int:
@@ -606,15 +655,19 @@ def num_blocks(available: int, page_bytes_per_layer: float, layers_per_block: in
 
 
 def blocks_per_request(
-    groups: list[KvGroup], max_model_len: int, block: int, max_num_batched_tokens: int
+    groups: list[KvGroup],
+    max_model_len: int,
+    block: int,
+    max_num_batched_tokens: int,
+    state_blocks: int = 1,
 ) -> int:
     """Blocks one max_model_len request holds, summed over groups (``max_memory_usage_bytes``):
     full attention cdiv(len, block); sliding window cdiv(min(window - 1 + max_num_batched_tokens,
     len), block) + 1 (``SlidingWindowSpec``)."""
     total = 0
     for g in groups:
-        if g.kind == "state":  # one state page per sequence (mamba_cache_mode "none")
-            total += 1
+        if g.kind == "state":  # StateBlocks.budget: 1 with mamba_cache_mode "none"
+            total += state_blocks
         elif g.kind == "sliding" and g.window:
             total += -(-min(g.window - 1 + max_num_batched_tokens, max_model_len) // block) + 1
         else:
@@ -629,6 +682,7 @@ def printed_pool(
     block: int,
     max_model_len: int,
     max_num_batched_tokens: int,
+    state_blocks: int = 1,
 ) -> tuple[int, float]:
     """(tokens, max concurrency) as vLLM prints them ("GPU KV cache size: N tokens", "Maximum
     concurrency for L tokens per request: Xx").  tokens: blocks // groups x block
@@ -637,7 +691,8 @@ def printed_pool(
     tokens = blocks // len(groups) * block
     if family.concurrency == "tokens":
         return tokens, tokens / max_model_len
-    conc = blocks / max(1, blocks_per_request(groups, max_model_len, block, max_num_batched_tokens))
+    conc = blocks / max(1, blocks_per_request(groups, max_model_len, block, max_num_batched_tokens,
+                                              state_blocks))  # fmt: skip
     if family.concurrency == "blocks_tokens":
         tokens = int(conc * max_model_len)
     return tokens, conc

@@ -42,6 +42,7 @@ ATTENTION = ("sdpa", "eager", "math")  # math: SDPA's composite fallback (fp32 s
 # transformers 5's MoE experts path (experts_implementation): grouped_mm its default,
 # batched_mm (each routed pair gathers its expert's weights), eager (a loop over the experts)
 EXPERTS = ("grouped_mm", "batched_mm", "eager")
+SSM_KERNELS = ("auto", "torch", "fused")  # model/kernel_path.py CHOICES
 SHARDING = ("none", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op", "fsdp_hybrid")
 # training frameworks (ledger/frameworks.toml): which --shard values each takes, its default
 # precision; "auto" = the framework --shard implies (zero* DeepSpeed, fsdp* FSDP2, none DDP)
@@ -142,6 +143,12 @@ class ServeJob:
     replicas: int = 1
     attention: str = "sdpa"
     experts: str = "grouped_mm"  # hf engine, MoE: transformers' experts_implementation
+    # Gated DeltaNet / Mamba-2 layers: transformers' path (model/kernel_path.py): auto | torch |
+    # fused
+    ssm_kernels: str = "auto"
+    # vLLM prefix caching: None = the release's default (on for hybrids from 0.26), False =
+    # --no-enable-prefix-caching
+    prefix_caching: bool | None = None
     # engine options: None = the engine's own default for its release and the card
     # (ledger/engines.py resolve_serve_job fills them in before any term is computed)
     engine_version: str | None = None
@@ -170,6 +177,7 @@ class ServeJob:
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _choice("attention", self.attention, ATTENTION)
         _choice("experts", self.experts, EXPERTS)
+        _choice("ssm_kernels", self.ssm_kernels, SSM_KERNELS)
         if self.experts != "grouped_mm" and not ENGINE_TRAITS[self.engine].transformers_modules:
             raise JobError(f"--experts {self.experts} is transformers' experts_implementation: "
                            "it needs --engine hf (a serving engine runs its own fused MoE)")  # fmt: skip
@@ -235,6 +243,7 @@ class TrainJob:
     grad_accum: int = 1
     checkpointing: str = "none"
     attention: str = "sdpa"
+    ssm_kernels: str = "auto"  # as ServeJob.ssm_kernels
     shard: str = "none"
     offload: str = "none"
     parallel: Parallel = field(default_factory=Parallel)
@@ -309,6 +318,7 @@ class TrainJob:
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _choice("checkpointing", self.checkpointing, CHECKPOINTING)
         _choice("attention", self.attention, ATTENTION)
+        _choice("ssm_kernels", self.ssm_kernels, SSM_KERNELS)
         _choice("shard", self.shard, SHARDING)
         _choice("offload", self.offload, OFFLOAD)
         for name in ("micro_batch", "seq", "grad_accum", "rank", "virtual_pipeline", "ep"):
@@ -423,6 +433,7 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("max_num_batched_tokens", int, "serve", "vLLM tokens per step / SGLang chunked_prefill_size (default: the engine's for the card).", engine="vllm,sglang"),
     JobOption("max_num_seqs", int, "serve", "vLLM sequences per step (default: the release's for the card, 256 or 1024).", engine="vllm"),
     JobOption("enforce_eager", bool, "serve", "vLLM/SGLang: no CUDA graphs (--enforce-eager / --disable-cuda-graph).", engine="vllm,sglang"),
+    JobOption("no_prefix_caching", bool, "serve", "vLLM --no-enable-prefix-caching: a hybrid (Mamba-2 / Gated DeltaNet) model keeps one state block per sequence (from 0.26 prefix caching is on by default for hybrids and keeps 1-3).", engine="vllm"),
     JobOption("dp_attention", bool, "serve", "SGLang --enable-dp-attention: attention data-parallel over the TP ranks (attention weights whole on each, KV of its own requests).", engine="sglang"),
     JobOption("micro_batch", int, "train", "Sequences per micro-batch per rank."),
     JobOption("seq", int, "train", "Training sequence length."),
@@ -437,7 +448,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("optimizer", str, "train", " | ".join(OPTIMIZERS)),
     JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS) + " (default: the framework's: fused for deepspeed and megatron, PyTorch's foreach otherwise)."),
     JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
-    JobOption("experts", str, "serve", "MoE, hf engine: transformers' experts_implementation: grouped_mm (its default) | batched_mm (every routed token gathers its expert's weights) | eager (a loop over the experts: not measured, counted as grouped_mm, an upper bound).", engine="hf"),
+    JobOption("experts", str, "serve", "MoE, hf engine: transformers' experts_implementation: grouped_mm (its default) | batched_mm (every routed token gathers its expert's weights) | eager (a loop over the experts, one at a time; balanced routing assumed).", engine="hf"),
+    JobOption("ssm_kernels", str, "all", "Gated DeltaNet / Mamba-2 layers run by transformers (hf serving, training): auto (fused where fla / mamba_ssm is installed here, else transformers' pure-torch fallback) | torch | fused."),
     JobOption("checkpointing", str, "train", " | ".join(CHECKPOINTING)),
     JobOption("shard", str, "train", " | ".join(SHARDING)),
     JobOption("offload", str, "train", " | ".join(OFFLOAD)),
@@ -529,13 +541,14 @@ def build_job(kind: str, o: dict):
             engine=pick.get("engine", "hf"), dtype=pick.get("dtype"), kv_dtype=pick.get("kv_dtype", "bf16"),
             context=context, input_len=inp, output_len=outl, concurrency=concurrency, new_tokens=pick.get("new_tokens", 0),
             parallel=par, replicas=pick.get("replicas", 1), attention=pick.get("attention", "sdpa"),
-            experts=pick.get("experts", "grouped_mm"),
+            experts=pick.get("experts", "grouped_mm"), ssm_kernels=pick.get("ssm_kernels", "auto"),
             engine_version=pick.get("engine_version"),
             gpu_memory_utilization=pick.get("gpu_memory_utilization"),
             mem_fraction_static=pick.get("mem_fraction_static"),
             max_num_batched_tokens=pick.get("max_num_batched_tokens"),
             max_num_seqs=pick.get("max_num_seqs"),
             cuda_graphs=not pick.get("enforce_eager", False),
+            prefix_caching=False if pick.get("no_prefix_caching") else None,
             dp_attention=bool(pick.get("dp_attention", False)),
         )  # fmt: skip
     if kind == "load":
@@ -557,6 +570,7 @@ def build_job(kind: str, o: dict):
         optimizer_impl=pick.get("optimizer_impl"), micro_batch=pick.get("micro_batch", 1),
         seq=pick.get("seq", 2048), grad_accum=pick.get("grad_accum", 1),
         checkpointing=pick.get("checkpointing", "none"), attention=pick.get("attention", "sdpa"),
+        ssm_kernels=pick.get("ssm_kernels", "auto"),
         shard=pick.get("shard", "none"), offload=pick.get("offload", "none"), parallel=par,
         host=HostSide(workers=pick.get("workers", 0), prefetch=pick.get("prefetch", 2)),
         rank=pick.get("rank", 8) if kind in ("lora", "qlora") else None, qlora=kind == "qlora",

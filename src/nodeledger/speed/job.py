@@ -40,7 +40,8 @@ def _speed(spec: ModelSpec, job, machine: MachineProfile, extras: dict, machines
             # a hybrid: the state pages of the sequences that run at this job's lengths
             pool = hybrid_sim_pool_tokens(extras["kv_blocks"], e["kv_attn_groups"],
                                           e["kv_state_groups"], e["block_size"],
-                                          (inp or 0) + (out or 0), e["max_num_seqs"])  # fmt: skip
+                                          (inp or 0) + (out or 0), e["max_num_seqs"],
+                                          e.get("kv_state_blocks_per_sequence", 1))  # fmt: skip
         d = serve_speed(spec, job, machine, inp, out, job.concurrency, most or None, machines,
                         pool_tokens=pool, bench=bench)  # fmt: skip
         d["kind"] = "serve"

@@ -69,9 +69,9 @@ class FitResult:
 
 
 _ENGINE_FIELDS = {
-    "hf": {"new_tokens", "experts"},
+    "hf": {"new_tokens", "experts", "ssm_kernels"},
     "vllm": {"engine_version", "gpu_memory_utilization", "block_size", "block_size_asked",
-             "max_num_batched_tokens", "max_num_seqs", "cuda_graphs"},
+             "max_num_batched_tokens", "max_num_seqs", "cuda_graphs", "prefix_caching"},
     "sglang": {"engine_version", "mem_fraction_static", "max_num_batched_tokens", "cuda_graphs"},
 }  # fmt: skip
 
@@ -88,6 +88,12 @@ def job_options(job) -> dict:
             d.pop(k, None)
         if d.get("block_size_asked") is None:  # vLLM kept the block asked (not a hybrid)
             d.pop("block_size_asked", None)
+    # at their defaults these two say nothing a model without such layers needs: the path taken
+    # is named where it counts (the activations' source, the engine's mamba_cache_mode)
+    if d.get("ssm_kernels") == "auto":
+        d.pop("ssm_kernels")
+    if "prefix_caching" in d and d["prefix_caching"] is None:
+        d.pop("prefix_caching")
     d.update(d.pop("parallel", None) or {})
     host = d.pop("host", None)
     if host and d.get("micro_batch") is not None:
