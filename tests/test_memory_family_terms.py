@@ -385,3 +385,25 @@ def test_vllm_prefix_caching_sets_the_state_blocks_per_sequence(version, model, 
         assert blocks.budget(8192, 1152) == 8  # every block's state budgeted
         pages = eng.vllm_hybrid_pages(spec, version, 16, 2, 1.0, 1, "all")
         assert pages.block_size % 128 == 0  # a multiple of the scan's chunk
+
+
+def test_eager_experts_training_builds_each_experts_weight_gradient_full_size():
+    """The eager loop's backward: select_backward returns a full [E, 2I, h] gradient per expert,
+    added to the accumulated one: 2 x E x h x 2I x grad bytes more at that moment, in the
+    backward phase and as its own item; Megatron refuses the option."""
+    from nodeledger.ledger.build import train_ledger
+    from nodeledger.ledger.jobs import JobError, TrainJob
+    from nodeledger.machine import resolve_machine
+
+    spec = load_model("qwen3-30b-a3b")[0]
+    d = dims_of(spec)
+    extra = act.eager_experts_backward_bytes(d, 2)
+    assert extra == 2 * d.experts * d.hidden * 2 * d.moe_intermediate * 2
+    machine = resolve_machine("hgx-h200")
+    grouped = train_ledger(spec, TrainJob(micro_batch=1, seq=1024), machine).cards[0]
+    eager = train_ledger(spec, TrainJob(micro_batch=1, seq=1024, experts="eager"), machine)
+    eager = eager.cards[0]
+    assert eager.phases["backward"] - grouped.phases["backward"] == extra
+    assert any(i.name.startswith("eager experts") and i.bytes == extra for i in eager.items)
+    with pytest.raises(JobError, match="Megatron runs its own MoE"):
+        TrainJob(micro_batch=1, seq=1024, experts="eager", framework="megatron", shard="none")

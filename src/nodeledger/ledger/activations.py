@@ -9,9 +9,9 @@ T = micro_batch x seq tokens, a = 2 bytes:
      that read it (q/k/v share one).  Two norms + their consumers: 14h + 8 per token (a shared
      recast is saved once; measured by saved-tensor hooks, transformers 5.24).
   2. Attention, SDPA (flash/memory-efficient path): q and k after RoPE (2q, 2kv), v (2kv),
-     output (2q), logsumexp fp32 (4 per head), and the contiguous output fed to o_proj (2q):
-     6q + 4kv + 4*heads per token.  RoPE multiplies by cos/sin, which do not need grad, so the
-     pre-RoPE q/k are not kept.
+     output (2q, fed to o_proj as it is), logsumexp fp32 (4 per head), and one more q-sized
+     tensor a rotary family keeps (2q; OPT and GPT-2, without rotary, do not):
+     6q + 4kv + 4*heads per token (saved_attention_bytes_per_token).
   3. Eager attention adds the probabilities: softmax(dtype=fp32) 4*B*heads*S^2 and its bf16
      cast 2*B*heads*S^2 (both saved): 6*B*heads*S^2.
   4. Gated MLP (down(act(gate(x)) * up(x))): gate out, act out, up out, product: 8*I per token.
@@ -30,6 +30,8 @@ Models", sec. 4 (the same accounting, for Megatron's layer); the coefficients ab
 """
 
 from __future__ import annotations
+
+from math import ceil
 
 from nodeledger.ledger.dims import Dims
 
@@ -644,6 +646,21 @@ def eager_experts_bytes(d: Dims, tokens: int) -> int:
     inter = (2 if d.experts_gated else 1) * d.moe_intermediate
     pair = 2 * d.hidden + 2 * inter + 2 * d.moe_intermediate * (2 if d.experts_gated else 1) + 16
     return tokens * (8 * d.top_k * (d.experts + 1) + 2 * d.hidden) + widest * pair
+
+
+def eager_experts_backward_bytes(d: Dims, grad_bytes: int, split: int = 1) -> int:
+    """Training through transformers' eager experts loop: each expert reads its weights as
+    ``gate_up_proj[e]`` / ``down_proj[e]``, so autograd's select_backward returns a full
+    [experts, rows, h] gradient per expert, which is added to the one accumulated so far: two
+    more copies of the layer's widest expert weight are alive at that moment, 2 x experts x h x
+    rows x ``grad_bytes`` (rows = 2I gated) / ``split`` (the ranks the experts are split over).
+    Measured on the real CPU (benchmarks/accuracy oplog, a 2-layer 32-expert Qwen3-MoE: the
+    backward peak is the add of a [32, 768, 1024] bf16 gradient, 0.093 GiB above the same
+    config under grouped_mm = 2 x 50.3 MB)."""
+    if not d.moe_layers:
+        return 0
+    rows = (2 if d.experts_gated else 1) * d.moe_intermediate
+    return ceil(2 * d.experts * d.hidden * max(rows, d.moe_intermediate) * grad_bytes / split)
 
 
 def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = True,

@@ -1280,6 +1280,7 @@ class _TrainTerms:
     root_grad: int
     backward_layer: int
     ssm_note: str = ""  # the Gated DeltaNet / Mamba-2 path the saved set was taken on
+    eager_experts: int = 0  # --experts eager: the per-expert weight-gradient accumulation
 
 
 def _train_terms(spec: ModelSpec, job: TrainJob, dims, targets, layout,
@@ -1320,6 +1321,13 @@ def _train_terms(spec: ModelSpec, job: TrainJob, dims, targets, layout,
         root_grad=model_state.fsdp_root_grad_bytes(spec, job),
         backward_layer=model_state.fsdp_backward_layer_bytes(spec, job),
         ssm_note=_ssm_note(ssm_path(dims, job.ssm_kernels)),
+        eager_experts=(
+            act.eager_experts_backward_bytes(
+                dims, layout.grad, job.ep if job.ep > 1 else job.parallel.tp
+            )
+            if job.experts == "eager" and not job.is_lora
+            else 0
+        ),
     )
 
 
@@ -1380,6 +1388,8 @@ def _train_items(t: _TrainTerms, job: TrainJob, layout) -> list[Item]:
         ("all-gathered layer parameters", t.gathered,
          "model_state.gathered_layer_param_bytes: FSDP keeps the last layer's all-gather buffer, DeepSpeed ZeRO-3 gathers the current and the prefetched layer"),
         ("fp8 weight copies (e4m3 + transpose)", t.fp8, fp8_how),
+        ("eager experts: one expert's full-size weight gradient + the sum (backward)",
+         t.eager_experts, "activations.eager_experts_backward_bytes: 2 x experts x h x rows x grad bytes"),
     ):  # fmt: skip
         if value:
             items.append(Item(name, value, how))
@@ -1459,7 +1469,7 @@ def train_ledger(
         loss_peak_bytes=t.loss_peak,
         backward_extra_bytes=act.loss_backward_bytes(
             t.loss_saved, t.recompute, dims, job.micro_batch * job.seq
-        ),
+        ) + t.eager_experts,
         optimizer_temp_bytes=t.optimizer_temp,
         embedding_grad_bytes=embedding_grad_bytes_per_card(dims, job),
         workspace_bytes=t.workspace,

@@ -244,6 +244,7 @@ class TrainJob:
     checkpointing: str = "none"
     attention: str = "sdpa"
     ssm_kernels: str = "auto"  # as ServeJob.ssm_kernels
+    experts: str = "grouped_mm"  # MoE: transformers' experts_implementation (as ServeJob)
     shard: str = "none"
     offload: str = "none"
     parallel: Parallel = field(default_factory=Parallel)
@@ -319,6 +320,10 @@ class TrainJob:
         _choice("checkpointing", self.checkpointing, CHECKPOINTING)
         _choice("attention", self.attention, ATTENTION)
         _choice("ssm_kernels", self.ssm_kernels, SSM_KERNELS)
+        _choice("experts", self.experts, EXPERTS)
+        if self.experts != "grouped_mm" and self.framework == "megatron":
+            raise JobError(f"--experts {self.experts} is transformers' experts_implementation: "
+                           "Megatron runs its own MoE layers")  # fmt: skip
         _choice("shard", self.shard, SHARDING)
         _choice("offload", self.offload, OFFLOAD)
         for name in ("micro_batch", "seq", "grad_accum", "rank", "virtual_pipeline", "ep"):
@@ -448,8 +453,8 @@ JOB_OPTIONS: tuple[JobOption, ...] = (
     JobOption("optimizer", str, "train", " | ".join(OPTIMIZERS)),
     JobOption("optimizer_impl", str, "train", " | ".join(OPTIMIZER_IMPLS) + " (default: the framework's: fused for deepspeed and megatron, PyTorch's foreach otherwise)."),
     JobOption("attention", str, "all", "sdpa (flash path) | eager | math (SDPA fallback)"),
-    JobOption("experts", str, "serve", "MoE, hf engine: transformers' experts_implementation: grouped_mm (its default) | batched_mm (every routed token gathers its expert's weights) | eager (a loop over the experts, one at a time; balanced routing assumed).", engine="hf"),
-    JobOption("ssm_kernels", str, "all", "Gated DeltaNet / Mamba-2 layers run by transformers (hf serving, training): auto (fused where fla / mamba_ssm is installed here, else transformers' pure-torch fallback) | torch | fused."),
+    JobOption("experts", str, "all", "MoE, transformers' experts_implementation (hf serving, training): grouped_mm (its default) | batched_mm (every routed token gathers its expert's weights) | eager (a loop over the experts, one at a time; balanced routing assumed; in training each expert's weight gradient is built full-size and added).", engine="hf"),
+    JobOption("ssm_kernels", str, "all", "Gated DeltaNet / Mamba-2 layers run by transformers (hf serving, training): auto (fused where fla / mamba_ssm is installed here, else transformers' pure-torch fallback) | torch | fused.", engine="hf"),
     JobOption("checkpointing", str, "train", " | ".join(CHECKPOINTING)),
     JobOption("shard", str, "train", " | ".join(SHARDING)),
     JobOption("offload", str, "train", " | ".join(OFFLOAD)),
@@ -570,7 +575,7 @@ def build_job(kind: str, o: dict):
         optimizer_impl=pick.get("optimizer_impl"), micro_batch=pick.get("micro_batch", 1),
         seq=pick.get("seq", 2048), grad_accum=pick.get("grad_accum", 1),
         checkpointing=pick.get("checkpointing", "none"), attention=pick.get("attention", "sdpa"),
-        ssm_kernels=pick.get("ssm_kernels", "auto"),
+        ssm_kernels=pick.get("ssm_kernels", "auto"), experts=pick.get("experts", "grouped_mm"),
         shard=pick.get("shard", "none"), offload=pick.get("offload", "none"), parallel=par,
         host=HostSide(workers=pick.get("workers", 0), prefetch=pick.get("prefetch", 2)),
         rank=pick.get("rank", 8) if kind in ("lora", "qlora") else None, qlora=kind == "qlora",

@@ -94,6 +94,8 @@ def job_options(job) -> dict:
         d.pop("ssm_kernels")
     if "prefix_caching" in d and d["prefix_caching"] is None:
         d.pop("prefix_caching")
+    if not isinstance(job, ServeJob) and d.get("experts") == "grouped_mm":
+        d.pop("experts")  # training's default experts path, shown when another is asked
     d.update(d.pop("parallel", None) or {})
     host = d.pop("host", None)
     if host and d.get("micro_batch") is not None:
