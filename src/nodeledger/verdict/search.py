@@ -117,15 +117,23 @@ def search_train(
     found: list[Layout] = []
     tight: list[Layout] = []
     capacity = card_capacity(machine, len(machine.accelerators))
+    # whether the model state alone exceeds a card depends on the layout, not on the
+    # micro-batch or the checkpointing: judged once per layout
+    state_over: dict[tuple, bool] = {}
     for score, tp, pp, dp, shard, prec, mb, ckpt in candidates:
         if len(found) >= top:
             break
+        if state_over.get((tp, pp, dp, shard, prec)):
+            continue
         try:
             cand = job.rechoose(micro_batch=mb, checkpointing=ckpt, shard=shard, offload="none",
                                 precision=prec, parallel=Parallel(tp=tp, pp=pp, dp=dp))  # fmt: skip
         except InputError:
             continue
-        if _state_exceeds(spec, cand, capacity):
+        over = state_over.setdefault(
+            (tp, pp, dp, shard, prec), _state_exceeds(spec, cand, capacity)
+        )
+        if over:
             continue
         try:
             lg = ledger_for(spec, cand, machine)
