@@ -463,3 +463,21 @@ def test_the_default_report_answers_on_one_screen(columns, limit):
     details = run_cli("report", "--no-fail", "--details", env={"COLUMNS": "120"})
     assert details.stdout.count("not judged: card links") > 1  # every reason whole
     assert "Bottleneck ranking" in details.stdout and "claim:" in details.stdout
+
+
+def test_a_train_only_catalogue_has_no_serving_column_and_counts_read_in_the_singular(tmp_path):
+    """One training workload: "1 workload", no serving column nor its legend; a job that needs
+    one card more than the machine has says "needs 1 card"."""
+    cat = tmp_path / "train.toml"
+    cat.write_text("[[workloads]]\nid = 'ft-8b'\nmodel = 'llama-3.1-8b'\njob = 'train'\n"
+                   "micro_batch = 1\nseq = 2048\n")  # fmt: skip
+    p = run_cli("report", "--machine", "k100-ai-8x64g", "--workloads", str(cat), "--no-fail",
+                env={"COLUMNS": "120"})  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "1 workload (" in p.stdout and "1 workloads" not in p.stdout
+    header = next(ln for ln in p.stdout.splitlines() if ln.startswith("workload"))
+    assert "serving" not in header and "replicas x cards" not in p.stdout
+    from nodeledger.units import count
+
+    assert (count(1, "card"), count(2, "card"), count(1_000, "sequence")) == (
+        "1 card", "2 cards", "1,000 sequences")  # fmt: skip

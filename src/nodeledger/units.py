@@ -20,3 +20,8 @@ def gib_text(
     if n is None:
         return unknown
     return f"{n / GiB:,.{decimals}f}{unit}"
+
+
+def count(n: int, noun: str, plural: str = "") -> str:
+    """ "1 workload", "3 workloads" (``plural`` where adding an s is wrong), thousands grouped."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -70,7 +70,12 @@ def num(value: Any, unit: str = "") -> str:
         text = f"{value:,.1f}".rstrip("0").rstrip(".")
     else:
         text = f"{value:,}" if isinstance(value, int) else str(value)
+    if value == 1 and unit in _COUNT_NOUNS:  # "1 sequence", not "1 sequences"
+        unit = unit[:-1]
     return f"{text} {unit}".rstrip()
+
+
+_COUNT_NOUNS = {"sequences", "blocks", "graphs", "cards", "tokens", "workloads", "replicas"}
 
 
 # One exit-code scheme for the commands that judge (fit, report, doctor --job): a CI job can

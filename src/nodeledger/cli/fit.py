@@ -218,7 +218,7 @@ def _render_fit(d: dict[str, Any]) -> None:
             mc, mx = val["max_concurrency_at_context"], val["max_context_at_concurrency"]
             con.print(
                 f"  largest that fits ({val['criterion']}): {num(mc)} sequences of "
-                f"{val['context']:,} tokens; at {val['concurrency']:,} sequences, up to {num(mx)} "
+                f"{val['context']:,} tokens; at {num(val['concurrency'], 'sequences')}, up to {num(mx)} "
                 "tokens each"
                 + (f" (the model's max_position_embeddings: {val['max_position_embeddings']:,})"
                    if val.get("max_position_embeddings") else "")

@@ -27,7 +27,7 @@ from nodeledger.speed import figures as F
 from nodeledger.speed.job import job_speed
 from nodeledger.speed.load import load_speed
 from nodeledger.speed.work import decode_weight_bytes
-from nodeledger.units import GiB
+from nodeledger.units import GiB, count
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, _judge, fit, verdict_of
 from nodeledger.verdict.lifeboat import resolve_lifeboat
@@ -124,7 +124,11 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         per = need // job.replicas if isinstance(job, ServeJob) else need
         if not (isinstance(job, ServeJob) and w.machines == 1 and per <= have):
             res = _resource(
-                "cards", "cannot", need, have, f"needs {need} cards, {machine.name} has {have}"
+                "cards",
+                "cannot",
+                need,
+                have,
+                f"needs {count(need, 'card')}, {machine.name} has {have}",
             )
             row.update(tier="cannot", binding="cards", reason=res["reason"], resources=[res])
             row.update(ledger=None, stack=None, links=None, largest=None)
@@ -158,7 +162,7 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
     big = lg.extras.get("largest") or {}
     if big.get("max_concurrency_at_context") is not None:
         resources[0]["reason"] += (
-            f"; at most {big['max_concurrency_at_context']:,} sequences of "
+            f"; at most {count(big['max_concurrency_at_context'], 'sequence')} of "
             f"{big['context']:,} tokens fit per replica"
         )
     links = link_check(spec, job, machine, w.machines)
@@ -420,7 +424,7 @@ def _capacity_note(replicas: int, card_tier: str, fits_one: bool, conc, per: int
             f"the workload's own concurrency is {card_tier}; the capacity is at the most that fit"
         )
     if fits_one:
-        return f"one replica needs {per} cards, more than the {business} business cards"
+        return f"one replica needs {count(per, 'card')}, more than the {count(business, 'business card')}"
     if conc == 0:
         return (f"not one sequence of {context:,} tokens fits beside the weights (card memory): "
                 "no replica")  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 
 from nodeledger.report import render as R
 from nodeledger.report.sections import Notes, sections
+from nodeledger.units import count
 
 
 def terminal(con, rep: dict, intro: list[str], details: bool = False) -> None:
@@ -39,7 +40,7 @@ def brief(con, rep: dict, src: str | None = None) -> None:
     section's answer; every reason whole is ``--details``."""
     notes = Notes()
     m, c = rep["machine"], rep["counts"]
-    con.print(f"{m['name']}: {len(rep['workloads'])} workloads" + (f" ({src})" if src else "")
+    con.print(f"{m['name']}: {count(len(rep['workloads']), 'workload')}" + (f" ({src})" if src else "")
               + f" — {c['can']} can, {c['tight']} tight, {c['cannot']} cannot"
               + (f", {c['unknown']} unknown." if c["unknown"] else "."), markup=False)  # fmt: skip
     caveat = (rep.get("runtime") or {}).get("caveat")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from nodeledger.machine.profile import MachineProfile
-from nodeledger.units import gib_text
+from nodeledger.units import count, gib_text
 from nodeledger.verdict.fit import TIGHT
 
 TIER_COLOUR = {"can": "#2e7d32", "tight": "#ef6c00", "cannot": "#c62828", "unknown": "#616161"}
@@ -29,7 +29,7 @@ def headline(rep: dict) -> str:
     c = rep["counts"]
     caveat = (rep.get("runtime") or {}).get("caveat")
     return (
-        f"{m['name']}: {len(rep['workloads'])} workloads — {c['can']} can, {c['tight']} tight, "
+        f"{m['name']}: {count(len(rep['workloads']), 'workload')} — {c['can']} can, {c['tight']} tight, "
         f"{c['cannot']} cannot, {c['unknown']} unknown. {rep['scale_out']['verdict']}."
         + (f" Every card figure: {caveat}." if caveat else "")
     )

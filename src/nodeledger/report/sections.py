@@ -13,7 +13,7 @@ from html import escape as h
 from typing import Any
 
 from nodeledger.report import render as R
-from nodeledger.units import gib_text
+from nodeledger.units import count, gib_text
 
 
 def rx(text: str) -> str:
@@ -187,7 +187,9 @@ class Workloads(Section):
             con.print(t)
             for text, ids in R.caveats(rep):
                 rows = (
-                    ", ".join(ids) if len(ids) <= 4 else f"{len(ids)} workloads: {', '.join(ids)}"
+                    ", ".join(ids)
+                    if len(ids) <= 4
+                    else f"{count(len(ids), 'workload')}: {', '.join(ids)}"
                 )
                 con.print(f"  {text} — {rows}", markup=False, highlight=False)
         for r, line in _claims(rep):
@@ -204,10 +206,12 @@ class Workloads(Section):
         # a narrow terminal leaves out the binds column: a binding other than the two memories
         # becomes a caveat (the tier words in the memory cells show theirs)
         narrow = con.width < 110
+        # a catalogue without a serving workload has no serving column
+        serves = bool(rep["serving"]["workloads"])
         cols = ["workload", "tier", *([] if narrow else ["binds"]),
                 "card GiB" + (f" of {gib_text(card, unit='')}" if card else ""),
-                "RAM GiB" + (f" of {gib_text(host, unit='')}" if host else ""), "serving",
-                "see"]  # fmt: skip
+                "RAM GiB" + (f" of {gib_text(host, unit='')}" if host else ""),
+                *(["serving"] if serves else []), "see"]  # fmt: skip
         for col in cols:
             t.add_column(col, no_wrap=col in ("tier", "see"), overflow="fold")
         serving = {w["id"]: w for w in rep["serving"]["workloads"]}
@@ -233,7 +237,7 @@ class Workloads(Section):
                 refs.append(notes.ref(f"binds: {b}{BINDS_NOTE[r['binding']]}", [r["id"]]))
             t.add_row(rx(r["id"]), f"[{TIER_STYLE[tier]}]{tier}[/]", *([] if narrow else [rx(b)]),
                       rx(memory_cell(r, "card memory", card)), rx(memory_cell(r, "host RAM", host)),
-                      rx(cell), ",".join(map(str, sorted(set(refs)))))  # fmt: skip
+                      *([rx(cell)] if serves else []), ",".join(map(str, sorted(set(refs)))))  # fmt: skip
         con.print(t)
 
     def markdown(self) -> list[str]:
@@ -367,6 +371,8 @@ class Serving(Section):
 
     def brief(self, con, notes: Notes) -> None:
         s = self.rep["serving"]
+        if not s["workloads"]:  # no serving workload: no serving column to explain
+            return
         con.print(f"serving: replicas x cards on the {s['business_cards']} business cards (lifeboat: "
                   f"{s['lifeboat']} of {s['cards']} cards kept free), sequences held @ context "
                   "tokens, output tokens/s at that load.", markup=False, highlight=False)  # fmt: skip
@@ -386,8 +392,8 @@ class Serving(Section):
         s = self.rep["serving"]
         total = sum(w["total_sequences"] or 0 for w in s["workloads"])
         P = [f"<h2>Serving capacity (lifeboat: {s['lifeboat']} of {s['cards']} cards free)</h2>"
-             f"<details><summary>{len(s['workloads'])} serving workloads on {s['business_cards']} business "
-             f"cards; up to {total:,} sequences in all at their contexts</summary><ul>"]  # fmt: skip
+             f"<details><summary>{count(len(s['workloads']), 'serving workload')} on "
+             f"{count(s['business_cards'], 'business card')}; up to {total:,} sequences in all at their contexts</summary><ul>"]  # fmt: skip
         P += [f"<li>{h(line)}</li>" for line in R.serving_lines(self.rep)]
         P.append("</ul></details>")
         return P
@@ -449,7 +455,7 @@ class Links(Section):
 
     def html(self) -> list[str]:
         links = self.rep["links"]
-        P = [f"<h2>Links and network</h2><details><summary>{len(links)} workloads "
+        P = [f"<h2>Links and network</h2><details><summary>{count(len(links), 'workload')} "
              "that move data between cards or machines: traffic per token against the compute it "
              "hides behind</summary><ul>"]  # fmt: skip
         P += [

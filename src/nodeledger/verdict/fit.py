@@ -35,6 +35,7 @@ from nodeledger.ledger.jobs import ENGINE_NAMES, LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
+from nodeledger.units import count
 
 TIGHT = {"card memory": 0.90, "host RAM": 0.50}
 TIERS = ("fits", "tight", "cannot")
@@ -189,7 +190,7 @@ def verdict_of(ledger: Ledger) -> Verdict:
         and largest.get("max_concurrency_at_context") is not None
     ):
         reason += (
-            f"; at most {largest['max_concurrency_at_context']:,} sequences of "
+            f"; at most {count(largest['max_concurrency_at_context'], 'sequence')} of "
             f"{largest['context']:,} tokens fit per replica"
         )
     if unknown:
