@@ -150,3 +150,49 @@ def test_place_json_validates_against_its_types(tmp_path, extra):
     assert d["schema_version"] == V and d["replicas"], p.stderr
     assert d["not_placed"], "the 70B at TP8 does not fit beside the lifeboat: a not-placed row"
     TypeAdapter(PlaceJSON).validate_json(json.dumps(d), strict=True)
+
+
+# -- model show, machine show ----------------------------------------------------------------------
+
+
+def test_the_shipped_model_and_machine_schemas_are_generated_from_the_types():
+    from nodeledger.report.machines import machine_json_schema
+    from nodeledger.report.model_summary import model_json_schema
+
+    for name, make in (("model", model_json_schema), ("machine", machine_json_schema)):
+        shipped = json.loads(
+            resources.files("nodeledger.schemas").joinpath(f"{name}.schema.json").read_text()
+        )
+        assert shipped == json.loads(json.dumps(make())), f"regenerate {name}.schema.json"
+
+
+@pytest.mark.parametrize("args", [
+    ("qwen3-8b",), ("deepseek-v3", "--dtype", "fp8"), ("qwen3-30b-a3b",),
+    ("tests/fixtures/models/Nemotron-H-8B-Base-8K",),
+])  # fmt: skip
+def test_model_show_json_validates_against_its_types(args):
+    from nodeledger.report.model_summary import SCHEMA_VERSION as MODEL_VERSION
+    from nodeledger.report.model_summary import ModelJSON
+
+    d = cli_json("model", "show", *args)
+    assert d["schema_version"] == MODEL_VERSION
+    TypeAdapter(ModelJSON).validate_json(json.dumps(d), strict=True)
+    broken = json.loads(json.dumps(d))
+    broken["params"]["total"] = str(broken["params"]["total"])
+    with pytest.raises(ValidationError):
+        TypeAdapter(ModelJSON).validate_json(json.dumps(broken), strict=True)
+
+
+@pytest.mark.parametrize("name", ["k100-ai-8x64g", "dgx-h100", "8x-ascend-910b"])
+def test_machine_show_json_follows_its_schema_and_its_profile_reads_back(name):
+    jsonschema = pytest.importorskip("jsonschema")
+    from nodeledger.machine.profile import MachineProfile
+    from nodeledger.report.machines import machine_json_schema
+
+    d = cli_json("machine", "show", name, "--json")
+    jsonschema.validate(d, machine_json_schema())
+    profile = {k: v for k, v in d.items() if k not in ("device_identity", "card_figures")}
+    assert MachineProfile.model_validate_json(json.dumps(profile)).name == name
+    broken = dict(d, accelerators=[dict(d["accelerators"][0], memory_bytes="64 GB")])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, machine_json_schema())

@@ -125,3 +125,25 @@ def describe_model(ref: str, dtype: str | None = None, online: bool = False) -> 
 
     spec, src = load_model(ref, online=online)
     return model_summary(spec, src, dtype=dtype)
+
+
+def machine_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``machine show --json``: the machine profile as
+    ``machine.profile.MachineProfile`` serialises it, with the two views ``MachineView`` adds,
+    ``device_identity`` and ``card_figures`` (card index -> figure -> value, unit, source).  No
+    ``schema_version``: without the two views the document is a profile file, which refuses
+    unknown keys."""
+    from nodeledger.machine.profile import MachineProfile
+
+    schema = MachineProfile.model_json_schema(mode="serialization")
+    schema["properties"]["device_identity"] = {
+        "type": "object", "title": "Device Identity",
+        "description": "how the runtime's device numbers map to the vendor tool's cards"}  # fmt: skip
+    figure = {"type": "object", "properties": {"value": {}, "unit": {"type": ["string", "null"]},
+              "source": {"type": ["string", "null"]}}}  # fmt: skip
+    schema["properties"]["card_figures"] = {
+        "type": "object", "title": "Card Figures",
+        "additionalProperties": {"type": "object", "additionalProperties": figure}}  # fmt: skip
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger machine show --json (a machine profile and its card figures)"
+    return schema

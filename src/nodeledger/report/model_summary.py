@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
+
 from nodeledger.ledger.kv_cache import (
     kv_bytes_per_token,
     kv_bytes_per_token_beyond_window,
@@ -26,13 +28,103 @@ KV_SOURCE = (
 )
 
 
+# ``model show --json``: the machine-readable contract (issue 31), its JSON Schema generated
+# from these types and shipped as nodeledger/schemas/model.schema.json
+SCHEMA_VERSION = 1
+
+
+class MoEJSON(TypedDict):
+    num_experts: int
+    top_k: int
+    moe_layers: int
+    params_per_expert: int
+
+
+class ArchitectureJSON(TypedDict):
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    vocab_size: int
+    tied_embeddings: bool
+    attention_layers: dict[str, int]  # layers by token mixer (full, sliding, mla, linear ...)
+    moe: MoEJSON | None
+    torch_dtype: str | None
+    quantization_config: dict[str, Any] | None  # the config's, verbatim
+
+
+class ParamsJSON(TypedDict):
+    total: int
+    active: int
+    active_non_embedding: int
+    active_convention: str
+    by_part: dict[str, int]
+    unit: str  # "parameters"
+    source: str
+
+
+class SchemeBytesJSON(TypedDict):
+    scheme: str
+    bytes: int
+    source: str
+    by_part: NotRequired[dict[str, int]]  # the scheme --dtype asked
+
+
+class KvJSON(TypedDict):
+    dtype: str
+    bytes_per_token: int
+    bytes_per_token_fp8: int
+    bytes_per_token_beyond_window: int
+    linear_state_bytes_per_sequence: int
+    sliding_window: int | None
+    source: str
+
+
+class CheckpointJSON(TypedDict):
+    total_bytes: int
+    bytes_by_dtype: dict[str, int]
+    elements_by_dtype: dict[str, int]
+    tensor_count: int
+    files: list[str]
+    source: str
+    config_derived_bytes: int
+
+
+class ModelJSON(TypedDict):
+    schema_version: int
+    model: str
+    source: str
+    family: str
+    model_type: str | None
+    architecture: ArchitectureJSON
+    params: ParamsJSON
+    weight_bytes: dict[str, int]  # bytes per scheme
+    weight_bytes_layouts: dict[str, str]
+    weight_bytes_config: SchemeBytesJSON
+    weight_bytes_selected: NotRequired[SchemeBytesJSON]
+    kv_bytes_per_token: int
+    kv: KvJSON
+    checkpoint: CheckpointJSON | None
+    notes: list[str]
+
+
+def model_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``model show --json``, generated from :class:`ModelJSON`."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(ModelJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger model show --json"
+    return schema
+
+
 def model_summary(
     spec: ModelSpec, src: ConfigSource, dtype: str | None = None, read_checkpoint: bool = True
-) -> dict[str, Any]:
+) -> ModelJSON:
     # long: a builder: one summary dict, mostly a literal of independent fields read off the spec
     by_part = spec.params_by_part()
     default = config_scheme(spec)
     out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "model": src.catalogue_entry["id"] if src.catalogue_entry else src.where,
         "source": src.where,
         "family": spec.family,
@@ -112,4 +204,5 @@ def model_summary(
                 "source": ck.source,
                 "config_derived_bytes": out["weight_bytes_config"]["bytes"],
             }
-    return out
+    # built as a dict; tests/test_schemas.py validates real outputs against ModelJSON
+    return out  # type: ignore[return-value]

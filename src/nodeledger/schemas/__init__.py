@@ -2,7 +2,8 @@
 ``fit.schema.json`` (``verdict.assess.FitJSON``), ``doctor.schema.json`` and
 ``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``),
 ``report.schema.json`` (``report.usecase.CapacityJSON``), ``place.schema.json``
-(``placement.usecase.PlaceJSON``).
+(``placement.usecase.PlaceJSON``), ``model.schema.json`` (``report.model_summary.ModelJSON``),
+``machine.schema.json`` (``machine.profile.MachineProfile``, serialised).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
 
@@ -15,4 +16,8 @@ with
         open('src/nodeledger/schemas/report.schema.json', 'w').write(json.dumps(capacity_json_schema(), indent=2, sort_keys=True) + '\\n')"
     .venv/bin/python -c "import json; from nodeledger.placement.usecase import place_json_schema; \
         open('src/nodeledger/schemas/place.schema.json', 'w').write(json.dumps(place_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.report.model_summary import model_json_schema as m; \
+        from nodeledger.report.machines import machine_json_schema as p; \
+        [open(f'src/nodeledger/schemas/{n}.schema.json', 'w').write(json.dumps(f(), indent=2, sort_keys=True) + '\\n') \
+         for n, f in (('model', m), ('machine', p))]"
 """
