@@ -196,3 +196,31 @@ def test_machine_show_json_follows_its_schema_and_its_profile_reads_back(name):
     broken = dict(d, accelerators=[dict(d["accelerators"][0], memory_bytes="64 GB")])
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, machine_json_schema())
+
+
+# -- compare -------------------------------------------------------------------------------------
+
+
+def test_compare_json_follows_its_shipped_schema_and_each_report_its_body_type():
+    jsonschema = pytest.importorskip("jsonschema")
+    from nodeledger.report.compare import SCHEMA_VERSION as COMPARE_VERSION
+    from nodeledger.report.compare import CompareJSON, compare_json_schema
+    from nodeledger.report.usecase import ReportBodyJSON
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("compare.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(compare_json_schema())), (
+        "regenerate compare.schema.json"
+    )
+    d = cli_json("compare", "4x-a100-80g-pcie", "8x-a40-48g-pcie", "--price",
+                 "4x-a100-80g-pcie=60000", "--format", "json")  # fmt: skip
+    assert d["schema_version"] == COMPARE_VERSION
+    jsonschema.validate(d, shipped)
+    TypeAdapter(CompareJSON).validate_json(json.dumps(d), strict=True)
+    for rep in d["reports"].values():
+        TypeAdapter(ReportBodyJSON).validate_json(json.dumps(rep), strict=True)
+    broken = json.loads(json.dumps(d))
+    broken["machines"][0]["cards"] = "4"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, shipped)

@@ -192,7 +192,8 @@ def compare_cmd(
         )
     res, src = compare_machines(machines, workloads, price, lifeboat)
     if fmt == "json":
-        _write(json.dumps({"workloads_source": src, **res}, indent=2, default=str), output)
+        out = {"schema_version": res["schema_version"], "workloads_source": src, **res}
+        _write(json.dumps(out, indent=2, default=str), output)
         return
     lines = _compare_md(res, src)
     if fmt == "md":

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
+
 from nodeledger.errors import InputError
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -42,6 +46,79 @@ def price_per_million_tokens(price: float | None, tokens_per_s: float | None,
     if price is None or not tokens_per_s:
         return None
     return price / (tokens_per_s * years * SECONDS_PER_YEAR / 1e6)
+
+
+# ``compare --format json``: the machine-readable contract (issue 31), its JSON Schema generated
+# from these types and shipped as nodeledger/schemas/compare.schema.json
+SCHEMA_VERSION = 1
+
+
+class CompareCellJSON(TypedDict):
+    tier: str
+    binding: str | None
+    reason: str
+
+
+class CompareRowJSON(TypedDict):
+    id: str
+    title: str
+    machines: dict[str, CompareCellJSON]  # machine -> its verdict on this workload
+
+
+class CompareMachineJSON(TypedDict):
+    """One machine's line: prices in the unit they were given (--price MACHINE=COST), rates per
+    second; per serving workload in the dicts (None where it does not run or is unknown)."""
+
+    machine: str
+    name: str
+    cards: int
+    card_memory_bytes: int | None
+    counts: dict[str, int]
+    runnable: int
+    price: float | None
+    price_per_runnable_workload: float | None
+    serving_sequences: dict[str, int | None]
+    serving_notes: dict[str, str]
+    price_per_sequence: dict[str, float | None]
+    output_tokens_per_s: dict[str, float | None]
+    requests_per_s_at_slo: dict[str, float | None]
+    speed_binding: dict[str, str | None]
+    output_tokens_per_s_per_price: dict[str, float | None]
+    price_per_million_output_tokens: dict[str, float | None]
+    bottleneck: str | None
+    scale_out: str
+
+
+class FasterJSON(TypedDict):
+    fastest: str | None
+    most_per_price: str | None
+    ratio: float | None  # the fastest's output tokens/s over the slowest's
+
+
+class CompareJSON(TypedDict):
+    schema_version: int
+    workloads_source: str
+    workloads: list[CompareRowJSON]
+    machines: list[CompareMachineJSON]
+    reports: dict[str, Any]  # machine -> report.usecase.ReportBodyJSON
+    throughput_basis: str
+    faster: dict[str, FasterJSON]
+
+
+def compare_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``compare --format json``, generated from :class:`CompareJSON` (each
+    report in ``reports`` is a :class:`report.usecase.ReportBodyJSON`)."""
+    from pydantic import TypeAdapter
+
+    from nodeledger.report.usecase import ReportBodyJSON
+
+    class _Typed(CompareJSON):
+        reports: dict[str, ReportBodyJSON]  # type: ignore[misc]
+
+    schema = TypeAdapter(_Typed).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger compare --format json"
+    return schema
 
 
 def compare(
@@ -102,7 +179,8 @@ def compare(
             ),
             "scale_out": rep["scale_out"]["verdict"],
         })  # fmt: skip
-    return {"workloads": table, "machines": summary, "reports": reports,
+    return {"schema_version": SCHEMA_VERSION, "workloads": table, "machines": summary,
+            "reports": reports,
             "throughput_basis": (
                 "output tokens/s of the serving workloads on the business cards (lifeboat "
                 f"{_lifeboats(reports)}), concurrency at the most that fit, prompts/answers as each workload "

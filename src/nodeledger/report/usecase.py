@@ -133,12 +133,11 @@ class BottleneckJSON(TypedDict):
     severity: float
 
 
-class CapacityJSON(TypedDict):
-    """``nodeledger report --format json``: the capacity report of a workload catalogue on one
-    machine.  Bytes in ``*_bytes`` keys (and a memory resource's used / capacity)."""
+class ReportBodyJSON(TypedDict):
+    """The capacity report of a workload catalogue on one machine, as ``report`` and
+    ``compare`` (once per machine) print it.  Bytes in ``*_bytes`` keys (and a memory
+    resource's used / capacity)."""
 
-    schema_version: int
-    intro: list[str]
     runtime: dict[str, Any]  # vendor, runtime, measured, caveat
     machine: dict[str, Any]  # name, description, cards, card_memory_bytes, host_ram_bytes
     workloads: list[WorkloadJSON]
@@ -148,6 +147,14 @@ class CapacityJSON(TypedDict):
     host_loads: list[dict[str, Any]]
     links: list[dict[str, Any]]
     scale_out: dict[str, Any]  # buy_second_machine, verdict, criteria
+
+
+class CapacityJSON(ReportBodyJSON):
+    """``nodeledger report --format json``: the capacity report with its schema version and the
+    lines that say where the machine and the workloads came from."""
+
+    schema_version: int
+    intro: list[str]
 
 
 def capacity_json_schema() -> dict[str, Any]:

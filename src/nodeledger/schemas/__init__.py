@@ -3,7 +3,8 @@
 ``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``),
 ``report.schema.json`` (``report.usecase.CapacityJSON``), ``place.schema.json``
 (``placement.usecase.PlaceJSON``), ``model.schema.json`` (``report.model_summary.ModelJSON``),
-``machine.schema.json`` (``machine.profile.MachineProfile``, serialised).
+``machine.schema.json`` (``machine.profile.MachineProfile``, serialised, with its card figures),
+``compare.schema.json`` (``report.compare.CompareJSON``).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
 
@@ -20,4 +21,6 @@ with
         from nodeledger.report.machines import machine_json_schema as p; \
         [open(f'src/nodeledger/schemas/{n}.schema.json', 'w').write(json.dumps(f(), indent=2, sort_keys=True) + '\\n') \
          for n, f in (('model', m), ('machine', p))]"
+    .venv/bin/python -c "import json; from nodeledger.report.compare import compare_json_schema; \
+        open('src/nodeledger/schemas/compare.schema.json', 'w').write(json.dumps(compare_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
