@@ -750,7 +750,7 @@ def _vllm_card(
     per_seq = kv.paged_kv_bytes_per_sequence(per_token, job.context, job.block_size)
     # the state blocks a running sequence holds per Mamba-style group (1, or 2-3 when prefix
     # caching keeps aligned states: engines.vllm_state_blocks)
-    per_seq += state_groups * (states.resident if state_groups else 1) * page * per_block_layers
+    per_seq += state_groups * states.resident * page * per_block_layers
     kv_needed = ceil(per_seq * (job.concurrency or 0))
     if available is not None:
         items.append(Item(

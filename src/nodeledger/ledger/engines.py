@@ -596,8 +596,6 @@ def vllm_state_blocks(spec, version: str | None, prefix_caching: bool | None) ->
     mode = row["mode"]
     if mode == "all" and spec.family not in row.get("all_models", []):
         mode = "align"
-    if mode == "none" and prefix_caching:
-        mode = "align"  # asked on in a release whose default is off: vLLM 0.15+ 'align'
     return StateBlocks(
         mode, int(row.get("align_blocks", 2)), f"mamba_cache_mode '{mode}': {row['source']}"
     )

@@ -178,6 +178,9 @@ class ServeJob:
         _choice("attention", self.attention, ATTENTION)
         _choice("experts", self.experts, EXPERTS)
         _choice("ssm_kernels", self.ssm_kernels, SSM_KERNELS)
+        if self.prefix_caching is True:
+            raise JobError("prefix caching switched on where the release keeps it off is not "
+                           "modelled: leave it at the release's default, or --no-prefix-caching")  # fmt: skip
         if self.experts != "grouped_mm" and not ENGINE_TRAITS[self.engine].transformers_modules:
             raise JobError(f"--experts {self.experts} is transformers' experts_implementation: "
                            "it needs --engine hf (a serving engine runs its own fused MoE)")  # fmt: skip
