@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -224,3 +225,38 @@ def test_compare_json_follows_its_shipped_schema_and_each_report_its_body_type()
     broken["machines"][0]["cards"] = "4"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, shipped)
+
+
+# -- oom -----------------------------------------------------------------------------------------
+
+
+def _oom_logs() -> list[str]:
+    from conftest import SHARED
+
+    here = sorted(str(p) for p in (Path(__file__).parent / "fixtures" / "oom").iterdir())
+    real = SHARED / "fixtures" / "real"
+    there = sorted(str(p) for d in ("oom-kernel", "oom-accel") if (real / d).is_dir()
+                   for p in (real / d).iterdir() if p.suffix in (".txt", ".log"))  # fmt: skip
+    return here + there
+
+
+def test_oom_json_follows_its_shipped_schema_on_every_recorded_log():
+    from conftest import run_cli
+    from nodeledger.triage.report import SCHEMA_VERSION as OOM_VERSION
+    from nodeledger.triage.report import OomJSON, oom_json_schema
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("oom.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(oom_json_schema())), "regenerate oom.schema.json"
+    logs = _oom_logs()
+    assert len(logs) >= 10
+    kinds = set()
+    for log in logs:
+        proc = run_cli("oom", "--no-kernel-log", log, "--json")
+        assert proc.returncode in (0, 1, 3), (log, proc.stderr)
+        d = json.loads(proc.stdout)
+        assert d["schema_version"] == OOM_VERSION
+        TypeAdapter(OomJSON).validate_json(proc.stdout, strict=True)
+        kinds |= {i["kind"] for i in d["incidents"]}
+    assert len(kinds) >= 3, kinds  # host- and card-side kinds among them

@@ -4,7 +4,8 @@
 ``report.schema.json`` (``report.usecase.CapacityJSON``), ``place.schema.json``
 (``placement.usecase.PlaceJSON``), ``model.schema.json`` (``report.model_summary.ModelJSON``),
 ``machine.schema.json`` (``machine.profile.MachineProfile``, serialised, with its card figures),
-``compare.schema.json`` (``report.compare.CompareJSON``).
+``compare.schema.json`` (``report.compare.CompareJSON``), ``oom.schema.json``
+(``triage.report.OomJSON``).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
 
@@ -23,4 +24,6 @@ with
          for n, f in (('model', m), ('machine', p))]"
     .venv/bin/python -c "import json; from nodeledger.report.compare import compare_json_schema; \
         open('src/nodeledger/schemas/compare.schema.json', 'w').write(json.dumps(compare_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.triage.report import oom_json_schema; \
+        open('src/nodeledger/schemas/oom.schema.json', 'w').write(json.dumps(oom_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """

@@ -21,7 +21,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
+
+from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
 
 from nodeledger.logs.accel import parse_accel_log
 from nodeledger.logs.incidents import Incident
@@ -64,6 +66,80 @@ class Source:
             yield from read_lines(f, stats)
 
 
+# ``oom --json``: the machine-readable contract (issue 31), its JSON Schema generated from these
+# types and shipped as nodeledger/schemas/oom.schema.json
+SCHEMA_VERSION = 1
+Side = Literal["host", "card"]
+
+
+class OomVerdictJSON(TypedDict):
+    side: Literal["none", "host", "card", "both"]
+    summary: str
+    verdict: Literal["found", "none", "inconclusive"]
+
+
+class OomLinkJSON(TypedDict):
+    to: int  # the linked incident's id
+    kind: str
+    side: Side
+    source: str  # file:line
+    by: str  # what links them: a pid, a process name, the time
+    detail: str
+    pid: int | None
+    process: str | None
+    seconds: NotRequired[float]  # how far apart in time, where they are linked by it
+
+
+class OomIncidentJSON(TypedDict):
+    id: int
+    kind: str  # logs.incidents KINDS: kernel-oom-killer, memcg-oom, job-killed, cuda-oom ...
+    side: Side
+    source: str  # file:line
+    lines: list[int]  # first and last line of the incident
+    time: str | None  # as the log wrote it
+    time_iso: str | None
+    uptime_s: float | None  # the kernel's seconds since boot, where it stamped that
+    process: str | None
+    pid: int | None
+    card: int | None
+    complete: bool
+    figures: dict[str, int | None]  # bytes in *_bytes keys; None where the log does not say
+    details: dict[str, Any]  # what the log names beyond the figures, per kind
+    message: str
+    occurrences: int
+    also_at: list[str]
+    links: list[OomLinkJSON]
+    fixes: list[str]
+    notes: list[str]
+
+
+class OomSourceJSON(TypedDict):
+    source: str
+    kind: Literal["file", "kernel-log"]
+    lines: int
+    incidents: int
+
+
+class OomJSON(TypedDict):
+    schema_version: int
+    verdict: OomVerdictJSON
+    incidents: list[OomIncidentJSON]
+    notes: list[str]
+    sources_read: list[OomSourceJSON]
+    link_window_s: float
+    since: str | None
+
+
+def oom_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``oom --json``, generated from :class:`OomJSON`."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(OomJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger oom --json"
+    return schema
+
+
 @dataclass
 class OomReport:
     incidents: list[Incident]
@@ -75,6 +151,7 @@ class OomReport:
 
     def _fields(self, incidents: list[dict[str, Any]] | None) -> dict[str, Any]:
         return {
+            "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict,
             "incidents": incidents,
             "notes": list(self.notes),
