@@ -274,7 +274,7 @@ def test_nan_clock_in_amd_smi_monitor_keeps_every_card(tmp_path):
     assert proc.returncode == 0, proc.stderr  # old code: every card dropped, exit 4
     s = json.loads(proc.stdout)
     assert [c["index"] for c in s["cards"]] == list(range(8))
-    assert [c["util_mean"] for c in s["cards"]] == [83, 13, 0, 1, 0, 0, 0, 0]
+    assert [c["util_mean_pct"] for c in s["cards"]] == [83, 13, 0, 1, 0, 0, 0, 0]
     (fixture := tmp_path / "monitor.txt").write_text(text)
     parsed = json.loads(run_cli("parse", "amd-smi-monitor", str(fixture), "--json").stdout)
     assert parsed["cards"][1]["gfx_clock_mhz"] is None

@@ -260,3 +260,26 @@ def test_oom_json_follows_its_shipped_schema_on_every_recorded_log():
         TypeAdapter(OomJSON).validate_json(proc.stdout, strict=True)
         kinds |= {i["kind"] for i in d["incidents"]}
     assert len(kinds) >= 3, kinds  # host- and card-side kinds among them
+
+
+# -- watch ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["fsdp-sharded", "fsdp-unsharded", "dead-owner",
+                                      "remote-numa", "extra-contexts", "two-loads"])  # fmt: skip
+def test_watch_json_follows_its_types_and_its_shipped_schema(scenario):
+    from conftest import run_cli
+    from nodeledger.watch.session import SCHEMA_VERSION as WATCH_VERSION
+    from nodeledger.watch.session import WatchJSON, watch_json_schema
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("watch.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(watch_json_schema())), "regenerate watch.schema.json"
+    proc = run_cli("watch", "--backend", f"fake:{scenario}", "--json")
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["schema_version"] == WATCH_VERSION and d["exit_code"] == proc.returncode
+    TypeAdapter(WatchJSON).validate_json(proc.stdout, strict=True)
+    host = d["host"]
+    assert host["mem_total_bytes"] > 0 and "mem_total" not in host  # units in the key names

@@ -397,7 +397,7 @@ def test_a_host_without_cards_is_watched_for_its_host_figures(capsys):
     code = main(["watch", "--samples", "2", "--interval", "0.05", "--json"])
     s = json.loads(capsys.readouterr().out)
     assert code == 0 and s["cards"] == [] and "no card could be sampled" in s["host_only"]
-    assert s["host"]["mem_total"] > 0
+    assert s["host"]["mem_total_bytes"] > 0
     code = main(["watch", "--samples", "2", "--interval", "0.05", "--job", "serve", "--model",
                  "qwen3-0.6b", "--json"])  # fmt: skip
     assert code == 4

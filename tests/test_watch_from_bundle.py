@@ -50,7 +50,7 @@ def test_mi300x_bundle_per_process_memory(tmp_path):
         assert c["processes_bytes"] == int(row["vram_mem"])  # the floor under the card's use
         assert c["last_bytes"] is None and c["total_bytes"] is None  # not in the recordings
     # GFX_UTIL column of `amd-smi monitor -putm`
-    assert [c["util_mean"] for c in s["cards"]] == [83, 13, 0, 1, 0, 0, 0, 0]
+    assert [c["util_mean_pct"] for c in s["cards"]] == [83, 13, 0, 1, 0, 0, 0, 0]
     assert any("cards listed by `amd-smi monitor`" in n for n in s["notes"])
     assert any("assembled from AMD's public outputs" in n for n in s["notes"])
     # no /proc in the bundle: liveness unknown, so no dead-owner finding
@@ -96,7 +96,7 @@ def test_dcu_bundle_percentages_only(tmp_path):
     s, code = _watch(b, "--backend", "hy-smi")
     assert code == 0
     assert [c["last_pct"] for c in s["cards"]] == [87, 85, 85, 85, 85, 85, 85, 85]
-    assert [c["util_mean"] for c in s["cards"]] == [74, 29, 31, 28, 35, 17, 37, 46]
+    assert [c["util_mean_pct"] for c in s["cards"]] == [74, 29, 31, 28, 35, 17, 37, 46]
     assert all(c["last_bytes"] is None and c["owners"] == [] for c in s["cards"])
     assert any("default table" in n for n in s["notes"])
 
@@ -140,7 +140,7 @@ def test_recorded_samples_replay_in_order(tmp_path):
     (c,) = s["cards"]
     assert c["last_bytes"] == round(9.0 * GiB) and c["max_bytes"] == round(9.0 * GiB)
     assert s["duration_s"] == pytest.approx(times[-1] - times[0], abs=1e-3)
-    assert s["host"]["mem_total"] == 131072000 * 1024
+    assert s["host"]["mem_total_bytes"] == 131072000 * 1024
     # processes whose /proc files were not read are unknown, never dead
     assert c["owners"][0]["pid"] == 207590
 
@@ -175,7 +175,7 @@ def test_bundle_watch_samples_on_this_host(tmp_path):
     proc = run_cli("bundle", "-o", str(out), "--watch-samples", "2", "--watch-interval", "0.05")
     assert proc.returncode == 0 and "2 watch samples" in proc.stdout, proc.stderr
     s, code = _watch(out)
-    assert s["samples"] == 2 and s["host"]["mem_total"]
+    assert s["samples"] == 2 and s["host"]["mem_total_bytes"]
     assert code in (0, 4)  # 0 on a host without cards; a card tool on the host: its cards
     proc = run_cli("bundle", "-o", str(out), "--watch-samples", "1", "--backend", "nvml")
     assert proc.returncode == 2 and "not replayable" in proc.stderr

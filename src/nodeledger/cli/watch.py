@@ -390,12 +390,13 @@ def _render_summary(s: dict, header: dict) -> None:
     if s.get("host_only"):
         con.print(f"note: {s['host_only']}: the host's figures only", markup=False)
     h = s.get("host") or {}
-    if h and h.get("mem_total") is None:
+    if h and h.get("mem_total_bytes") is None:
         con.print("host (last sample): RAM and swap unknown (not read)", markup=False)
     elif h:
+        swap = (h.get("swap_total_bytes") or 0) - (h.get("swap_free_bytes") or 0)
         con.print(
-            f"host (last sample): {_gib(h.get('mem_available'))} of {_gib(h.get('mem_total'))} GiB "
-            f"available, swap used {_gib((h.get('swap_total') or 0) - (h.get('swap_free') or 0))} GiB",
+            f"host (last sample): {_gib(h.get('mem_available_bytes'))} of "
+            f"{_gib(h.get('mem_total_bytes'))} GiB available, swap used {_gib(swap)} GiB",
             markup=False,
         )
     t = Table(
@@ -430,7 +431,7 @@ def _render_summary(s: dict, header: dict) -> None:
         t.add_row(str(c["index"]), _gib(c["peak_bytes"]), _gib(c.get("max_bytes")),
                   last, _gib(c["predicted_bytes"]),
                   _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),
-                  "-" if c["util_mean"] is None else f"{c['util_mean']:.0f}", owners or "-")  # fmt: skip
+                  "-" if c["util_mean_pct"] is None else f"{c['util_mean_pct']:.0f}", owners or "-")  # fmt: skip
     if s["cards"]:
         con.print(t)
         con.print(

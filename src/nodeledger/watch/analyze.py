@@ -406,7 +406,7 @@ class Analyzer:
                 f = self._unused(i, cards)
             if f is None:
                 continue
-            f.update(card=i, used_bytes=used, util_mean=means.get(i))
+            f.update(card=i, used_bytes=used, util_mean_pct=means.get(i))
             causes, hints = self._causes(i, c, pids, f["kind"], findings)
             f["evidence"] = causes
             f["hints"] = hints
@@ -577,7 +577,7 @@ class Analyzer:
                 "predicted_bytes": self.predicted.get(i),
                 "unsharded_bytes": (grp or {}).get("unsharded_bytes"),
                 "group": (grp or {}).get("name"),
-                "util_mean": round(self.util_sum[i] / self.util_n[i], 1) if self.util_n.get(i) else None,
+                "util_mean_pct": round(self.util_sum[i] / self.util_n[i], 1) if self.util_n.get(i) else None,
                 "processes_bytes": self.proc_sum.get(i),
                 "last_pct": self.last_pct.get(i),
                 "owners": owners,
@@ -589,7 +589,24 @@ class Analyzer:
             "duration_s": round((self.t_last or 0) - (self.t_first or 0), 3),
             "peak_rule": f"sustained peak: the highest memory a card held for {self.confirm} samples in a row",
             "cards": cards,
-            "host": self.last_host,
+            "host": host_summary(self.last_host),
             "verify": self.verify(),
             "idle": self.idle(),
         }
+
+
+def host_summary(h: dict | None) -> dict | None:
+    """The last sample's host figures with their units in the key names, as ``watch --json``
+    prints them (a recorded sample keeps /proc's names, which a replay reads): bytes from
+    /proc/meminfo, pages swapped in / out since boot (/proc/vmstat pswpin / pswpout), CPU
+    time in clock ticks since boot (/proc/stat), each NUMA node's total and free bytes."""
+    if not h:
+        return None
+    cpu = h.get("cpu") or None
+    numa = {n: {"total_bytes": v[0], "free_bytes": v[1]} for n, v in (h.get("numa") or {}).items()}
+    return {"mem_total_bytes": h.get("mem_total"), "mem_available_bytes": h.get("mem_available"),
+            "page_cache_bytes": h.get("page_cache"), "swap_total_bytes": h.get("swap_total"),
+            "swap_free_bytes": h.get("swap_free"), "swap_in_pages": h.get("pswpin"),
+            "swap_out_pages": h.get("pswpout"),
+            "cpu_ticks": None if cpu is None else {k: cpu.get(k) for k in ("total", "idle", "iowait")},
+            "numa": numa}  # fmt: skip

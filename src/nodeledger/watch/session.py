@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
+
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import card_indices
 from nodeledger.machine.resolve import machine_with_intro
@@ -263,6 +265,82 @@ class WatchOptions(SampledOptions):
     engine_log: str | None = None
 
 
+# ``watch --json``: the machine-readable contract (issue 31), its JSON Schema generated from
+# these types and shipped as nodeledger/schemas/watch.schema.json
+SCHEMA_VERSION = 1
+
+
+class WatchOwnerJSON(TypedDict):
+    pid: int
+    name: str | None
+    last_bytes: int | None
+    max_bytes: int | None
+
+
+class WatchCardJSON(TypedDict):
+    index: int
+    total_bytes: int | None
+    peak_bytes: int | None  # the sustained peak (peak_rule)
+    max_bytes: int | None
+    last_bytes: int | None
+    predicted_bytes: int | None  # the plan's, where a plan was given
+    unsharded_bytes: int | None
+    group: str | None
+    util_mean_pct: float | None
+    processes_bytes: int | None
+    last_pct: float | None  # where the tool gives only a share of the card
+    owners: list[WatchOwnerJSON]
+
+
+class WatchHostJSON(TypedDict):
+    """The last sample's host figures (watch.analyze.host_summary)."""
+
+    mem_total_bytes: int | None
+    mem_available_bytes: int | None
+    page_cache_bytes: int | None
+    swap_total_bytes: int | None
+    swap_free_bytes: int | None
+    swap_in_pages: int | None  # since boot
+    swap_out_pages: int | None
+    cpu_ticks: dict[str, int | None] | None  # total, idle, iowait since boot
+    numa: dict[str, dict[str, int | None]]  # node -> total_bytes, free_bytes
+
+
+class WatchVerifyJSON(TypedDict):
+    status: str
+    findings: list[dict[str, Any]]
+
+
+class WatchJSON(TypedDict):
+    schema_version: int
+    samples: int
+    duration_s: float
+    peak_rule: str
+    cards: list[WatchCardJSON]
+    host: WatchHostJSON | None
+    verify: WatchVerifyJSON
+    idle: list[dict[str, Any]]  # idle-card findings, each with its evidence and hints
+    cards_seen: bool
+    host_only: str | None
+    source: str
+    clock: str
+    wall_s: float | None
+    engine_log: NotRequired[dict[str, Any] | None]
+    plan: str | None
+    notes: list[str]
+    exit_code: int
+
+
+def watch_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``watch --json``, generated from :class:`WatchJSON`."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(WatchJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger watch --json"
+    return schema
+
+
 @dataclass
 class WatchSession:
     """One watch: a recorded stream, a bundle's recordings, a fake scenario or this host's
@@ -399,7 +477,7 @@ class WatchSession:
     def summary(self, wall_s: float | None = None) -> dict:
         """The watch's verdict as ``watch --json`` prints it (without its exit code)."""
         an, expect = self.analyzer, self.expect
-        s = an.summary()
+        s = {"schema_version": SCHEMA_VERSION, **an.summary()}
         s["cards_seen"] = an.cards_seen
         s["host_only"] = self.host_only
         s["source"] = self.source
