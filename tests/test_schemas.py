@@ -283,3 +283,31 @@ def test_watch_json_follows_its_types_and_its_shipped_schema(scenario):
     TypeAdapter(WatchJSON).validate_json(proc.stdout, strict=True)
     host = d["host"]
     assert host["mem_total_bytes"] > 0 and "mem_total" not in host  # units in the key names
+
+
+# -- golive --------------------------------------------------------------------------------------
+
+
+def test_golive_json_follows_its_types_and_its_shipped_schema(tmp_path):
+    from conftest import run_cli
+    from nodeledger.golive.checklist import SCHEMA_VERSION as GOLIVE_VERSION
+    from nodeledger.golive.checklist import GoLiveJSON, golive_json_schema
+    from test_golive import PLAN7, _bench_json
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("golive.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(golive_json_schema())), "regenerate golive.schema.json"
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN7)
+    ok = [{"part": "disk", "subject": "d", "metric": "sequential read", "value": 900.0,
+           "unit": "MB/s", "verdict": "ok", "expected": "e", "source": "s", "evidence": ""}]  # fmt: skip
+    proc = run_cli("golive", "--machine", "dgx-h100", "--plan", str(plan), "--allow-unavailable",
+                   "doctor", "--allow-unavailable", "cards", "--allow-unavailable", "drill",
+                   "--bench-json", str(_bench_json(tmp_path, ok)), "--json",
+                   env={"NODELEDGER_STATE": str(tmp_path / "state.sqlite")})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["schema_version"] == GOLIVE_VERSION and [s["id"] for s in d["steps"]] == [
+        "doctor", "cards", "bench", "plan", "drill"]  # fmt: skip
+    TypeAdapter(GoLiveJSON).validate_json(proc.stdout, strict=True)

@@ -45,6 +45,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
+
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.files import check_user_file
@@ -87,6 +90,43 @@ if card_n:
 print(json.dumps({"host_bytes": n, "card_bytes": card, "card_note": note}), flush=True)
 time.sleep(life)
 """
+
+
+# ``golive --json``: the machine-readable contract (issue 31), its JSON Schema generated from
+# these types and shipped as nodeledger/schemas/golive.schema.json
+SCHEMA_VERSION = 1
+
+
+class StepJSON(TypedDict):
+    id: Literal["doctor", "cards", "bench", "plan", "drill"]
+    title: str
+    status: Literal["pass", "fail", "unavailable"]
+    summary: str
+    evidence: list[str]
+    details: dict[str, Any]  # per step: findings, figures (bytes in *_bytes keys), the card
+
+
+class GoLiveJSON(TypedDict):
+    schema_version: int
+    machine: str
+    origin: str
+    plan: str | None
+    steps: list[StepJSON]
+    counts: dict[str, int]  # steps per status
+    allowed_unavailable: list[str]
+    exit_code: int
+    verdict: str
+    bench: dict[str, Any] | None  # the recorded `bench --json` it judged, if one was given
+
+
+def golive_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``golive --json``, generated from :class:`GoLiveJSON`."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(GoLiveJSON).json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "nodeledger golive --json"
+    return schema
 
 
 def step(sid: str, title: str, status: str, summary: str, evidence: list[str] | None = None,
@@ -690,6 +730,7 @@ def run_golive(*, plan_file: str | None = None, machine: str | None = None,
         fails + [f"{i} unavailable" for i in missing] + [f"{i} partly unavailable" for i in partial]
     )
     return {
+        "schema_version": SCHEMA_VERSION,
         "machine": profile.name,
         "origin": state.origin,
         "plan": plan_file,

@@ -5,7 +5,8 @@
 (``placement.usecase.PlaceJSON``), ``model.schema.json`` (``report.model_summary.ModelJSON``),
 ``machine.schema.json`` (``machine.profile.MachineProfile``, serialised, with its card figures),
 ``compare.schema.json`` (``report.compare.CompareJSON``), ``oom.schema.json``
-(``triage.report.OomJSON``), ``watch.schema.json`` (``watch.session.WatchJSON``).
+(``triage.report.OomJSON``), ``watch.schema.json`` (``watch.session.WatchJSON``), ``golive.schema.json``
+(``golive.checklist.GoLiveJSON``).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
 
@@ -28,4 +29,6 @@ with
         open('src/nodeledger/schemas/oom.schema.json', 'w').write(json.dumps(oom_json_schema(), indent=2, sort_keys=True) + '\\n')"
     .venv/bin/python -c "import json; from nodeledger.watch.session import watch_json_schema; \
         open('src/nodeledger/schemas/watch.schema.json', 'w').write(json.dumps(watch_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.golive.checklist import golive_json_schema; \
+        open('src/nodeledger/schemas/golive.schema.json', 'w').write(json.dumps(golive_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
