@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from test_readme_outputs import MARKER, ROOT, WALL
+from test_readme_outputs import MARKER, ROOT, WALL, render
 
 pytestmark = pytest.mark.skipif(
     not (os.environ.get("CI") or os.environ.get("NODELEDGER_NEWCOMER")),
@@ -53,19 +52,8 @@ def fresh(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 
 def _run(dest: Path, cmd: str) -> tuple[int, list[str]]:
     """A README command with the fresh venv's entry point, from the fresh copy's root."""
-    words, _, pipe = cmd.partition(" | ")
-    words = shlex.split(words)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(w.split("=", 1) for w in words if re.fullmatch(r"[A-Z_]+=.*", w))
-    args = [w for w in words if not re.fullmatch(r"[A-Z_]+=.*", w)]
-    assert args[0] == "nodeledger", cmd
-    proc = subprocess.run([str(dest / ".venv" / "bin" / "nodeledger"), *args[1:]], cwd=dest,
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
-    lines = [ln.rstrip() for ln in proc.stdout.rstrip("\n").splitlines()]
-    if pipe:
-        tool, n = pipe.split()
-        lines = lines[: int(n.lstrip("-"))] if tool == "head" else lines[-int(n.lstrip("-")) :]
-    return proc.returncode, lines
+    return render(cmd, [str(dest / ".venv" / "bin" / "nodeledger")], dest,
+                  ("VIRTUAL_ENV", "PYTHONPATH"))  # fmt: skip
 
 
 def test_the_main_set_up_command_runs_verbatim_on_a_fresh_copy(fresh):

@@ -26,16 +26,19 @@ def examples() -> list[tuple[str, str, str]]:
             for m in MARKER.finditer(p.read_text(encoding="utf-8"))]  # fmt: skip
 
 
-def render(cmd: str) -> tuple[int, list[str]]:
-    """(exit code, the lines the command prints), ``| head -N`` / ``| tail -N`` applied."""
+def render(cmd: str, entry: list[str] | None = None, cwd: Path = ROOT,
+           drop_env: tuple[str, ...] = ()) -> tuple[int, list[str]]:  # fmt: skip
+    """(exit code, the lines the command prints), ``| head -N`` / ``| tail -N`` applied.
+    ``entry``: what runs for ``nodeledger`` (this interpreter's ``-m nodeledger`` unless given),
+    from ``cwd``, with the ``drop_env`` variables left out of the environment."""
     words, _, pipe = cmd.partition(" | ")
     words = shlex.split(words)
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in drop_env}
     env.update(w.split("=", 1) for w in words if re.fullmatch(r"[A-Z_]+=.*", w))
     args = [w for w in words if not re.fullmatch(r"[A-Z_]+=.*", w)]
     assert args[0] == "nodeledger", cmd
-    proc = subprocess.run([sys.executable, "-m", "nodeledger", *args[1:]], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=120)  # fmt: skip
+    argv = [*(entry or [sys.executable, "-m", "nodeledger"]), *args[1:]]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
     lines = [ln.rstrip() for ln in proc.stdout.rstrip("\n").splitlines()]
     if pipe:
         tool, n = pipe.split()

@@ -172,14 +172,8 @@ class PreflightJSON:
 
 def doctor_json_schemas() -> dict[str, dict[str, Any]]:
     """The JSON Schemas of ``doctor --json`` (checks) and of its pre-flight, from the types."""
-    from pydantic import TypeAdapter
+    from nodeledger.schemas import json_schema
 
-    out = {}
-    for name, cls, title in (("doctor", DoctorChecksJSON, "nodeledger doctor --json"),
-                             ("doctor-preflight", PreflightJSON,
-                              "nodeledger doctor MODEL --job ... --json")):  # fmt: skip
-        schema = TypeAdapter(cls).json_schema()
-        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-        schema["title"] = title
-        out[name] = schema
-    return out
+    return {"doctor": json_schema(DoctorChecksJSON, "nodeledger doctor --json"),
+            "doctor-preflight": json_schema(PreflightJSON,
+                                            "nodeledger doctor MODEL --job ... --json")}  # fmt: skip

@@ -55,6 +55,7 @@ from nodeledger.machine.parsers.proc import pid_stat, pid_status
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.vendors import all_specs as all_vendor_specs
 from nodeledger.machine.vendors import spec as vendor_spec
+from nodeledger.schemas import json_schema
 from nodeledger.units import GiB, MiB, gib_text
 
 STATUSES = ("pass", "fail", "unavailable")
@@ -121,12 +122,7 @@ class GoLiveJSON(TypedDict):
 
 def golive_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``golive --json``, generated from :class:`GoLiveJSON`."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(GoLiveJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger golive --json"
-    return schema
+    return json_schema(GoLiveJSON, "nodeledger golive --json")
 
 
 def step(sid: str, title: str, status: str, summary: str, evidence: list[str] | None = None,

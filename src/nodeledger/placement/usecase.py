@@ -12,6 +12,7 @@ from typing import Any
 from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
 
 from nodeledger.errors import NodeledgerError
+from nodeledger.schemas import json_schema
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,4 @@ class PlaceJSON(TypedDict):
 
 def place_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``place --json``, generated from :class:`PlaceJSON`."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(PlaceJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger place PLAN --json"
-    return schema
+    return json_schema(PlaceJSON, "nodeledger place PLAN --json")

@@ -10,6 +10,8 @@ from nodeledger.errors import InputError
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.report.capacity import capacity_report
+from nodeledger.report.usecase import ReportBodyJSON
+from nodeledger.schemas import json_schema
 from nodeledger.verdict.catalogue import Workload
 
 
@@ -100,25 +102,14 @@ class CompareJSON(TypedDict):
     workloads_source: str
     workloads: list[CompareRowJSON]
     machines: list[CompareMachineJSON]
-    reports: dict[str, Any]  # machine -> report.usecase.ReportBodyJSON
+    reports: dict[str, ReportBodyJSON]  # machine -> its capacity report
     throughput_basis: str
     faster: dict[str, FasterJSON]
 
 
 def compare_json_schema() -> dict[str, Any]:
-    """The JSON Schema of ``compare --format json``, generated from :class:`CompareJSON` (each
-    report in ``reports`` is a :class:`report.usecase.ReportBodyJSON`)."""
-    from pydantic import TypeAdapter
-
-    from nodeledger.report.usecase import ReportBodyJSON
-
-    class _Typed(CompareJSON):
-        reports: dict[str, ReportBodyJSON]  # type: ignore[misc]
-
-    schema = TypeAdapter(_Typed).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger compare --format json"
-    return schema
+    """The JSON Schema of ``compare --format json``, generated from :class:`CompareJSON`."""
+    return json_schema(CompareJSON, "nodeledger compare --format json")
 
 
 def compare(

@@ -134,8 +134,10 @@ def machine_json_schema() -> dict[str, Any]:
     ``schema_version``: without the two views the document is a profile file, which refuses
     unknown keys."""
     from nodeledger.machine.profile import MachineProfile
+    from nodeledger.schemas import json_schema
 
-    schema = MachineProfile.model_json_schema(mode="serialization")
+    schema = json_schema(MachineProfile, "nodeledger machine show --json (a machine profile and "
+                         "its card figures)", mode="serialization")  # fmt: skip
     schema["properties"]["device_identity"] = {
         "type": "object", "title": "Device Identity",
         "description": "how the runtime's device numbers map to the vendor tool's cards"}  # fmt: skip
@@ -144,6 +146,4 @@ def machine_json_schema() -> dict[str, Any]:
     schema["properties"]["card_figures"] = {
         "type": "object", "title": "Card Figures",
         "additionalProperties": {"type": "object", "additionalProperties": figure}}  # fmt: skip
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger machine show --json (a machine profile and its card figures)"
     return schema

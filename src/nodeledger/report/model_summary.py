@@ -16,6 +16,7 @@ from nodeledger.ledger.weights import SCHEMES, config_scheme, scheme_for, weight
 from nodeledger.model.safetensors_header import checkpoint_bytes
 from nodeledger.model.source import ConfigSource
 from nodeledger.model.spec import ModelSpec
+from nodeledger.schemas import json_schema
 
 PARAMS_SOURCE = (
     "counted tensor by tensor from config.json, mirroring transformers' module tree for the "
@@ -109,12 +110,7 @@ class ModelJSON(TypedDict):
 
 def model_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``model show --json``, generated from :class:`ModelJSON`."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(ModelJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger model show --json"
-    return schema
+    return json_schema(ModelJSON, "nodeledger model show --json")
 
 
 def model_summary(

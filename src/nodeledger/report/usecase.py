@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from typing_extensions import NotRequired, TypedDict  # pydantic needs these on Python < 3.12
 
+from nodeledger.schemas import json_schema
+
 
 @dataclass(frozen=True)
 class CapacityRequest:
@@ -159,9 +161,4 @@ class CapacityJSON(ReportBodyJSON):
 
 def capacity_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``report --format json``, generated from :class:`CapacityJSON`."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(CapacityJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger report --format json"
-    return schema
+    return json_schema(CapacityJSON, "nodeledger report --format json")

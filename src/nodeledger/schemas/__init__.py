@@ -32,3 +32,20 @@ with
     .venv/bin/python -c "import json; from nodeledger.golive.checklist import golive_json_schema; \
         open('src/nodeledger/schemas/golive.schema.json', 'w').write(json.dumps(golive_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
+
+from typing import Any, Literal
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema(tp: Any, title: str,
+                mode: Literal["validation", "serialization"] = "validation") -> dict[str, Any]:  # fmt: skip
+    """The JSON Schema pydantic generates for ``tp`` (a TypedDict or a model), with its draft and
+    ``title``: the one way every command's shipped schema is made.  pydantic is imported here,
+    only when a schema is asked for."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(tp).json_schema(mode=mode)
+    schema["$schema"] = DRAFT
+    schema["title"] = title
+    return schema

@@ -32,6 +32,7 @@ from nodeledger.logs.kernel import KERNEL_FIGURES, parse_kernel_log
 from nodeledger.logs.lines import MAX_LINE_BYTES, LineStats, read_lines, text_lines
 from nodeledger.logs.logtime import seconds_apart
 from nodeledger.logs.units import MAX_BYTES, MAX_RSS_BYTES
+from nodeledger.schemas import json_schema
 from nodeledger.triage.fixes import fixes_for, verdict_line
 
 LINK_WINDOW_S = 60.0
@@ -132,12 +133,7 @@ class OomJSON(TypedDict):
 
 def oom_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``oom --json``, generated from :class:`OomJSON`."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(OomJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger oom --json"
-    return schema
+    return json_schema(OomJSON, "nodeledger oom --json")
 
 
 @dataclass

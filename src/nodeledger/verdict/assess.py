@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from nodeledger.ledger.build import CardLedger, HostLedger
+from nodeledger.schemas import json_schema
 from nodeledger.verdict.fit import Verdict
 
 # the version of fit --json's shape (schemas/fit.schema.json): raised when a key changes meaning
@@ -123,12 +124,7 @@ class FitJSON:
 
 def fit_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``fit --json``, generated from :class:`FitJSON` (pydantic)."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(FitJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger fit --json"
-    return schema
+    return json_schema(FitJSON, "nodeledger fit --json")
 
 
 def check_request(req: FitRequest) -> None:

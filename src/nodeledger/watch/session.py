@@ -18,6 +18,7 @@ from typing_extensions import NotRequired, TypedDict  # pydantic needs these on 
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import card_indices
 from nodeledger.machine.resolve import machine_with_intro
+from nodeledger.schemas import json_schema
 
 
 def ledger_machine(machine: str | None, header_profile: str | None, live_real: bool):
@@ -333,12 +334,7 @@ class WatchJSON(TypedDict):
 
 def watch_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``watch --json``, generated from :class:`WatchJSON`."""
-    from pydantic import TypeAdapter
-
-    schema = TypeAdapter(WatchJSON).json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "nodeledger watch --json"
-    return schema
+    return json_schema(WatchJSON, "nodeledger watch --json")
 
 
 @dataclass
