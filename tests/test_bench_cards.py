@@ -17,6 +17,7 @@ from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.profile import (
     Accelerator,
+    Host,
     Interconnect,
     Link,
     LinkKind,
@@ -66,7 +67,7 @@ def test_cpulist_and_binding_sets(tmp_path):
 
 def test_numa_cpus_from_profile_else_sysfs(tmp_path):
     p = MachineProfile(
-        name="x", host={"numa_nodes": [NumaNode(id=0, cpus="0-1"), NumaNode(id=1, cpus="2-3")]}
+        name="x", host=Host(numa_nodes=[NumaNode(id=0, cpus="0-1"), NumaNode(id=1, cpus="2-3")])
     )
     assert C.numa_cpus(p) == {0: {0, 1}, 1: {2, 3}}
     d = tmp_path / "sys/devices/system/node/node3"

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from conftest import run_cli
 from nodeledger.machine import resolve_machine
+from nodeledger.machine.profile import to_json
 
 kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (the test extra)")
 K8S = ("1.31.0", "1.34.0")  # core objects (Pod, DaemonSet, Service): two versions
@@ -62,11 +64,11 @@ def _machine_with_ids(tmp_path, pci_only: tuple[int, ...] = ()) -> str:
     """dgx-h100 with GPU UUIDs and PCI bus ids, as a probe records them (nvidia-smi's
     00000000:18:00.0 form); cards in ``pci_only`` have no UUID."""
     m = resolve_machine("dgx-h100")
-    accs = [a.model_copy(update={
+    accs = [replace(a, **{
         "uuid": None if a.index in pci_only else f"GPU-{a.index:08x}-1111-2222-3333-444455556666",
         "pci_bus_id": f"00000000:{0x18 + 16 * a.index:02X}:00.0"}) for a in m.accelerators]  # fmt: skip
     f = tmp_path / "h100-ids.json"
-    f.write_text(m.model_copy(update={"accelerators": accs}).model_dump_json())
+    f.write_text(json.dumps(to_json(replace(m, **{"accelerators": accs}))))
     return str(f)
 
 

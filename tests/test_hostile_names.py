@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,9 +145,9 @@ def test_gres_conf_refuses_a_node_name_with_a_newline_and_ignores_a_bad_cpulist(
     with pytest.raises(InputError, match="--node-name"):
         emit.gres_conf(m, "node1\nNodeName=evil Name=gpu File=/dev/sda")
     assert "NodeName=gpu[01-04] " in emit.gres_conf(m, "gpu[01-04]")
-    cards = [a.model_copy(update={"numa_node": 0}) for a in m.accelerators]
-    host = m.host.model_copy(update={"numa_nodes": [NumaNode(id=0, cpus="0-3\nAutoDetect=nvml")]})
-    m = m.model_copy(update={"accelerators": cards, "host": host, "name": "box\nAutoDetect=nvml"})
+    cards = [replace(a, **{"numa_node": 0}) for a in m.accelerators]
+    host = replace(m.host, **{"numa_nodes": [NumaNode(id=0, cpus="0-3\nAutoDetect=nvml")]})
+    m = replace(m, **{"accelerators": cards, "host": host, "name": "box\nAutoDetect=nvml"})
     text = emit.gres_conf(m, "node1")
     assert not any(ln.startswith("AutoDetect=nvml") for ln in text.splitlines())
     lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
@@ -155,7 +156,7 @@ def test_gres_conf_refuses_a_node_name_with_a_newline_and_ignores_a_bad_cpulist(
 
 def test_yaml_scalars_keep_control_characters_escaped_on_one_line():
     m = resolve_machine("dgx-h100")
-    m = m.model_copy(update={"accelerators": [a.model_copy(update={"product": "H100\nkind: Evil"})
+    m = replace(m, **{"accelerators": [replace(a, **{"product": "H100\nkind: Evil"})
                                               for a in m.accelerators]})  # fmt: skip
     (pod,) = emit.k8s_pods(m, _result("chat"), {"chat": ("sh", "-c", "a\nb")}).values()
     assert '    - "a\\nb"' in pod.splitlines()

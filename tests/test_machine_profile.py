@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +19,7 @@ from nodeledger.machine import (
     resolve_machine,
     save_profile,
 )
+from nodeledger.machine.profile import to_json, validate
 
 REQUIRED_PRESETS = {
     "k100-ai-8x64g", "dgx-a100-80g", "dgx-h100", "hgx-h200", "8x-a40-48g-pcie",
@@ -119,11 +122,28 @@ def test_presets_validate_and_the_trusted_build_equals_validation(name):
     from nodeledger.machine.profile import MachineProfile, construct_trusted
 
     data = tomllib.loads((_preset_dir() / f"{name}.toml").read_text(encoding="utf-8"))
-    validated = MachineProfile.model_validate(data)
+    validated = validate(MachineProfile, data)
     trusted = construct_trusted(MachineProfile, data)
     assert trusted == validated
     assert repr(trusted) == repr(validated)
-    assert json.dumps(trusted.model_dump(mode="json")) == json.dumps(
-        validated.model_dump(mode="json")
-    )
+    assert json.dumps(to_json(trusted)) == json.dumps(to_json(validated))
     assert load_preset(name) == validated
+
+
+def test_a_bundled_preset_and_fit_on_it_never_import_pydantic():
+    """The cold start's mechanism (benchmarks/bench_fit.py measures the time): pydantic, the
+    largest import, is loaded only to validate a user's file or a probe, not for a preset."""
+    code = (
+        "import sys\n"
+        "from nodeledger.machine import resolve_machine\n"
+        "from nodeledger.model import load_model\n"
+        "from nodeledger.ledger.jobs import ServeJob\n"
+        "from nodeledger.verdict.fit import fit\n"
+        "spec, _ = load_model('qwen3-8b')\n"
+        "fit(spec, ServeJob(context=8192), resolve_machine('k100-ai-8x64g'))\n"
+        "assert 'pydantic' not in sys.modules, 'pydantic imported'\n"
+        "from nodeledger.machine.profile import MachineProfile, validate\n"
+        "validate(MachineProfile, {'name': 'x'})\n"
+        "assert 'pydantic' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -37,20 +38,20 @@ concurrency = 4
 
 def sys_4090():
     m = resolve_machine("8x-rtx4090")
-    return m.model_copy(
-        update={"interconnect": Interconnect(default=Link(kind=LinkKind.sys, label="SYS"))}
+    return replace(
+        m, **{"interconnect": Interconnect(default=Link(kind=LinkKind.sys, label="SYS"))}
     )
 
 
 def numa_box(pairs: list[tuple[int, int]] | None = None, quads: bool = False):
     """8 x H100 with 2 NUMA nodes (cards 0-3 on node 0, 4-7 on node 1); links as asked."""
     m = resolve_machine("dgx-h100")
-    cards = [a.model_copy(update={"numa_node": 0 if a.index < 4 else 1}) for a in m.accelerators]
+    cards = [replace(a, **{"numa_node": 0 if a.index < 4 else 1}) for a in m.accelerators]
     nodes = [
         NumaNode(id=0, cpus="0-15", memory_bytes=2**40),
         NumaNode(id=1, cpus="16-31", memory_bytes=2**40),
     ]
-    host = m.host.model_copy(update={"numa_nodes": nodes})
+    host = replace(m.host, **{"numa_nodes": nodes})
     if quads:  # two fully linked quads, SYS between them
         lp = [
             LinkPair(a=a, b=b, kind=LinkKind.nvlink, lanes=4, label="NV4")
@@ -63,7 +64,7 @@ def numa_box(pairs: list[tuple[int, int]] | None = None, quads: bool = False):
             LinkPair(a=a, b=b, kind=LinkKind.nvlink, lanes=4, label="NV4") for a, b in pairs or []
         ]
     inter = Interconnect(default=Link(kind=LinkKind.sys, label="SYS"), pairs=lp)
-    return m.model_copy(update={"accelerators": cards, "host": host, "interconnect": inter})
+    return replace(m, **{"accelerators": cards, "host": host, "interconnect": inter})
 
 
 @pytest.mark.parametrize("machine", ["dgx-h100", "k100-ai-8x64g", "sys-4090"])
@@ -155,8 +156,8 @@ def test_lifeboat_zero_warns():
 
 def test_gres_conf_exact():
     m = numa_box(pairs=[(0, 1)])
-    m = m.model_copy(update={"accelerators": m.accelerators[:2],
-                             "interconnect": m.interconnect.model_copy(update={"pairs": m.interconnect.pairs[:1]})})  # fmt: skip
+    m = replace(m, **{"accelerators": m.accelerators[:2],
+                             "interconnect": replace(m.interconnect, **{"pairs": m.interconnect.pairs[:1]})})  # fmt: skip
     text = emit.gres_conf(m, "gpu01")
     lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
     assert lines == [
@@ -240,10 +241,10 @@ def test_gres_conf_accepted_by_slurmd(tmp_path):
     host = socket.gethostname()
     m = numa_box(pairs=[(0, 1)])
     nodes = [NumaNode(id=0, cpus="0"), NumaNode(id=1, cpus=str(min(1, os.cpu_count() - 1)))]
-    m = m.model_copy(update={
-        "accelerators": [a.model_copy(update={"numa_node": i}) for i, a in enumerate(m.accelerators[:2])],
-        "host": m.host.model_copy(update={"numa_nodes": nodes}),
-        "interconnect": m.interconnect.model_copy(update={"pairs": m.interconnect.pairs[:1]}),
+    m = replace(m, **{
+        "accelerators": [replace(a, **{"numa_node": i}) for i, a in enumerate(m.accelerators[:2])],
+        "host": replace(m.host, **{"numa_nodes": nodes}),
+        "interconnect": replace(m.interconnect, **{"pairs": m.interconnect.pairs[:1]}),
     })  # fmt: skip
     gres = (
         emit.gres_conf(m, host)

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -204,10 +205,10 @@ def test_numa_binding_through_numactl_or_a_note(tmp_path):
     from nodeledger.machine.profile import NumaNode
 
     base = resolve_machine("k100-ai-8x64g")
-    accs = [a.model_copy(update={"numa_node": a.index // 2}) for a in base.accelerators]
+    accs = [replace(a, **{"numa_node": a.index // 2}) for a in base.accelerators]
     nodes = [NumaNode(id=n, cpus=f"{n * 12}-{n * 12 + 11}") for n in range(8)]
-    host = base.host.model_copy(update={"numa_nodes": nodes})
-    prof = base.model_copy(update={"accelerators": accs, "host": host})
+    host = replace(base.host, **{"numa_nodes": nodes})
+    prof = replace(base, **{"accelerators": accs, "host": host})
     machine = tmp_path / "numa.json"
     save_profile(prof, machine)
     plan = tmp_path / "plan.toml"

@@ -5,6 +5,7 @@ speed, collective, compare, report criterion 2)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -77,9 +78,7 @@ def test_measured_collective_beats_the_link_estimate():
     assert assumed.value == pytest.approx(450 * 1.07)  # NV18 x NVLS fraction
     fig = CollectiveFigure(op="all_reduce", cards=list(range(8)), size_bytes=2**33,
                            busbw_gbps=401.5, source="measured by bench, 2026-12-01")  # fmt: skip
-    measured = m.model_copy(
-        update={"interconnect": m.interconnect.model_copy(update={"collectives": [fig]})}
-    )
+    measured = replace(m, **{"interconnect": replace(m.interconnect, **{"collectives": [fig]})})
     got, _, _ = F.busbw(measured, "all_reduce", list(range(8)))
     assert got.value == 401.5 and "measured by bench, 2026-12-01" in got.source
     d = estimate(measured, "all_reduce", 2**33)
@@ -88,8 +87,8 @@ def test_measured_collective_beats_the_link_estimate():
 
 def test_profile_without_figures_takes_the_data_file():
     m = resolve_machine("dgx-h100")
-    bare = m.model_copy(update={"accelerators": [
-        a.model_copy(update={"bf16_dense_tflops": None, "memory_bandwidth_gbps": None, "sources": {}})
+    bare = replace(m, **{"accelerators": [
+        replace(a, **{"bf16_dense_tflops": None, "memory_bandwidth_gbps": None, "sources": {}})
         for a in m.accelerators]})  # fmt: skip
     peak = F.card_peak(bare)
     assert peak.value == 989.5 and peak.source.startswith("h100-sxm5-80g")
@@ -326,20 +325,18 @@ def test_a_saved_measured_profile_drives_every_command(tmp_path):
 
     m = resolve_machine("k100-ai-8x64g")
     src = "measured by bench, 2026-12-01: all_reduce 1 GiB"
-    ic = m.interconnect.model_copy(update={
+    ic = replace(m.interconnect, **{
         "collectives": [CollectiveFigure(op="all_reduce", cards=list(range(8)), size_bytes=2**30,
                                          busbw_gbps=88.0, source=src)],
         "pairs": [LinkPair(a=0, b=1, kind="xgmi", bandwidth_gbps=40.0,
                            source="measured by bench, 2026-12-01: peer copy 0->1")],
     })  # fmt: skip
     nics = [
-        m.network.nics[0].model_copy(
-            update={"speed_gbit": 25.0, "source": "measured by bench, 2026-12-01"}
+        replace(
+            m.network.nics[0], **{"speed_gbit": 25.0, "source": "measured by bench, 2026-12-01"}
         )
     ]
-    saved = m.model_copy(
-        update={"interconnect": ic, "network": m.network.model_copy(update={"nics": nics})}
-    )
+    saved = replace(m, **{"interconnect": ic, "network": replace(m.network, **{"nics": nics})})
     path = tmp_path / "box.toml"
     save_profile(saved, path)
     d = cli_json("collective", str(path), "--size", "1G")
@@ -354,10 +351,10 @@ def test_measured_fabric_decides_in_box_rows_by_the_upper_bound(tmp_path):
     """K100_AI peak unknown, fabric measured at 88 GB/s all-reduce bus bandwidth: ZeRO-3 training
     of 8B stays under 0.5x of compute even for the fastest card in the data, so `can`."""
     m = resolve_machine("k100-ai-8x64g")
-    ic = m.interconnect.model_copy(update={"collectives": [
+    ic = replace(m.interconnect, **{"collectives": [
         CollectiveFigure(op="all_reduce", cards=list(range(8)), size_bytes=2**30, busbw_gbps=88.0,
                          source="measured by bench, 2026-12-01")]})  # fmt: skip
-    saved = m.model_copy(update={"interconnect": ic})
+    saved = replace(m, **{"interconnect": ic})
     from nodeledger.verdict.links import link_check
 
     spec = load_model("qwen3-8b")[0]
@@ -383,10 +380,10 @@ def test_load_rows_time_the_cache_disk():
     job = build_job("load", {})
     m = resolve_machine("k100-ai-8x64g")
     assert disk_resource(spec, job, m)["tier"] == "unknown"  # no mount in the preset
-    nvme = m.model_copy(update={"storage": Storage(mounts=[Mount(path="/", kind="nvme")])})
+    nvme = replace(m, **{"storage": Storage(mounts=[Mount(path="/", kind="nvme")])})
     r = disk_resource(spec, job, nvme)
     assert r["tier"] == "fits" and "from / (nvme) in 9 s at 7.00 GB/s" in r["reason"]
-    measured = m.model_copy(update={"storage": Storage(mounts=[Mount(
+    measured = replace(m, **{"storage": Storage(mounts=[Mount(
         path="/", kind="network", sequential_read_gbps=0.5,
         sources={"sequential_read_gbps": "measured by bench, 2026-12-01"})])})  # fmt: skip
     r = disk_resource(spec, job, measured)

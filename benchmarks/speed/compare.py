@@ -25,6 +25,7 @@ import os
 import re
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -109,9 +110,9 @@ def machine_of(case: dict) -> MachineProfile:
     if preset:
         m = resolve_machine(preset)
         if cards < len(m.accelerators):
-            m = m.model_copy(update={"accelerators": m.accelerators[:max(cards, 1)],
-                                     "interconnect": m.interconnect.model_copy(update={"pairs": [
-                                         p for p in m.interconnect.pairs if p.a < cards and p.b < cards]})})  # fmt: skip
+            m = replace(m, accelerators=m.accelerators[:max(cards, 1)],
+                        interconnect=replace(m.interconnect, pairs=[
+                            p for p in m.interconnect.pairs if p.a < cards and p.b < cards]))  # fmt: skip
     else:
         c, product = _card_entry(gpu)
         if c is None:
@@ -129,7 +130,7 @@ def machine_of(case: dict) -> MachineProfile:
         m = MachineProfile(name=f"{cards} x {c['id']}", accelerators=accs,
                            interconnect=Interconnect(default=link))  # fmt: skip
     if case.get("nic"):
-        m = m.model_copy(update={"network": Network(nics=_nics(case["nic"]))})
+        m = replace(m, network=Network(nics=_nics(case["nic"])))
     return m
 
 

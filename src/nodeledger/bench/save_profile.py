@@ -32,13 +32,11 @@ import re
 import stat
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from nodeledger import atomic
 from nodeledger.errors import InputError, ProfileError
 from nodeledger.machine.io import save_profile
 from nodeledger.machine.parsers.common import pci_address
-from nodeledger.machine.profile import MachineProfile
+from nodeledger.machine.profile import MachineProfile, errors, to_json, validate
 
 MEASURED = "measured by bench"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
@@ -80,7 +78,7 @@ def measured_profile(profile: MachineProfile, report: dict, date: str) -> Machin
     module docstring); ``date`` = the run's UTC date, YYYY-MM-DD."""
     if not _DATE.match(date or ""):
         raise ValueError(f"date must be YYYY-MM-DD, got {date!r}")
-    data = profile.model_dump(mode="json")
+    data = to_json(profile)
     notes: list[str] = []
     cards = report.get("cards") or {}
     copies = str((report.get("sizes") or {}).get("cards") or "").split(";")[0].strip()
@@ -96,9 +94,9 @@ def measured_profile(profile: MachineProfile, report: dict, date: str) -> Machin
     _disks(data, report.get("disk") or [], date)
     _nics(data, report.get("nic_speeds") or [], date)
     try:
-        out = MachineProfile.model_validate(data)
-    except ValidationError as exc:  # a report that does not fit the profile: one line
-        first = exc.errors()[0]
+        out = validate(MachineProfile, data)
+    except ValueError as exc:  # a report that does not fit the profile: one line
+        first = errors(exc)[0]
         loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
         raise ProfileError(f"measured profile: field {loc}: {first['msg']}") from None
     n = count_measured(out, date)

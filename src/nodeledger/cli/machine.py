@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -63,11 +64,11 @@ def machine_list(as_json=False) -> None:
 @click.option("--from", "from_bundle", help="Replay a support bundle instead of probing live.")
 def machine_probe(as_json=False, save=None, timeout=5.0, from_bundle=None) -> None:
     """Probe this machine (Linux /proc and /sys, nvidia-smi): cards, links, NUMA, RAM, NICs, mounts."""
-    from nodeledger.report.machines import probe_profile
+    from nodeledger.report.machines import probe_profile, profile_json
 
     profile = probe_profile(timeout, from_bundle, save)
     if as_json:
-        print_json(profile.model_dump(mode="json"))
+        print_json(profile_json(profile))
         return
     _render_machine(profile)
 
@@ -123,7 +124,7 @@ def _group_cards(cards):
     """[(indices, card)] with cards equal in every field but the index grouped together."""
     groups: list[tuple[list[int], Any, dict]] = []
     for a in cards:
-        key = a.model_dump(exclude={"index"})
+        key = {**dataclasses.asdict(a), "index": None}
         for indices, _, k in groups:
             if k == key:
                 indices.append(a.index)

@@ -41,7 +41,7 @@ import contextlib
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nodeledger.atomic import write_text
@@ -183,16 +183,16 @@ def _booked(profile, live: list) -> object:
 
     by_card = {r.card: r for r in live}
     accs = [
-        a.model_copy(update={"processes": [*a.processes, CardProcess(
-            pid=by_card[a.index].pid, name=f"nodeledger booking {by_card[a.index].replica}")]})
+        replace(a, processes=[*a.processes, CardProcess(
+            pid=by_card[a.index].pid, name=f"nodeledger booking {by_card[a.index].replica}")])
         if a.index in by_card else a
         for a in profile.accelerators
     ]  # fmt: skip
     host_used = sum({r.replica: r.host_bytes for r in live}.values())
     host = profile.host
     if host.ram_bytes is not None and host_used:
-        host = host.model_copy(update={"ram_bytes": max(1, host.ram_bytes - host_used)})
-    return profile.model_copy(update={"accelerators": accs, "host": host})
+        host = replace(host, ram_bytes=max(1, host.ram_bytes - host_used))
+    return replace(profile, accelerators=accs, host=host)
 
 
 def _mark(mark: Path, jid: str, replica: str | None) -> None:

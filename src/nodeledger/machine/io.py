@@ -11,12 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from nodeledger import atomic
 from nodeledger.errors import ProfileError
 from nodeledger.files import check_user_file, loads_json, loads_toml
-from nodeledger.machine.profile import UNKNOWN, MachineProfile, construct_trusted
+from nodeledger.machine.profile import (
+    UNKNOWN,
+    MachineProfile,
+    construct_trusted,
+    errors,
+    to_json,
+    validate,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,10 +43,11 @@ def list_presets() -> list[str]:
     )
 
 
-def _validation_line(exc: ValidationError, where: str) -> str:
-    first = exc.errors()[0]
+def _validation_line(exc: ValueError, where: str) -> str:
+    found = errors(exc)
+    first = found[0]
     loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     return f"{where}: field {loc}: {first['msg']}{more}"
 
 
@@ -61,8 +67,8 @@ def parse_profile(text: str, fmt: str, where: str) -> MachineProfile:
             f"{where}: a machine profile is a table/object, got {type(data).__name__}"
         )
     try:
-        return MachineProfile.model_validate(data)
-    except ValidationError as exc:
+        return validate(MachineProfile, data)
+    except ValueError as exc:
         raise ProfileError(_validation_line(exc, where)) from None
 
 
@@ -102,7 +108,7 @@ def _none_to_unknown(value: Any) -> Any:
 
 
 def dump_profile(profile: MachineProfile, fmt: str = "toml") -> str:
-    data = profile.model_dump(mode="json")
+    data = to_json(profile)
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     import tomli_w

@@ -5,25 +5,22 @@ An unknown value is ``None`` in Python, ``null`` in JSON and the string ``"unkno
 (TOML has no null); it is rendered as "unknown" and never replaced by a guess.  Each object
 carries ``sources``: field name -> where the figure came from (datasheet, vendor tool field,
 measurement), so every printed number can say where it came from.
+
+The types are stdlib dataclasses: a bundled preset is built without pydantic (``construct_trusted``,
+the cold start of ``fit`` and ``report``), and untrusted data — a user's profile file, a vendor
+tool's figures — is validated by pydantic, imported only then (``validate``, ``check``), which
+also generates the profile's JSON Schema.  Building one in Python checks only the cross-field rules
+(``__post_init__``: repeated indices, links to missing cards ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
-
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    model_validator,
-)
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from nodeledger.machine.vendors import Vendor  # re-exported: machine.Vendor
 
@@ -42,20 +39,52 @@ def _unknown_to_none(value: Any) -> Any:
     return value
 
 
+class _Check:
+    """Constraints and a conversion that pydantic applies when it validates (``validate``): the
+    profile types are stdlib dataclasses, so building a bundled preset never imports pydantic,
+    while a user file or a probe is validated as strictly as a pydantic model would be."""
+
+    __slots__ = ("before", "constraints")
+
+    def __init__(self, before: Any = None, **constraints: Any) -> None:
+        self.before = before
+        self.constraints = constraints  # core-schema keys: gt, ge, le, strict, min_length
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        schema = handler(source)
+        schema.update(self.constraints)
+        if self.before is None:
+            return schema
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(self.before, schema)
+
+
 def _opt(tp: Any) -> Any:
     """An optional field that also accepts the literal string "unknown"."""
-    return Annotated[tp | None, BeforeValidator(_unknown_to_none)]
+    return Annotated[tp | None, _Check(before=_unknown_to_none)]
 
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0, strict=True)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, _Check(gt=0)]
+NonNegInt = Annotated[int, _Check(ge=0, strict=True)]
+PositiveFloat = Annotated[float, _Check(gt=0)]
+NonEmptyStr = Annotated[str, _Check(min_length=1)]
 
 
-class _Strict(BaseModel):
-    # defer_build: the validator is built on the first validation, not at import, so a command
-    # that reads only bundled presets (``construct_trusted``) never pays for it
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+_KernelValue = (
+    Annotated[bool, _Check(strict=True)]
+    | Annotated[int, _Check(strict=True)]
+    | Annotated[float, _Check(strict=True)]
+    | Annotated[str, _Check(strict=True)]
+)
+
+
+class _Strict:
+    # read by pydantic when it validates one of these dataclasses: unknown keys are refused
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+
+
+_model = dataclass(kw_only=True)
 
 
 class LinkKind(str, Enum):
@@ -73,6 +102,7 @@ class LinkKind(str, Enum):
     unknown = "unknown"
 
 
+@_model
 class CardProcess(_Strict):
     """A process holding memory on a card at probe time (vendor tool / NVML)."""
 
@@ -82,10 +112,11 @@ class CardProcess(_Strict):
     kind: _opt(str) = None  # "C" compute, "G" graphics, "C+G" as printed
 
 
+@_model
 class Accelerator(_Strict):
     index: NonNegInt
     vendor: Vendor
-    product: str = Field(min_length=1)
+    product: NonEmptyStr
     memory_bytes: _opt(PositiveInt) = None
     # memory the driver keeps for itself (nvidia-smi -q "FB Memory Usage / Reserved"): the
     # runtime (cudaMemGetInfo) sees memory_bytes - this; 0 when memory_bytes is already that
@@ -110,14 +141,19 @@ class Accelerator(_Strict):
     remapped_rows_pending: _opt(Literal["yes", "no"]) = None  # Ampere+: row remap needs a reset
     remapped_rows_failed: _opt(Literal["yes", "no"]) = None  # Ampere+: a remap failed
     memory_used_bytes: _opt(NonNegInt) = None  # at probe time
-    processes: list[CardProcess] = Field(default_factory=list)  # at probe time
+    processes: list[CardProcess] = field(default_factory=list)  # at probe time
     # copy rates (GB/s, one direction), e.g. measured by ``bench --save-profile``
     host_to_card_gbps: _opt(PositiveFloat) = None  # pinned host buffer
     card_to_host_gbps: _opt(PositiveFloat) = None  # pinned host buffer
     host_to_card_pageable_gbps: _opt(PositiveFloat) = None
-    sources: dict[str, str] = Field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # a vendor's name given as text (a probe's) is a Vendor
+        if type(self.vendor) is not Vendor:
+            self.vendor = Vendor(self.vendor)
 
 
+@_model
 class Link(_Strict):
     kind: LinkKind = LinkKind.unknown
     lanes: _opt(PositiveInt) = None  # NVLink count (NV18 -> 18); None where not applicable
@@ -125,39 +161,45 @@ class Link(_Strict):
     bandwidth_gbps: _opt(PositiveFloat) = None  # GB/s per direction
     source: _opt(str) = None
 
+    def __post_init__(self) -> None:  # a kind given as text (a probe's) is a LinkKind
+        if type(self.kind) is not LinkKind:
+            self.kind = LinkKind(self.kind)
 
+
+@_model
 class LinkPair(Link):
     a: NonNegInt
     b: NonNegInt
 
-    @model_validator(mode="after")
-    def _distinct(self) -> LinkPair:
+    def __post_init__(self) -> None:  # pydantic calls it after validating, too
+        super().__post_init__()
         if self.a == self.b:
             raise ValueError(f"a link joins two different cards, got a=b={self.a}")
-        return self
 
 
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall"]
 
 
+@_model
 class CollectiveFigure(_Strict):
     """One collective over a card set at one buffer size (nccl-tests' algbw / busbw, GB/s)."""
 
     op: CollectiveOp
-    cards: list[NonNegInt] = Field(min_length=1)  # the card indices measured
+    cards: Annotated[list[NonNegInt], _Check(min_length=1)]  # the card indices measured
     size_bytes: PositiveInt
     algbw_gbps: _opt(PositiveFloat) = None
     busbw_gbps: _opt(PositiveFloat) = None
     source: _opt(str) = None
 
 
+@_model
 class Interconnect(_Strict):
     """Card-to-card link matrix: ``default`` applies to every pair not listed in ``pairs``;
     ``collectives``: measured collective bandwidths (``bench --save-profile``)."""
 
-    default: Link = Field(default_factory=Link)
-    pairs: list[LinkPair] = Field(default_factory=list)
-    collectives: list[CollectiveFigure] = Field(default_factory=list)
+    default: Link = field(default_factory=Link)
+    pairs: list[LinkPair] = field(default_factory=list)
+    collectives: list[CollectiveFigure] = field(default_factory=list)
 
     def link(self, a: int, b: int) -> Link:
         for p in self.pairs:
@@ -166,28 +208,31 @@ class Interconnect(_Strict):
         return self.default
 
 
+@_model
 class NumaNode(_Strict):
     id: NonNegInt
     cpus: _opt(str) = None  # kernel cpulist syntax, e.g. "0-11,96-107"
     memory_bytes: _opt(PositiveInt) = None
 
 
+@_model
 class Host(_Strict):
     sockets: _opt(PositiveInt) = None
     cores: _opt(PositiveInt) = None  # physical cores, all sockets
     threads: _opt(PositiveInt) = None  # logical CPUs
-    numa_nodes: list[NumaNode] = Field(default_factory=list)
+    numa_nodes: list[NumaNode] = field(default_factory=list)
     ram_bytes: _opt(PositiveInt) = None
     swap_bytes: _opt(NonNegInt) = None
     swap_used_bytes: _opt(NonNegInt) = None  # live probes only
     available_bytes: _opt(NonNegInt) = None  # MemAvailable at probe time (live probes only)
     thp_enabled: _opt(Literal["always", "madvise", "never"]) = None
     thp_defrag: _opt(Literal["always", "defer", "defer+madvise", "madvise", "never"]) = None
-    numa_balancing: _opt(Annotated[int, Field(ge=0, strict=True)]) = None
-    swappiness: _opt(Annotated[int, Field(ge=0, le=200, strict=True)]) = None
-    sources: dict[str, str] = Field(default_factory=dict)
+    numa_balancing: _opt(NonNegInt) = None
+    swappiness: _opt(Annotated[int, _Check(ge=0, le=200, strict=True)]) = None
+    sources: dict[str, str] = field(default_factory=dict)
 
 
+@_model
 class Nic(_Strict):
     name: str
     kind: Literal["ethernet", "infiniband", "roce", "rdma", "unknown"] = "unknown"
@@ -195,15 +240,17 @@ class Nic(_Strict):
     speed_gbit: _opt(PositiveFloat) = None  # Gbit/s per port
     numa_node: _opt(NonNegInt) = None
     pci_bus_id: _opt(str) = None
-    near_cards: list[NonNegInt] = Field(default_factory=list)  # cards at PIX/PXB from this NIC
+    near_cards: list[NonNegInt] = field(default_factory=list)  # cards at PIX/PXB from this NIC
     source: _opt(str) = None
-    sources: dict[str, str] = Field(default_factory=dict)  # field -> source, where not ``source``
+    sources: dict[str, str] = field(default_factory=dict)  # field -> source, where not ``source``
 
 
+@_model
 class Network(_Strict):
-    nics: list[Nic] = Field(default_factory=list)
+    nics: list[Nic] = field(default_factory=list)
 
 
+@_model
 class Mount(_Strict):
     path: str
     kind: Literal["nvme", "ssd", "hdd", "network", "unknown"] = "unknown"
@@ -212,30 +259,29 @@ class Mount(_Strict):
     source: _opt(str) = None
     sequential_read_gbps: _opt(PositiveFloat) = None  # one stream of large reads, cache bypassed
     random_read_latency_ms: _opt(PositiveFloat) = None  # one 4 KiB read in flight (QD1), mean
-    sources: dict[str, str] = Field(default_factory=dict)  # field -> source, where not ``source``
+    sources: dict[str, str] = field(default_factory=dict)  # field -> source, where not ``source``
 
 
+@_model
 class Storage(_Strict):
-    mounts: list[Mount] = Field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
 
 
+@_model
 class MachineProfile(_Strict):
-    name: str = Field(min_length=1)
+    name: NonEmptyStr
     description: str = ""
-    accelerators: list[Accelerator] = Field(default_factory=list)
-    interconnect: Interconnect = Field(default_factory=Interconnect)
-    host: Host = Field(default_factory=Host)
-    network: Network = Field(default_factory=Network)
-    storage: Storage = Field(default_factory=Storage)
+    accelerators: list[Accelerator] = field(default_factory=list)
+    interconnect: Interconnect = field(default_factory=Interconnect)
+    host: Host = field(default_factory=Host)
+    network: Network = field(default_factory=Network)
+    storage: Storage = field(default_factory=Storage)
     # kernel tables measured on this box (``bench --kernels --save-profile``): per card product,
     # the rows of speed/kernels.py's JSON Lines format (a "meta" row first, with its source)
-    kernels: dict[str, list[dict[str, StrictBool | StrictInt | StrictFloat | StrictStr]]] = Field(
-        default_factory=dict
-    )
-    notes: list[str] = Field(default_factory=list)  # provenance, caveats, probe notes
+    kernels: dict[str, list[dict[str, _KernelValue]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # provenance, caveats, probe notes
 
-    @model_validator(mode="after")
-    def _consistent(self) -> MachineProfile:
+    def __post_init__(self) -> None:  # pydantic calls it after validating, too
         indices = [a.index for a in self.accelerators]
         if len(set(indices)) != len(indices):
             raise ValueError(f"accelerator indices repeat: {indices}")
@@ -276,7 +322,6 @@ class MachineProfile(_Strict):
                     f"accelerators.{a.index}.numa_node: {a.numa_node} is not a host NUMA node "
                     f"{sorted(numa_ids)}"
                 )
-        return self
 
     # -- derived figures (never stored, so a profile cannot contradict itself) --
     def total_accelerator_memory_bytes(self) -> int | None:
@@ -290,21 +335,68 @@ class MachineProfile(_Strict):
         return self.interconnect.link(a, b)
 
 
-# -- bundled presets: built without the validator ---------------------------------------------
+# -- validation (pydantic, imported here only) and the bundled presets, built without it --------
 
 
-def construct_trusted(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+@cache
+def _adapter(cls: type) -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls)
+
+
+def validate(cls: type, data: Any) -> Any:
+    """``cls`` (a profile type) from untrusted data — a user's file, a vendor tool's figures —
+    validated by pydantic: types, bounds, "unknown", unknown keys refused, the cross-field checks.
+    Raises ``pydantic.ValidationError`` (a ``ValueError``)."""
+    return _adapter(cls).validate_python(data)
+
+
+def check(obj: Any) -> Any:
+    """``obj`` (built from a probe's figures without checks) validated as ``validate`` would."""
+    return validate(type(obj), dataclasses.asdict(obj))
+
+
+def to_json(obj: Any) -> Any:
+    """``obj`` as JSON-ready data (enums as their values), as a profile file holds it."""
+    return _adapter(type(obj)).dump_python(obj, mode="json")
+
+
+# pydantic words a dataclass's unknown or missing key as a function's argument; a profile says
+# what it says of a model's field
+_WORDS = {
+    "unexpected_keyword_argument": "Extra inputs are not permitted",
+    "missing_keyword_only_argument": "Field required",
+}
+
+
+def errors(exc: ValueError) -> list[dict[str, Any]]:
+    """A validation error's entries (``loc``, ``msg``), a cross-field check's as one entry."""
+    found = getattr(exc, "errors", None)
+    if not callable(found):
+        return [{"loc": (), "msg": str(exc), "type": "value_error"}]
+    return [{**e, "msg": _WORDS.get(e["type"], e["msg"])} for e in found()]
+
+
+def first_error(exc: ValueError) -> str:
+    """The first message of a validation error (pydantic's) or of a cross-field check."""
+    return errors(exc)[0]["msg"]
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls, include_extras=True)
+
+
+def construct_trusted(cls: type, data: dict[str, Any]) -> Any:
     """``cls`` from data that is known to validate — the bundled presets, which
     ``tests/test_machine_profile.py`` validates and compares with this, field by field — built
-    with ``model_construct`` and the same conversions the validator makes on such data: the
-    string "unknown" -> None where the field is optional, enum values -> members, nested tables
-    -> models, integers -> floats in float fields; missing fields take their defaults.  It checks
-    nothing: user files and probes go through ``model_validate``."""
-    values = {}
-    for name, value in data.items():
-        info = cls.model_fields[name]
-        values[name] = _convert(info.annotation, value)
-    return cls.model_construct(**values)
+    with the same conversions the validator makes on such data: the string "unknown" -> None
+    where the field is optional, enum values -> members, nested tables -> dataclasses, integers
+    -> floats in float fields; missing fields take their defaults.  It checks only what the
+    dataclass itself checks (``__post_init__``): user files and probes go through ``validate``."""
+    hints = _hints(cls)
+    return cls(**{name: _convert(hints[name], value) for name, value in data.items()})
 
 
 def _convert(tp: Any, value: Any) -> Any:
@@ -319,7 +411,7 @@ def _convert(tp: Any, value: Any) -> Any:
         return [_convert(args[0], v) for v in value]
     if origin is dict:
         return dict(value)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
+    if dataclasses.is_dataclass(tp):
         return construct_trusted(tp, value)
     if isinstance(tp, type) and issubclass(tp, (Enum, Vendor)):
         return tp(value)

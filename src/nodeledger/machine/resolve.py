@@ -55,9 +55,13 @@ def resolve_or_reference(ref: str | None, probe=None) -> Resolved:
     if ref is not None:
         return Resolved(resolve_machine(ref), live=ref == "probe", reference=False)
     if probe is None:
-        from nodeledger.machine.probe import probe_machine as probe
+        from nodeledger.machine.probe import probe_machine
+
+        def probe() -> MachineProfile | None:
+            return probe_machine(need_cards=True)
+
     probed = probe()
-    if probed.accelerators:
+    if probed is not None and probed.accelerators:
         return Resolved(probed, live=True, reference=False)
     return Resolved(load_preset(DEFAULT_PRESET), live=False, reference=True)
 

@@ -31,7 +31,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from nodeledger.errors import InputError, NodeledgerError
@@ -519,10 +519,10 @@ def make_plan(profile, workloads, specs, lifeboat: int | None, reserved_cards: s
 
     if reserved_cards and any(a.processes for a in profile.accelerators):
         accs = [
-            a.model_copy(update={"processes": []}) if a.index in reserved_cards else a
+            replace(a, processes=[]) if a.index in reserved_cards else a
             for a in profile.accelerators
         ]
-        profile = profile.model_copy(update={"accelerators": accs})
+        profile = replace(profile, accelerators=accs)
     return plan(profile, workloads, specs, lifeboat=lifeboat)
 
 

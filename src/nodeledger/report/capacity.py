@@ -53,21 +53,20 @@ def span(machine: MachineProfile, machines: int) -> MachineProfile:
         return machine
     n = len(machine.accelerators)
     cards = [
-        a.model_copy(update={"index": k * n + a.index, "numa_node": None})
+        dataclasses.replace(a, index=k * n + a.index, numa_node=None)
         for k in range(machines)
         for a in machine.accelerators
     ]
     ram = machine.host.ram_bytes
-    host = machine.host.model_copy(
-        update={"ram_bytes": None if ram is None else ram * machines, "numa_nodes": []}
+    host = dataclasses.replace(
+        machine.host, ram_bytes=None if ram is None else ram * machines, numa_nodes=[]
     )
-    return machine.model_copy(
-        update={
-            "name": f"{machines} x {machine.name}",
-            "accelerators": cards,
-            "interconnect": machine.interconnect.model_copy(update={"pairs": []}),
-            "host": host,
-        }
+    return dataclasses.replace(
+        machine,
+        name=f"{machines} x {machine.name}",
+        accelerators=cards,
+        interconnect=dataclasses.replace(machine.interconnect, pairs=[]),
+        host=host,
     )
 
 

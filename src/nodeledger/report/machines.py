@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeledger.errors import NodeledgerError
+from nodeledger.machine.profile import to_json as profile_json  # machine probe --json
 
 
 def list_machines() -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ class MachineView:
     figures: dict[int, dict[str, dict[str, Any]]]  # card index -> figure -> value/unit/source
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.profile.model_dump(mode="json"), "device_identity": self.identity,
+        return {**profile_json(self.profile), "device_identity": self.identity,
                 "card_figures": {str(i): d for i, d in self.figures.items()}}  # fmt: skip
 
 

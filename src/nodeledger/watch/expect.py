@@ -19,6 +19,7 @@ gives one group per replica (tp x pp cards each).  ``--plan PLAN.toml``: the pla
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from nodeledger.errors import InputError
@@ -122,11 +123,7 @@ def from_plan(path: str, machine) -> dict:
     ws, _ = load_catalogue(str(p))
     specs = load_specs(ws)
     # as when the plan was made: the job's own processes must not make its cards look taken
-    free = machine.model_copy(
-        update={
-            "accelerators": [a.model_copy(update={"processes": []}) for a in machine.accelerators]
-        }
-    )
+    free = replace(machine, accelerators=[replace(a, processes=[]) for a in machine.accelerators])
     res = plan(free, ws, specs)
     unsharded = {w.id: unsharded_bytes(specs[w.model], w.job(), free) for w in ws}
     shards = {w.id: getattr(w.job(), "shard", None) for w in ws}

@@ -10,13 +10,19 @@ affinity, mapped to a host NUMA node when it lies within exactly one)."""
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
 from nodeledger.errors import InputError
 from nodeledger.lazy import LazyModule
 from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
-from nodeledger.machine.profile import Accelerator, Interconnect, Link, LinkKind, LinkPair
+from nodeledger.machine.profile import (
+    Accelerator,
+    Interconnect,
+    Link,
+    LinkKind,
+    LinkPair,
+    check,
+    first_error,
+)
 
 # the AMD / Hygon and Ascend tool parsers load only where such a tool answered
 amd_smi = LazyModule("nodeledger.machine.parsers.amd_smi")
@@ -55,13 +61,13 @@ def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
     cards = []
     for c in concise.cards:
         try:
-            cards.append(Accelerator(
+            cards.append(check(Accelerator(
                 index=c.index, vendor=vendor, product=c.name or ("Hygon DCU" if vendor == "hygon" else "AMD GPU"),
                 memory_bytes=mem.get(c.index) or None, partition=c.partitions,
                 sources={"memory_bytes": f"{tool} --showmeminfo vram --json"} if mem.get(c.index) else {},
-            ))  # fmt: skip
-        except ValidationError as exc:
-            notes.append(f"{tool}: card {c.index} skipped ({exc.errors()[0]['msg']})")
+            )))  # fmt: skip
+        except ValueError as exc:
+            notes.append(f"{tool}: card {c.index} skipped ({first_error(exc)})")
     t = r.run([tool, "--showtopo"])
     inter = None
     if t.ok:
@@ -70,13 +76,13 @@ def _amd_like(r: Runner, tool: str, vendor: str, notes: list[str]):
             for card in cards:
                 if card.index in topo.numa:
                     card.numa_node = topo.numa[card.index]
-            inter = Interconnect(default=Link(), pairs=[
+            inter = check(Interconnect(default=Link(), pairs=[
                 LinkPair(a=lk["a"], b=lk["b"], kind=LinkKind(lk["kind"]), label=lk["label"],
                          source=f"{tool} --showtopo (weight {lk['weight']}, hops {lk['hops']})")
                 for lk in topo.links
-            ])  # fmt: skip
-        except ValidationError as exc:
-            notes.append(f"{tool} --showtopo: links dropped ({exc.errors()[0]['msg']})")
+            ]))  # fmt: skip
+        except ValueError as exc:
+            notes.append(f"{tool} --showtopo: links dropped ({first_error(exc)})")
         except InputError as exc:
             notes.append(f"{tool} --showtopo not understood ({exc}); links unknown")
     else:
@@ -117,13 +123,13 @@ def _amd_smi(r: Runner, notes: list[str]):
         if row["numa_node"] is not None:
             sources["numa_node"] = f"{src} numa.node"
         try:
-            cards.append(Accelerator(
+            cards.append(check(Accelerator(
                 index=row["index"], vendor="amd", product=row["name"] or "AMD GPU",
                 memory_bytes=row["vram_total_bytes"], pci_bus_id=row["pci_bus"],
                 numa_node=row["numa_node"], partition=row["partition"], sources=sources,
-            ))  # fmt: skip
-        except ValidationError as exc:
-            notes.append(f"amd-smi: card {row['index']} skipped ({exc.errors()[0]['msg']})")
+            )))  # fmt: skip
+        except ValueError as exc:
+            notes.append(f"amd-smi: card {row['index']} skipped ({first_error(exc)})")
     if not cards:
         notes.append("amd-smi lists no usable GPU")
         return None
@@ -169,10 +175,10 @@ def _amd_smi_links(r: Runner, cards: list[Accelerator], notes: list[str]) -> Int
         if lk["access"] == "DISABLED":
             detail += ", peer access DISABLED"
         try:
-            pairs.append(LinkPair(a=a, b=b, kind=LinkKind(lk["kind"]), label=lk["label"],
-                                  source=f"amd-smi topology ({detail})"))  # fmt: skip
-        except ValidationError as exc:
-            notes.append(f"amd-smi topology: link {a}-{b} dropped ({exc.errors()[0]['msg']})")
+            pairs.append(check(LinkPair(a=a, b=b, kind=LinkKind(lk["kind"]), label=lk["label"],
+                                        source=f"amd-smi topology ({detail})")))  # fmt: skip
+        except ValueError as exc:
+            notes.append(f"amd-smi topology: link {a}-{b} dropped ({first_error(exc)})")
     return Interconnect(default=Link(), pairs=pairs)
 
 
@@ -282,9 +288,9 @@ def probe_ascend(r: Runner, notes: list[str], numa_map: dict[int, str | None]):
         notes.append(f"npu-smi info -t topo not understood ({exc}); HCCS links unknown")
         return cards, None
     try:
-        inter = apply_npu_topology(cards, info.chips, topo, numa_map, notes)
-    except ValidationError as exc:
-        notes.append(f"npu-smi info -t topo: links dropped ({exc.errors()[0]['msg']})")
+        inter = check(apply_npu_topology(cards, info.chips, topo, numa_map, notes))
+    except ValueError as exc:
+        notes.append(f"npu-smi info -t topo: links dropped ({first_error(exc)})")
         inter = None
     return cards, inter
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
-
-from pydantic import ValidationError
 
 from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.parsers.nvidia_topo import TopoNic
@@ -18,6 +17,8 @@ from nodeledger.machine.profile import (
     Network,
     Nic,
     Storage,
+    check,
+    first_error,
 )
 from nodeledger.machine.vendors import ProbeContext, load_probe
 from nodeledger.machine.vendors import all_specs as all_vendor_specs
@@ -67,7 +68,7 @@ def merge_topo_nics(net: Network, topo_nics: list[TopoNic], cards: list[Accelera
                 if old.numa_node is None and numa is not None:
                     update["numa_node"] = numa
                     update["source"] += " (NUMA node: that of its cards)"
-                nics[i] = old.model_copy(update=update)
+                nics[i] = dataclasses.replace(old, **update)
             continue
         layer = dev.get("layer")
         kind = {"infiniband": "infiniband", "ethernet": "roce"}.get(layer or "", t.kind)
@@ -91,9 +92,12 @@ def merge_topo_nics(net: Network, topo_nics: list[TopoNic], cards: list[Accelera
     return Network(nics=nics)
 
 
-def probe_machine(runner: Runner | None = None) -> MachineProfile:
-    """The machine profile of this box (or of the box a replaying runner recorded)."""
-    return _profile(runner or Runner())
+def probe_machine(runner: Runner | None = None, need_cards: bool = False) -> MachineProfile | None:
+    """The machine profile of this box (or of the box a replaying runner recorded).
+    ``need_cards``: None when no vendor tool finds a card, before the network and storage are
+    probed and before the profile is validated (a caller that stands in the reference machine for
+    a box without cards needs nothing more)."""
+    return _profile(runner or Runner(), need_cards)
 
 
 def probe_with_facts(runner: Runner | None = None) -> tuple[MachineProfile, facts.Facts]:
@@ -105,15 +109,15 @@ def probe_with_facts(runner: Runner | None = None) -> tuple[MachineProfile, fact
     return profile, facts.collect(r, profile)
 
 
-def _profile(r: Runner) -> MachineProfile:
-    # long: the probe in order: host, cards, checks on the tools' figures, then the profile,
-    # dropping links, cards or host inventory until it validates
+def _profile(r: Runner, need_cards: bool = False) -> MachineProfile | None:
+    # long: the probe in order: host, cards, network and storage, checks on the tools' figures,
+    # then the profile, dropping links, cards or host inventory until it validates
     notes: list[str] = []
     host = linux.host(r, notes)
     rdma = linux.rdma_devices(r)
-    net = linux.network(r, notes, rdma)
-    disks = linux.storage(r, notes)
-    # each vendor's card probe (machine/vendors), in registration order, until one finds cards
+    # each vendor's card probe (machine/vendors), in registration order, until one finds cards;
+    # its notes follow the network's and storage's, probed after it
+    card_notes: list[str] = []
     ctx = ProbeContext(want_nics=bool(rdma), numa_map={n.id: n.cpus for n in host.numa_nodes})
     cards, inter, topo_nics = [], None, []
     for vs in all_vendor_specs():
@@ -121,10 +125,15 @@ def _profile(r: Runner) -> MachineProfile:
             break
         if vs.card_probe is None:
             continue
-        found = load_probe(vs.card_probe)(r, notes, ctx)
+        found = load_probe(vs.card_probe)(r, card_notes, ctx)
         if found is not None:
             cards, inter = found[0], found[1]
             topo_nics = found[2] if found[2] is not None else topo_nics
+    if need_cards and not cards:
+        return None
+    net = linux.network(r, notes, rdma)
+    disks = linux.storage(r, notes)
+    notes.extend(card_notes)
     for tool in (t for vs in all_vendor_specs() for t in vs.probe_tools):
         if r.which(tool) is None:
             notes.append(f"{tool}: absent (not on PATH)")
@@ -194,23 +203,23 @@ def _profile(r: Runner) -> MachineProfile:
         notes=notes,
     )
     try:
-        return MachineProfile(**fields)
-    except ValidationError as exc:
+        return check(MachineProfile(**fields))
+    except ValueError as exc:
         # inconsistent tool outputs (e.g. links to cards no tool listed): keep what is coherent
-        first = exc.errors()[0]["msg"]
+        first = first_error(exc)
         fields.update(interconnect=Interconnect(), notes=[*notes, f"links dropped: {first}"])
     try:
-        return MachineProfile(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]["msg"]
+        return check(MachineProfile(**fields))
+    except ValueError as exc:
+        first = first_error(exc)
         fields.update(
             accelerators=[],
             notes=[*fields["notes"], f"cards dropped (inconsistent tool output): {first}"],
         )
     try:
-        return MachineProfile(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]["msg"]
+        return check(MachineProfile(**fields))
+    except ValueError as exc:
+        first = first_error(exc)
         fields.update(host=Host(), network=Network(), storage=Storage(),
                       notes=[*fields["notes"], f"host inventory dropped (inconsistent): {first}"])  # fmt: skip
-        return MachineProfile(**fields)
+        return check(MachineProfile(**fields))
