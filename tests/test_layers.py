@@ -24,6 +24,7 @@ UNITS: dict[str, int] = {
     "nodeledger.atomic": 0.5,  # file helpers: may import errors and units
     "nodeledger.files": 0.5,
     "nodeledger.field_notes": 0.5,
+    "nodeledger.validation": 0.5,  # pydantic behind one function, imported when data is validated
     "nodeledger.machine.parsers": 1,
     "nodeledger.logs": 1,  # log readers (kernel / accelerator OOM, job lines): beside the parsers
     "nodeledger.machine": 2,

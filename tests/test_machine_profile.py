@@ -130,7 +130,7 @@ def test_presets_validate_and_the_trusted_build_equals_validation(name):
     assert load_preset(name) == validated
 
 
-def test_a_bundled_preset_and_fit_on_it_never_import_pydantic():
+def test_a_bundled_preset_fit_and_the_default_catalogue_never_import_pydantic():
     """The cold start's mechanism (benchmarks/bench_fit.py measures the time): pydantic, the
     largest import, is loaded only to validate a user's file or a probe, not for a preset."""
     code = (
@@ -141,6 +141,8 @@ def test_a_bundled_preset_and_fit_on_it_never_import_pydantic():
         "from nodeledger.verdict.fit import fit\n"
         "spec, _ = load_model('qwen3-8b')\n"
         "fit(spec, ServeJob(context=8192), resolve_machine('k100-ai-8x64g'))\n"
+        "from nodeledger.verdict.catalogue import load_catalogue\n"
+        "load_catalogue(None)\n"
         "assert 'pydantic' not in sys.modules, 'pydantic imported'\n"
         "from nodeledger.machine.profile import MachineProfile, validate\n"
         "validate(MachineProfile, {'name': 'x'})\n"

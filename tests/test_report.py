@@ -237,8 +237,8 @@ def test_scale_out_buy_only_when_all_three_hold():
 BAD = [
     ("[[workloads]\nid='x'", "not valid TOML"),
     ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\ncontxt=4096", "unknown key 'contxt'; did you mean context?"),
-    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='fly'", "job 'fly' is not one of"),
-    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\ntp='2'", "workload 'x'"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='fly'", "job 'fly': Input should be 'serve', 'train'"),
+    ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\ntp='2'", "workload 'x': tp '2': Input should be a valid integer"),
     ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\nbeside=['y']", "unknown workload 'y'"),
     ("[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'\n[[workloads]]\nid='x'\nmodel='qwen3-8b'\njob='serve'", "ids repeat"),
     ("[[workloads]]\nid='x'\nmodel='no-such-model'\njob='serve'", "workload 'x'"),

@@ -311,3 +311,30 @@ def test_golive_json_follows_its_types_and_its_shipped_schema(tmp_path):
     assert d["schema_version"] == GOLIVE_VERSION and [s["id"] for s in d["steps"]] == [
         "doctor", "cards", "bench", "plan", "drill"]  # fmt: skip
     TypeAdapter(GoLiveJSON).validate_json(proc.stdout, strict=True)
+
+
+def test_the_catalogue_schema_is_shipped_and_the_default_catalogue_follows_it():
+    """A workload catalogue's types (verdict.catalogue.CatalogueFile) give editors a JSON Schema;
+    the bundled default, read without pydantic at a cold start, validates against both."""
+    import tomllib
+
+    from nodeledger.verdict.catalogue import (
+        catalogue_json_schema,
+        default_catalogue_text,
+        parse_catalogue,
+    )
+
+    shipped = json.loads(
+        resources.files("nodeledger.schemas").joinpath("catalogue.schema.json").read_text()
+    )
+    assert shipped == json.loads(json.dumps(catalogue_json_schema()))
+    text = default_catalogue_text()
+    assert parse_catalogue(text, "d", trusted=True) == parse_catalogue(text, "d")
+    jsonschema = pytest.importorskip("jsonschema")
+    data = tomllib.loads(text)
+    jsonschema.validate(data, shipped)
+    entry = data["workloads"][0]
+    for broken in ({**entry, "tp": "2"}, {**entry, "contxt": 4096}, {**entry, "job": "fly"},
+                   {**entry, "machines": 0}):  # fmt: skip
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"workloads": [broken]}, shipped)

@@ -126,7 +126,9 @@ def test_report_criterion_2_uses_the_capacity_within_the_workload_service_levels
     bad = tmp_path / "bad.toml"
     bad.write_text(cat.read_text().replace("slo_ttft_p99_s = 1.0", "slo_ttft_p99_s = -1"))
     proc = run_cli("report", "--machine", "dgx-h100", "--workloads", str(bad))
-    assert proc.returncode == 2 and "slo_ttft_p99_s must be a positive number" in proc.stderr
+    assert (
+        proc.returncode == 2 and "slo_ttft_p99_s -1: Input should be greater than 0" in proc.stderr
+    )
 
 
 def test_multi_step_streams_tokens_in_groups(setup):

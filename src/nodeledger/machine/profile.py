@@ -23,6 +23,9 @@ from types import UnionType
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from nodeledger.machine.vendors import Vendor  # re-exported: machine.Vendor
+from nodeledger.validation import Check, errors, first_error, to_json, validate
+
+__all__ = ["check", "errors", "first_error", "to_json", "validate"]  # and the types below
 
 UNKNOWN = "unknown"
 
@@ -39,43 +42,22 @@ def _unknown_to_none(value: Any) -> Any:
     return value
 
 
-class _Check:
-    """Constraints and a conversion that pydantic applies when it validates (``validate``): the
-    profile types are stdlib dataclasses, so building a bundled preset never imports pydantic,
-    while a user file or a probe is validated as strictly as a pydantic model would be."""
-
-    __slots__ = ("before", "constraints")
-
-    def __init__(self, before: Any = None, **constraints: Any) -> None:
-        self.before = before
-        self.constraints = constraints  # core-schema keys: gt, ge, le, strict, min_length
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        schema = handler(source)
-        schema.update(self.constraints)
-        if self.before is None:
-            return schema
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_before_validator_function(self.before, schema)
-
-
 def _opt(tp: Any) -> Any:
     """An optional field that also accepts the literal string "unknown"."""
-    return Annotated[tp | None, _Check(before=_unknown_to_none)]
+    return Annotated[tp | None, Check(before=_unknown_to_none)]
 
 
-PositiveInt = Annotated[int, _Check(gt=0)]
-NonNegInt = Annotated[int, _Check(ge=0, strict=True)]
-PositiveFloat = Annotated[float, _Check(gt=0)]
-NonEmptyStr = Annotated[str, _Check(min_length=1)]
+PositiveInt = Annotated[int, Check(gt=0)]
+NonNegInt = Annotated[int, Check(ge=0, strict=True)]
+PositiveFloat = Annotated[float, Check(gt=0)]
+NonEmptyStr = Annotated[str, Check(min_length=1)]
 
 
 _KernelValue = (
-    Annotated[bool, _Check(strict=True)]
-    | Annotated[int, _Check(strict=True)]
-    | Annotated[float, _Check(strict=True)]
-    | Annotated[str, _Check(strict=True)]
+    Annotated[bool, Check(strict=True)]
+    | Annotated[int, Check(strict=True)]
+    | Annotated[float, Check(strict=True)]
+    | Annotated[str, Check(strict=True)]
 )
 
 
@@ -185,7 +167,7 @@ class CollectiveFigure(_Strict):
     """One collective over a card set at one buffer size (nccl-tests' algbw / busbw, GB/s)."""
 
     op: CollectiveOp
-    cards: Annotated[list[NonNegInt], _Check(min_length=1)]  # the card indices measured
+    cards: Annotated[list[NonNegInt], Check(min_length=1)]  # the card indices measured
     size_bytes: PositiveInt
     algbw_gbps: _opt(PositiveFloat) = None
     busbw_gbps: _opt(PositiveFloat) = None
@@ -228,7 +210,7 @@ class Host(_Strict):
     thp_enabled: _opt(Literal["always", "madvise", "never"]) = None
     thp_defrag: _opt(Literal["always", "defer", "defer+madvise", "madvise", "never"]) = None
     numa_balancing: _opt(NonNegInt) = None
-    swappiness: _opt(Annotated[int, _Check(ge=0, le=200, strict=True)]) = None
+    swappiness: _opt(Annotated[int, Check(ge=0, le=200, strict=True)]) = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -338,49 +320,9 @@ class MachineProfile(_Strict):
 # -- validation (pydantic, imported here only) and the bundled presets, built without it --------
 
 
-@cache
-def _adapter(cls: type) -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(cls)
-
-
-def validate(cls: type, data: Any) -> Any:
-    """``cls`` (a profile type) from untrusted data — a user's file, a vendor tool's figures —
-    validated by pydantic: types, bounds, "unknown", unknown keys refused, the cross-field checks.
-    Raises ``pydantic.ValidationError`` (a ``ValueError``)."""
-    return _adapter(cls).validate_python(data)
-
-
 def check(obj: Any) -> Any:
     """``obj`` (built from a probe's figures without checks) validated as ``validate`` would."""
     return validate(type(obj), dataclasses.asdict(obj))
-
-
-def to_json(obj: Any) -> Any:
-    """``obj`` as JSON-ready data (enums as their values), as a profile file holds it."""
-    return _adapter(type(obj)).dump_python(obj, mode="json")
-
-
-# pydantic words a dataclass's unknown or missing key as a function's argument; a profile says
-# what it says of a model's field
-_WORDS = {
-    "unexpected_keyword_argument": "Extra inputs are not permitted",
-    "missing_keyword_only_argument": "Field required",
-}
-
-
-def errors(exc: ValueError) -> list[dict[str, Any]]:
-    """A validation error's entries (``loc``, ``msg``), a cross-field check's as one entry."""
-    found = getattr(exc, "errors", None)
-    if not callable(found):
-        return [{"loc": (), "msg": str(exc), "type": "value_error"}]
-    return [{**e, "msg": _WORDS.get(e["type"], e["msg"])} for e in found()]
-
-
-def first_error(exc: ValueError) -> str:
-    """The first message of a validation error (pydantic's) or of a cross-field check."""
-    return errors(exc)[0]["msg"]
 
 
 @cache

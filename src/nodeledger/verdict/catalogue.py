@@ -9,23 +9,24 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from nodeledger.errors import InputError
 from nodeledger.files import check_user_file, loads_toml
-from nodeledger.ledger.jobs import JOB_OPTION_NAMES, build_job
+from nodeledger.ledger.jobs import JOB_OPTION_NAMES, JOB_OPTIONS, JobOption, build_job
+from nodeledger.validation import Check, errors, validate
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-OWN_KEYS = {"id", "title", "model", "job", "expect", "machines", "beside", "peak_sequences", "claim",
-            "priority", "command", "peak_requests_per_s", "peak_output_tokens_per_s",
-            "slo_ttft_p99_s", "slo_tpot_p99_s"}  # fmt: skip
-EXPECT = ("can", "tight", "cannot")
-JOB_KINDS = ("serve", "train", "lora", "qlora", "load")
+Expect = Literal["can", "tight", "cannot"]
+JobKind = Literal["serve", "train", "lora", "qlora", "load"]
+EXPECT = get_args(Expect)
+JOB_KINDS = get_args(JobKind)
 # a workload id becomes file names (``<id>.sbatch``), Slurm job names, Pod names and labels and
 # replica names ``<id>#<n>``: ASCII letters, digits, '.', '_', '-'; not starting with '.' or '-'
 ID_MAX = 64
@@ -50,6 +51,106 @@ def _no_control(where: str, wid: str, key: str, text: str) -> None:
             f"{where}: workload {wid!r}: {key} {text!r} holds the control character "
             f"{bad.group()!r}; use one line of plain text"
         )
+
+
+# -- the file as written: its types, validated by pydantic (``validate``), and its JSON Schema ----
+
+Text = Annotated[str, Check(strict=True)]
+Count = Annotated[int, Check(strict=True, ge=1)]
+Rate = Annotated[float, Check(strict=True, gt=0, lt=1e12)]  # an integer is a float here
+_OPTION_TYPES = {
+    int: Annotated[int, Check(strict=True)],
+    float: Annotated[float, Check(strict=True)],
+    bool: Annotated[bool, Check(strict=True)],
+    str: Text,
+}
+
+
+@dataclass(kw_only=True)
+class _WorkloadKeys:
+    """A ``[[workloads]]`` table's own keys (the report's and the planner's)."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+    id: Annotated[str, Check(strict=True, pattern=rf"^{ID_RE.pattern}$", max_length=ID_MAX)]
+    model: Annotated[str, Check(strict=True, min_length=1)]
+    job: JobKind
+    title: Text | None = None
+    expect: Expect | None = None
+    machines: Count = 1
+    beside: list[Text] = field(default_factory=list)
+    peak_sequences: Count | None = None  # serve
+    peak_requests_per_s: Rate | None = None  # serve
+    peak_output_tokens_per_s: Rate | None = None  # serve
+    slo_ttft_p99_s: Rate | None = None  # serve
+    slo_tpot_p99_s: Rate | None = None  # serve
+    claim: Text | None = None
+    priority: Annotated[int, Check(strict=True)] = 0
+    command: Annotated[list[Text], Check(min_length=1)] | None = None
+
+
+OWN_KEYS = frozenset(f.name for f in fields(_WorkloadKeys))
+
+
+def _option_type(o: JobOption) -> Any:
+    if o.name == "concurrency":  # an integer, or "max"
+        return Count | Text
+    return _OPTION_TYPES[o.type]
+
+
+# a table also takes every job option (ledger.jobs.JOB_OPTIONS, `fit`'s options in snake_case)
+WorkloadEntry = make_dataclass(
+    "WorkloadEntry",
+    [(o.name, _option_type(o) | None, field(default=None)) for o in JOB_OPTIONS],
+    bases=(_WorkloadKeys,),
+    kw_only=True,
+)
+
+
+@dataclass(kw_only=True)
+class CatalogueFile:
+    """A workload catalogue (or a plan file) as written: ``[[workloads]]`` tables."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+    workloads: Annotated[list[WorkloadEntry], Check(min_length=1)]  # type: ignore[valid-type]
+
+
+def catalogue_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a workload catalogue, for editors (TOML files: taplo / Even Better
+    TOML's ``#:schema`` directive); shipped as ``schemas/catalogue.schema.json``."""
+    from nodeledger.schemas import json_schema
+
+    schema = json_schema(CatalogueFile, "nodeledger workload catalogue ([[workloads]] tables)")
+    props = schema["$defs"]["WorkloadEntry"]["properties"]
+    jobs = {
+        "all": "serve, train, lora, qlora",
+        "train": "train, lora, qlora",
+        "lora": "lora, qlora",
+    }
+    for o in JOB_OPTIONS:  # the help `fit --help` prints, for the editor's tooltip
+        kinds = jobs.get(o.group, o.group)
+        props[o.name]["description"] = f"{o.help} (`fit {o.cli_flag}`; job = {kinds})"
+    return schema
+
+
+def _type_error(where: str, items: list, exc: ValueError) -> InputError:
+    """One line for the first wrong value: the workload (by id where it has one), the key."""
+    found = errors(exc)
+    first = found[0]
+    loc = list(first["loc"])
+    at = where
+    if len(loc) >= 2 and loc[0] == "workloads" and isinstance(loc[1], int):
+        raw = items[loc[1]] if loc[1] < len(items) else None
+        wid = raw.get("id") if isinstance(raw, dict) else None
+        at += f": workload {wid!r}" if isinstance(wid, str) else f": workloads entry {loc[1] + 1}"
+        loc = loc[2:]
+    # the key, and an element's position in a list; pydantic adds a union member's type after
+    key = "".join([str(loc[0]), *(f"[{p}]" for p in loc[1:2] if isinstance(p, int))]) if loc else ""
+    value = first.get("input")
+    shown = f" {value!r}" if isinstance(value, (str, int, float)) and key else ""
+    # a union's members each add an error at the same key: count the other keys only
+    others = {tuple(e["loc"][:3]) for e in found} - {tuple(first["loc"][:3])}
+    more = f" (and {len(others)} more)" if others else ""
+    return InputError(f"{at}: {key or 'entry'}{shown}: {first['msg']}{more}")
 
 
 @dataclass(frozen=True)
@@ -95,8 +196,13 @@ def default_catalogue_text() -> str:
     )
 
 
-def parse_catalogue(text: str, where: str) -> list[Workload]:
-    # long: validation: one check per workload key, each with its own message, then the ids across
+def parse_catalogue(text: str, where: str, trusted: bool = False) -> list[Workload]:
+    """The workloads of a catalogue's ``text`` (``where`` names it in errors).  Types and bounds
+    are ``CatalogueFile``'s, checked by pydantic unless ``trusted`` (the bundled default, which
+    ``tests/test_catalogue.py`` validates): the cold start of ``report`` never imports it.  Then
+    what a type cannot say: ids usable as names, serve-only keys, control characters, ``beside``
+    naming a workload of the file, each job's options as ``fit`` takes them."""
+    # long: the ids and unknown keys first (their own messages), the types, then each workload
     try:
         data = loads_toml(text, where)
     except tomllib.TOMLDecodeError as exc:
@@ -107,7 +213,7 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
     items = data.get("workloads")
     if not isinstance(items, list) or not items:
         raise InputError(f"{where}: no [[workloads]] entries")
-    out: list[Workload] = []
+    tables: list[dict] = []
     for n, raw in enumerate(items, 1):
         if not isinstance(raw, dict):
             raise InputError(f"{where}: workloads entry {n} is not a table")
@@ -119,74 +225,15 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
                 f"{where}: workloads entry {n}: id {wid!r} is refused ({ID_RULE}): "
                 "it becomes file names and script lines"
             )
-        for key in ("model", "job"):
-            if not isinstance(raw.get(key), str) or not raw[key].strip():
-                raise InputError(f'{where}: workload {wid!r} needs {key} = "..."')
-        if raw["job"] not in JOB_KINDS:
-            raise InputError(
-                f"{where}: workload {wid!r}: job {raw['job']!r} is not one of {', '.join(JOB_KINDS)}"
-            )
-        expect = raw.get("expect")
-        if expect is not None and expect not in EXPECT:
-            raise InputError(f"{where}: workload {wid!r}: expect must be one of {EXPECT}")
-        machines = raw.get("machines", 1)
-        if not isinstance(machines, int) or isinstance(machines, bool) or machines < 1:
-            raise InputError(f"{where}: workload {wid!r}: machines must be an integer >= 1")
-        beside = raw.get("beside", [])
-        if not isinstance(beside, list) or not all(isinstance(b, str) for b in beside):
-            raise InputError(f"{where}: workload {wid!r}: beside must be a list of workload ids")
-        peak = raw.get("peak_sequences")
-        if peak is not None and (not isinstance(peak, int) or isinstance(peak, bool) or peak < 1):
-            raise InputError(f"{where}: workload {wid!r}: peak_sequences must be an integer >= 1")
-        if peak is not None and raw["job"] != "serve":
-            raise InputError(f"{where}: workload {wid!r}: peak_sequences applies to serve jobs")
-        rates = {}
-        for key in ("peak_requests_per_s", "peak_output_tokens_per_s", "slo_ttft_p99_s",
-                    "slo_tpot_p99_s"):  # fmt: skip
-            v = raw.get(key)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12:
-                raise InputError(f"{where}: workload {wid!r}: {key} must be a positive number")
-            if raw["job"] != "serve":
-                raise InputError(f"{where}: workload {wid!r}: {key} applies to serve jobs")
-            rates[key] = float(v)
-        prio = raw.get("priority", 0)
-        if not isinstance(prio, int) or isinstance(prio, bool):
-            raise InputError(f"{where}: workload {wid!r}: priority must be an integer")
-        cmd = raw.get("command")
-        if cmd is not None and (
-            not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd)
-        ):
-            raise InputError(
-                f"{where}: workload {wid!r}: command must be a list of strings (argv, no shell)"
-            )
-        for c in cmd or ():
-            _no_control(where, wid, "command element", c)
-        title = str(raw.get("title", wid))
-        claim = str(raw["claim"]) if raw.get("claim") is not None else None
-        _no_control(where, wid, "title", title)
-        if claim is not None:
-            _no_control(where, wid, "claim", claim)
-        opts = {k.replace("-", "_"): v for k, v in raw.items() if k not in OWN_KEYS}
-        _unknown_keys(text, where, wid, opts)
-        w = Workload(
-            id=wid,
-            title=title,
-            model=raw["model"],
-            kind=raw["job"],
-            options=opts,
-            expect=expect,
-            machines=machines,
-            beside=tuple(beside),
-            peak_sequences=peak,
-            claim=claim,
-            **rates,
-            priority=prio,
-            command=tuple(cmd) if cmd else None,
-        )
-        w.job()  # validate the options now, with the workload's name in the message
-        out.append(w)
+        table = {k.replace("-", "_"): v for k, v in raw.items()}
+        _unknown_keys(text, where, wid, {k: v for k, v in table.items() if k not in OWN_KEYS})
+        tables.append(table)
+    if not trusted:
+        try:
+            validate(CatalogueFile, {"workloads": tables})
+        except ValueError as exc:
+            raise _type_error(where, tables, exc) from None
+    out = [_workload(where, raw) for raw in tables]
     ids = [w.id for w in out]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -196,6 +243,47 @@ def parse_catalogue(text: str, where: str) -> list[Workload]:
             if b not in ids or b == w.id:
                 raise InputError(f"{where}: workload {w.id!r}: beside names unknown workload {b!r}")
     return out
+
+
+SERVE_ONLY = ("peak_sequences", "peak_requests_per_s", "peak_output_tokens_per_s",
+              "slo_ttft_p99_s", "slo_tpot_p99_s")  # fmt: skip
+
+
+def _workload(where: str, raw: dict) -> Workload:
+    """One table (its types checked) as a Workload, with the checks a type cannot make."""
+    wid = raw["id"]
+    for key in SERVE_ONLY:
+        if raw.get(key) is not None and raw["job"] != "serve":
+            raise InputError(f"{where}: workload {wid!r}: {key} applies to serve jobs")
+    cmd = raw.get("command")
+    for c in cmd or ():
+        _no_control(where, wid, "command element", c)
+    title = raw.get("title", wid)
+    claim = raw.get("claim")
+    _no_control(where, wid, "title", title)
+    if claim is not None:
+        _no_control(where, wid, "claim", claim)
+    rates = {k: float(raw[k]) for k in SERVE_ONLY[1:] if raw.get(k) is not None}
+    w = Workload(
+        id=wid,
+        title=title,
+        model=raw["model"],
+        kind=raw["job"],
+        options={k: v for k, v in raw.items() if k not in OWN_KEYS},
+        expect=raw.get("expect"),
+        machines=raw.get("machines", 1),
+        beside=tuple(raw.get("beside", ())),
+        peak_sequences=raw.get("peak_sequences"),
+        claim=claim,
+        **rates,
+        priority=raw.get("priority", 0),
+        command=tuple(cmd) if cmd else None,
+    )
+    try:
+        w.job()  # the options as `fit` takes them, with the workload's name in the message
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    return w
 
 
 def _line_of(text: str, wid: str, key: str) -> int | None:
@@ -237,7 +325,8 @@ def _unknown_keys(text: str, where: str, wid: str, opts: dict) -> None:
 def load_catalogue(ref: str | None) -> tuple[list[Workload], str]:
     """None: the bundled default; "FILE": that catalogue; "+FILE": the default plus FILE."""
     if ref is None:
-        return parse_catalogue(default_catalogue_text(), "default catalogue"), "default catalogue"
+        default = parse_catalogue(default_catalogue_text(), "default catalogue", trusted=True)
+        return default, "default catalogue"
     append = ref.startswith("+")
     path = Path(ref[1:] if append else ref)
     try:
@@ -250,7 +339,7 @@ def load_catalogue(ref: str | None) -> tuple[list[Workload], str]:
     own = parse_catalogue(text, str(path))
     if not append:
         return own, str(path)
-    base = parse_catalogue(default_catalogue_text(), "default catalogue")
+    base = parse_catalogue(default_catalogue_text(), "default catalogue", trusted=True)
     merged = base + own
     ids = [w.id for w in merged]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
