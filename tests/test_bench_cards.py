@@ -5,6 +5,7 @@ run (copies, collectives over gloo, allocation) — no card figures are claimed 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -112,8 +113,8 @@ def _two_node_box() -> MachineProfile:
         accelerators=[Accelerator(index=0, vendor="nvidia", product="NVIDIA H100 80GB HBM3", numa_node=0),
                       Accelerator(index=1, vendor="nvidia", product="NVIDIA H100 80GB HBM3", numa_node=1)],
         interconnect=Interconnect(default=Link(kind=LinkKind.nvlink, lanes=18, label="NV18")),
-        host={"numa_nodes": [NumaNode(id=0, cpus=",".join(map(str, a))),
-                             NumaNode(id=1, cpus=",".join(map(str, b)))]},
+        host=Host(numa_nodes=[NumaNode(id=0, cpus=",".join(map(str, a))),
+                              NumaNode(id=1, cpus=",".join(map(str, b)))]),
     )  # fmt: skip
 
 
@@ -125,6 +126,11 @@ def test_card_code_paths_on_cpu_torch(tmp_path):
     gloo collectives in two worker processes, allocation); the figures are not card figures."""
     rep = run_bench(quick=True, dataset=tmp_path, cache=tmp_path, disk_sizes=TINY_DISK,
                     card_sizes=TINY_CARDS, profile=_two_node_box(), backend_kind="cpu")  # fmt: skip
+    from pydantic import TypeAdapter
+
+    from nodeledger.bench.usecase import BenchJSON
+
+    TypeAdapter(BenchJSON).validate_json(json.dumps({"schema_version": 1, **rep}), strict=True)
     c = rep["cards"]
     assert c["status"] == "measured" and c["backend"].endswith("cpu")
     hc = c["host_card"][0]

@@ -85,12 +85,12 @@ def _report() -> dict:
     ]  # fmt: skip
     host_card = [
         {"card": 0, "numa_node": 0, "remote_node": 1, "binding_note": "",
-         "pinned_local": {"h2d": 52.31, "d2h": 50.9}, "pageable_local": {"h2d": 20.4, "d2h": 19.0},
-         "pinned_remote": {"h2d": 40.12, "d2h": 41.0}, "pageable_remote": {"h2d": 14.0, "d2h": 13.0}},
+         "pinned_local": {"h2d_gbps": 52.31, "d2h_gbps": 50.9}, "pageable_local": {"h2d_gbps": 20.4, "d2h_gbps": 19.0},
+         "pinned_remote": {"h2d_gbps": 40.12, "d2h_gbps": 41.0}, "pageable_remote": {"h2d_gbps": 14.0, "d2h_gbps": 13.0}},
         # card 1: pinned host->card not measured (None), pageable unknown (NaN is never a value)
         {"card": 1, "numa_node": 0, "remote_node": None,
          "binding_note": "one NUMA node only: no remote binding to compare",
-         "pinned_local": {"h2d": None, "d2h": 51.0}, "pageable_local": {"h2d": float("nan"), "d2h": 1.0}},
+         "pinned_local": {"h2d_gbps": None, "d2h_gbps": 51.0}, "pageable_local": {"h2d_gbps": float("nan"), "d2h_gbps": 1.0}},
     ]  # fmt: skip
     peer = [
         {"src": 0, "dst": 1, "gbps": 390.5, "link": "nvlink", "link_gbps": 450.0, "peer_access": True},
@@ -203,7 +203,7 @@ def test_unavailable_or_unknown_figures_stay_unknown():
 
 def test_remote_faster_cards_outside_the_profile_and_cpu_backend():
     rep = _report()
-    rep["cards"]["host_card"][0]["pinned_remote"]["h2d"] = 60.0
+    rep["cards"]["host_card"][0]["pinned_remote"]["h2d_gbps"] = 60.0
     rep["cards"]["cards"][1]["bus_id"] = "0000:99:00.0"  # torch's card 1 is not profile card 1
     p = S.measured_profile(_box(), rep, DATE)
     a0 = p.accelerators[0]

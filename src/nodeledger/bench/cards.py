@@ -371,10 +371,11 @@ def host_copy(be: TorchCards, i: int, sizes: tuple[int, ...], reps: int, pinned:
             down = be.time_each(i, lambda h=h, d=d: h.copy_(d, non_blocking=pinned), reps)
             if pinned:
                 be.sync(i)
-            sweep.append({"bytes": nb, "h2d": nb / statistics.median(up) / 1e9,
-                          "d2h": nb / statistics.median(down) / 1e9})  # fmt: skip
+            sweep.append({"bytes": nb, "h2d_gbps": nb / statistics.median(up) / 1e9,
+                          "d2h_gbps": nb / statistics.median(down) / 1e9})  # fmt: skip
         del host, dev
-    return {"h2d": max(r["h2d"] for r in sweep), "d2h": max(r["d2h"] for r in sweep),
+    return {"h2d_gbps": max(r["h2d_gbps"] for r in sweep),
+            "d2h_gbps": max(r["d2h_gbps"] for r in sweep),
             "sweep": sweep, "pinned_checked": checked}  # fmt: skip
 
 

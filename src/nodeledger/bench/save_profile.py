@@ -174,9 +174,9 @@ def _side(row: dict, key: str, d: str) -> list[tuple[str, float]]:
 
 def _host_card(data: dict, cards: dict, where: dict[int, int], copies: str, date: str) -> None:
     accs = {a["index"]: a for a in data["accelerators"]}
-    what = {"host_to_card_gbps": ("pinned", "h2d", "pinned host->card copy"),
-            "card_to_host_gbps": ("pinned", "d2h", "pinned card->host copy"),
-            "host_to_card_pageable_gbps": ("pageable", "h2d", "pageable host->card copy")}  # fmt: skip
+    what = {"host_to_card_gbps": ("pinned", "h2d_gbps", "pinned host->card copy"),
+            "card_to_host_gbps": ("pinned", "d2h_gbps", "pinned card->host copy"),
+            "host_to_card_pageable_gbps": ("pageable", "h2d_gbps", "pageable host->card copy")}  # fmt: skip
     for row in cards.get("host_card") or []:
         pc = where.get(row.get("card"))
         if pc is None:

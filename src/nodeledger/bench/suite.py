@@ -333,7 +333,7 @@ def _host_card(be: C.TorchCards, ci: dict, sz: C.CardSizes, nodes, allowed, res:
         pin_ev = ("" if not pinned else "; the host buffer is not page-locked (is_pinned() "
                   "False): judged as pageable" if r.get("pinned_checked") is False else
                   "; host buffer checked pinned, copied non_blocking")  # fmt: skip
-        for d, arrow in (("h2d", "host->card"), ("d2h", "card->host")):
+        for d, arrow in (("h2d_gbps", "host->card"), ("d2h_gbps", "card->host")):
             sweep = ", ".join(
                 f"{x['bytes'] / C.MiB:,.0f} MiB {x[d]:,.1f}" for x in r.get("sweep", [])
             )
@@ -342,10 +342,10 @@ def _host_card(be: C.TorchCards, ci: dict, sz: C.CardSizes, nodes, allowed, res:
                                  evidence=f"{bind_ev}; {link_ev}; plateau of GB/s by size: {sweep}{pin_ev}",
                                  expected_text="link rate unknown: no sysfs PCIe link files for this card"))  # fmt: skip
     if remote is not None:
-        loc, rem = row["pinned_local"]["h2d"], row["pinned_remote"]["h2d"]
+        loc, rem = row["pinned_local"]["h2d_gbps"], row["pinned_remote"]["h2d_gbps"]
         v, text = J.numa_verdict(loc, rem)
         cost = 100 * (1 - rem / loc) if loc else None
-        pl, pr = row["pageable_local"]["h2d"], row["pageable_remote"]["h2d"]
+        pl, pr = row["pageable_local"]["h2d_gbps"], row["pageable_remote"]["h2d_gbps"]
         ev = (f"pinned host->card {rem:,.1f} GB/s with CPUs of node {rnode} vs {loc:,.1f} local "
               f"({cost:+.1f} % cost of a wrong binding); pageable {pr:,.1f} vs {pl:,.1f} "
               f"({100 * (1 - pr / pl):+.1f} %); {text}")  # fmt: skip
@@ -431,7 +431,9 @@ def judge_nccl(parsed: dict, profile) -> dict:
     op = parsed["collective"] or "collective"
     metric = f"{op} peak busbw @ {parsed['peak']['size_bytes'] / 2**20:,.0f} MiB"
     value = parsed["peak"]["busbw_gbps"]
-    ev = f"{parsed['n']} ranks on {len(parsed['hosts']) or 1} host(s); avg busbw {parsed['avg_busbw']}"
+    avg = parsed["avg_busbw"]
+    ev = (f"{parsed['n']} ranks on {len(parsed['hosts']) or 1} host(s); avg busbw "
+          f"{'unknown' if avg is None else f'{avg} GB/s'} (nccl-tests' Avg bus bandwidth line)")  # fmt: skip
     if len(parsed["hosts"]) > 1:
         return J.figure("collective", subj, metric, value, "GB/s", None, evidence=ev,
                         expected_text=f"spans {len(parsed['hosts'])} hosts: bound by the network, not judged against one box's links")  # fmt: skip
@@ -478,7 +480,8 @@ def nccl_part(parsed: dict, cards: dict | None, profile) -> dict:
     measured = (cards or {}).get("collectives") or []
     cmp = compare(parsed, measured) if measured else []
     out = {k: parsed[k] for k in ("source", "n", "hosts", "collective", "collective_from",
-                                   "avg_busbw", "out_of_bounds", "peak")}  # fmt: skip
+                                   "out_of_bounds", "peak")}  # fmt: skip
+    out["avg_busbw_gbps"] = parsed["avg_busbw"]
     out["rows"] = len(parsed["rows"])
     out["comparison"] = cmp
     subj = f"nccl-tests {Path(parsed['source']).name}"

@@ -21,7 +21,6 @@ from nodeledger.cli.common import (
     progress_lines,
 )
 from nodeledger.cli.options import json_option
-from nodeledger.errors import NodeledgerError
 
 VERDICT_STYLE = {"ok": "green", "low": "dark_orange", "bad": "red", "unknown": "grey50",
                  "unavailable": "grey50"}  # fmt: skip
@@ -95,41 +94,20 @@ def bench(
     pageable, NUMA-local / remote), card<->card copies, all-reduce / all-gather bus bandwidth,
     allocatable memory.  Each figure judged ok / low / bad against its class and the topology."""
     pci_card_order()
-    from nodeledger.bench.suite import run_bench
+    from nodeledger.bench.usecase import measure
 
-    card_list = card_indices(cards)
-    progress = progress_lines()
-    profile = target = None
-    if kernels and no_cards:
-        raise NodeledgerError("--kernels measures the cards: it cannot go with --no-cards")
-    from datetime import datetime, timezone
-
-    date = datetime.now(timezone.utc).date().isoformat()  # the run's UTC date
-    if save_to is not None:
-        from nodeledger.bench import save_profile as S
-
-        target = S.check_target(save_to)  # before measuring: a bad path loses nothing
-        if progress:
-            progress("probing the machine")
-        profile = S.probe_this_machine()
-    rep = run_bench(cards=card_list, quick=quick, dataset=dataset, cache=cache,
-                    compare_nccl=compare_nccl, nccl_op=nccl_op, skip_cards=no_cards,
-                    profile=profile, progress=progress, kernels=kernels, date=date)  # fmt: skip
-    if target is not None:
-        rep["nic_speeds"] = S.read_nic_speeds(profile)
+    run = measure(cards=card_indices(cards), quick=quick, dataset=dataset, cache=cache,
+                  compare_nccl=compare_nccl, nccl_op=nccl_op, no_cards=no_cards, save_to=save_to,
+                  kernels=kernels, progress=progress_lines())  # fmt: skip
     if as_json:
-        print_json(rep)
+        print_json(run.to_json())
     else:
-        render_bench(rep)
-    if target is not None:  # the report is out first: a failed write loses no measurement
-        saved = S.measured_profile(profile, rep, date)
-        S.write_profile(saved, target)
-        n = S.count_measured(saved, date)
-        line = f"machine profile {saved.name} with {n} measured figure(s) written to {target}"
-        if as_json:
-            sys.stderr.write(f"nodeledger: {line}\n")
-        else:
-            console().print(line, markup=False, highlight=False)
+        render_bench(run.report)
+    line = run.save_profile()  # the report is out first: a failed write loses no measurement
+    if line is not None and as_json:
+        sys.stderr.write(f"nodeledger: {line}\n")
+    elif line is not None:
+        console().print(line, markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,7 +220,8 @@ def render_bench(rep: dict, con=None) -> None:
         n = rep["nccl_tests"]
         con.print(f"nccl-tests {n['source']}: {n['collective'] or 'unknown collective'} ({n['collective_from']}), "
                   f"{n['n']} ranks on {len(n['hosts'])} host(s), {n['rows']} rows; peak busbw "
-                  f"{n['peak']['busbw_gbps']} GB/s at {n['peak']['size_bytes']:,} B; avg {n['avg_busbw']}",
+                  f"{n['peak']['busbw_gbps']} GB/s at {n['peak']['size_bytes']:,} B; avg "
+                  f"{'unknown' if n['avg_busbw_gbps'] is None else str(n['avg_busbw_gbps']) + ' GB/s'}",
                   markup=False, highlight=False)  # fmt: skip
     cnt = rep["counts"]
     repeats = sum(

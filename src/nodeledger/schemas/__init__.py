@@ -6,7 +6,7 @@
 ``machine.schema.json`` (``machine.profile.MachineProfile``, serialised, with its card figures),
 ``compare.schema.json`` (``report.compare.CompareJSON``), ``oom.schema.json``
 (``triage.report.OomJSON``), ``watch.schema.json`` (``watch.session.WatchJSON``), ``golive.schema.json``
-(``golive.checklist.GoLiveJSON``); and one for an input, ``catalogue.schema.json``
+(``golive.checklist.GoLiveJSON``), ``bench.schema.json`` (``bench.usecase.BenchJSON``); and one for an input, ``catalogue.schema.json``
 (``verdict.catalogue.CatalogueFile``: a workload catalogue or plan file, for editors).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
@@ -32,6 +32,8 @@ with
         open('src/nodeledger/schemas/watch.schema.json', 'w').write(json.dumps(watch_json_schema(), indent=2, sort_keys=True) + '\\n')"
     .venv/bin/python -c "import json; from nodeledger.golive.checklist import golive_json_schema; \
         open('src/nodeledger/schemas/golive.schema.json', 'w').write(json.dumps(golive_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.bench.usecase import bench_json_schema; \
+        open('src/nodeledger/schemas/bench.schema.json', 'w').write(json.dumps(bench_json_schema(), indent=2, sort_keys=True) + '\\n')"
     .venv/bin/python -c "import json; from nodeledger.verdict.catalogue import catalogue_json_schema; \
         open('src/nodeledger/schemas/catalogue.schema.json', 'w').write(json.dumps(catalogue_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
