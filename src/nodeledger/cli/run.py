@@ -97,7 +97,6 @@ def run_cmd(
     release=None,
     as_json=False,
 ) -> None:
-    # long: list / release, the option checks, the booking, then exec of the command: one flow; its steps are placement.reserve's
     from nodeledger.placement import reserve as rs
 
     args = list(args or [])
@@ -136,61 +135,22 @@ def run_cmd(
         raise InputError(f"--timeout must be > 0, got {timeout:g}")
     if not settle >= 0:
         raise InputError(f"--settle must be >= 0 seconds, got {settle:g}")
-    target, cmd = args[0], args[1:]
-
-    store = rs.Store(state)
-    store.check()  # a bad state file is reported before any planning
-    workloads, specs = rs.load_plan_inputs(plan)
-    try:
-        profile, live = rs.resolve_run_machine(machine)
-    except rs.Refused as exc:
-        store.close()
-        _err(f"refused: {exc}")
-        raise click.exceptions.Exit(rs.EXIT_REFUSED) from None
-    cached: dict = {}
-
-    def get_plan(reserved: set[int]) -> dict:
-        if live or "plan" not in cached:  # a live probe is taken again at every check
-            prof = rs.resolve_run_machine(machine)[0] if live and cached else profile
-            cached["plan"] = rs.make_plan(prof, workloads, specs, lifeboat, reserved)
-        return cached["plan"]
-
-    plan_now = get_plan({r.card for r in store.check()[0]})
-    reps = rs.find_replicas(plan_now, target)  # unknown / unplaced replica: exit 2 now
-    if not cmd:
-        w = next((w for w in workloads if w.id == reps[0]["workload"]), None)
-        if w is None or not w.command:
-            raise InputError(
-                f"no command for {target}: give it after -- or set `command` of workload "
-                f"{reps[0]['workload']!r} in {plan}"
-            )
-        cmd = list(w.command)
-
     pid = os.getpid()  # exec keeps it: the reservation names the command's own process
     try:
-        d = rs.reserve(store, get_plan, target, pid=pid, wait=wait, timeout=timeout,
-                       settle=settle, say=_err)  # fmt: skip
+        b = rs.book(state, plan, args[0], args[1:], pid=pid, machine=machine, lifeboat=lifeboat,
+                    wait=wait, timeout=timeout, settle=settle, say=_err)  # fmt: skip
     except rs.Refused as exc:
-        store.close()
         _err(f"refused: {exc}")
         raise click.exceptions.Exit(rs.EXIT_REFUSED) from None
-    rep = d.replica
-    store.close()
-    argv, bind_note = rs.command_line(rep, cmd)
-    for line in (d.note, bind_note):
-        if line:
-            _err(line)
-    env = rs.replica_env(rep)
-    shown = " ".join(f"{k}={v}" for k, v in sorted((rep.get("env") or {}).items()))
-    _err(f"run {rep['replica']} on card(s) {','.join(map(str, rep['cards']))} as pid {pid} "
-         f"({shown}; state {store.path})")  # fmt: skip
+    for line in [*b.notes, b.started]:
+        _err(line)
     sys.stdout.flush()
     try:
-        os.execvpe(argv[0], argv, env)
+        os.execvpe(b.argv[0], b.argv, b.env)
     except OSError as exc:
-        store.drop_pid(pid)
-        store.close()
-        raise InputError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        b.store.drop_pid(pid)
+        b.store.close()
+        raise InputError(f"cannot start {b.argv[0]!r}: {exc.strerror or exc}") from None
 
 
 def _list(store, as_json: bool) -> None:

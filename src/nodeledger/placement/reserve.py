@@ -583,3 +583,59 @@ def replica_env(replica: dict, base: dict | None = None) -> dict[str, str]:
     env.update({k: str(v) for k, v in (replica.get("env") or {}).items()})
     env["NODELEDGER_REPLICA"] = replica["replica"]
     return env
+
+
+@dataclass
+class Booking:
+    """A replica booked for this process (``book``): the command to exec with its environment,
+    and the lines to say first."""
+
+    replica: dict
+    argv: list[str]
+    env: dict[str, str]
+    notes: list[str]  # the booking's and the NUMA binding's notes
+    started: str  # "run <replica> on card(s) ... as pid ... (...; state ...)"
+    store: Store  # closed; ``drop_pid`` reopens it when the exec fails
+
+
+def book(state: str | None, plan_file: str, target: str, cmd: list[str], *, pid: int,
+         machine: str | None = None, lifeboat: int | None = None, wait: bool = False,
+         timeout: float | None = None, settle: float = SETTLE_S,
+         say: Callable[[str], None] | None = None) -> Booking:  # fmt: skip
+    """``nodeledger run``'s use case: plan ``plan_file`` on the machine (a live probe is taken
+    again at every check), find ``target``, book its cards for ``pid`` and make its command line
+    (``cmd``, else the workload's ``command``).  Refused (exit 4) when it cannot start (now, or
+    within ``timeout`` with ``wait``); InputError for a bad state file, plan or replica."""
+    store = Store(state)
+    try:
+        store.check()  # a bad state file is reported before any planning
+        workloads, specs = load_plan_inputs(plan_file)
+        profile, live = resolve_run_machine(machine)
+        cached: dict = {}
+
+        def get_plan(reserved: set[int]) -> dict:
+            if live or "plan" not in cached:
+                prof = resolve_run_machine(machine)[0] if live and cached else profile
+                cached["plan"] = make_plan(prof, workloads, specs, lifeboat, reserved)
+            return cached["plan"]
+
+        reps = find_replicas(get_plan({r.card for r in store.check()[0]}), target)
+        if not cmd:  # unknown / unplaced replica: InputError above, before any wait
+            w = next((w for w in workloads if w.id == reps[0]["workload"]), None)
+            if w is None or not w.command:
+                raise InputError(
+                    f"no command for {target}: give it after -- or set `command` of workload "
+                    f"{reps[0]['workload']!r} in {plan_file}"
+                )
+            cmd = list(w.command)
+        d = reserve(store, get_plan, target, pid=pid, wait=wait, timeout=timeout,
+                    settle=settle, say=say)  # fmt: skip
+    finally:
+        store.close()
+    rep = d.replica
+    argv, bind_note = command_line(rep, cmd)
+    shown = " ".join(f"{k}={v}" for k, v in sorted((rep.get("env") or {}).items()))
+    started = (f"run {rep['replica']} on card(s) {','.join(map(str, rep['cards']))} as pid {pid} "
+               f"({shown}; state {store.path})")  # fmt: skip
+    notes = [line for line in (d.note, bind_note) if line]
+    return Booking(rep, argv, replica_env(rep), notes, started, store)
