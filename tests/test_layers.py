@@ -25,6 +25,7 @@ UNITS: dict[str, int] = {
     "nodeledger.files": 0.5,
     "nodeledger.field_notes": 0.5,
     "nodeledger.validation": 0.5,  # pydantic behind one function, imported when data is validated
+    "nodeledger.document": 0.5,  # the section kinds every consumer renders (report, doctor, golive)
     "nodeledger.machine.parsers": 1,
     "nodeledger.logs": 1,  # log readers (kernel / accelerator OOM, job lines): beside the parsers
     "nodeledger.machine": 2,

@@ -129,6 +129,24 @@ def unavailable(part: str, subject: str, metric: str, reason: str) -> dict:
     }  # fmt: skip
 
 
+def figure_text(f: dict) -> str:
+    """A bench figure (value and unit) as printed by bench and golive."""
+    v, unit = f["value"], f["unit"]
+    if v is None:
+        return "—"
+    if unit == "%":
+        return f"{v:+.1f} %"
+    if unit == "of total":
+        return f"{v:.1%}"
+    if abs(v) >= 100:
+        text = f"{v:,.0f}"
+    elif abs(v) >= 1:
+        text = f"{v:,.2f}"
+    else:
+        text = f"{v:.3f}"
+    return f"{text} {unit}".strip()
+
+
 # ---------------------------------------------------------------------------------------
 # disks
 # ---------------------------------------------------------------------------------------

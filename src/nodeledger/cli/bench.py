@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 
+from nodeledger.bench.judge import figure_text
 from nodeledger.cli.common import (
     card_indices,
     console,
-    fmt_value,
     num,
     pci_card_order,
     print_json,
@@ -193,7 +193,7 @@ def render_bench(rep: dict, con=None) -> None:
         st = VERDICT_STYLE[f["verdict"]]
         exp = f["expected"] + (f" [{src[f['source']]}]" if f["source"] else "")
         t.add_row(
-            f["part"], f["subject"], f["metric"], fmt_value(f), f"[{st}]{f['verdict']}[/]", exp
+            f["part"], f["subject"], f["metric"], figure_text(f), f"[{st}]{f['verdict']}[/]", exp
         )
     con.print(t)
     if peer:

@@ -123,21 +123,3 @@ def pci_card_order() -> None:
     bus order (unless the user chose an order), and the collective workers inherit it.  The
     library never changes the environment; this command owns its process."""
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-
-
-def fmt_value(f: dict) -> str:
-    """A bench figure (value and unit) as printed by bench and golive."""
-    v, unit = f["value"], f["unit"]
-    if v is None:
-        return "—"
-    if unit == "%":
-        return f"{v:+.1f} %"
-    if unit == "of total":
-        return f"{v:.1%}"
-    if abs(v) >= 100:
-        text = f"{v:,.0f}"
-    elif abs(v) >= 1:
-        text = f"{v:,.2f}"
-    else:
-        text = f"{v:.3f}"
-    return f"{text} {unit}".strip()

@@ -6,14 +6,11 @@ Exit codes: checks — 0 ok (info / unknown / skip included), 1 warnings, 3 erro
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from nodeledger.cli.common import (
     console,
     exit_with,
-    gib,
     print_json,
     verdict_exit,
 )
@@ -26,8 +23,6 @@ from nodeledger.cli.options import (
 )
 from nodeledger.errors import NodeledgerError
 
-SEV_STYLE = {"ok": "green", "skip": "grey50", "unknown": "grey50", "info": "cyan",
-             "warning": "dark_orange", "error": "red"}  # fmt: skip
 LEVEL_STYLE = {
     "ok": "green",
     "info": "cyan",
@@ -111,41 +106,15 @@ def doctor(
         _render_preflight(answer, as_json, no_fail)
 
 
-def _value(v: Any) -> str:
-
-    if isinstance(v, int) and not isinstance(v, bool) and v >= 2**20:
-        return f"{gib(v)} ({v:,} B)"
-    return str(v)
-
-
 def _render_checks(a, as_json: bool) -> None:
-    state, findings, code = a.state, a.findings, a.exit_code
     if as_json:
         print_json(a.to_json())
-        exit_with(code)
-    from rich.markup import escape
-    from rich.table import Table
-
+        exit_with(a.exit_code)
     con = console()
-    con.print(f"doctor: {state.origin}", markup=False, highlight=False)
-    t = Table(title="Checks (read-only; fixes are printed, never run)")
-    for col in ("check", "severity", "finding / evidence"):
-        t.add_column(col, no_wrap=col != "finding / evidence")
-    for f in findings:
-        st = SEV_STYLE[f.severity]
-        body = escape(f.message) + "".join(
-            f"\n  [dim]seen: {escape(f'{e.what} = {_value(e.value)} ({e.source})')}[/dim]"
-            for e in f.evidence
-        )
-        t.add_row(f.id, f"[{st}]{f.severity}[/]", body)
-    con.print(t)
-    fixes = [f for f in findings if f.fix and f.severity in ("info", "warning", "error")]
-    if fixes:
-        con.print("[bold]Fixes[/bold] (run them yourself, after reading them):")
-        for f in fixes:
-            con.print(f"  {f.id}: {f.fix}", markup=False, highlight=False)
-    con.print(f"worst: {a.worst} (exit {code})", markup=False)
-    exit_with(code)
+    con.print(f"doctor: {a.state.origin}", markup=False, highlight=False)
+    a.checklist().terminal(con)
+    con.print(f"worst: {a.worst} (exit {a.exit_code})", markup=False)
+    exit_with(a.exit_code)
 
 
 def _render_preflight(a, as_json: bool, no_fail: bool) -> None:

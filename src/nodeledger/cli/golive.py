@@ -13,7 +13,6 @@ import click
 from nodeledger.cli.common import (
     console,
     exit_with,
-    fmt_value,
     pci_card_order,
     print_json,
     progress_lines,
@@ -21,7 +20,6 @@ from nodeledger.cli.common import (
 from nodeledger.cli.options import tool_timeout_option
 from nodeledger.errors import NodeledgerError
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "unavailable": "grey50"}
 FORMATS = ("terminal", "md", "json")
 
 
@@ -76,6 +74,7 @@ def golive(
     step ran whole; 1 otherwise (an unavailable or partial step too, unless
     --allow-unavailable names it)."""
     pci_card_order()
+    from nodeledger.golive import render
     from nodeledger.golive.checklist import run_golive
 
     fmt = "json" if as_json else fmt
@@ -89,56 +88,8 @@ def golive(
     if fmt == "json":
         print_json(rep)
     elif fmt == "md":
-        sys.stdout.write("\n".join(golive_md(rep)) + "\n")
+        sys.stdout.write("\n".join(render.markdown(rep)) + "\n")
     else:
-        render_golive(rep, console())
+        render.terminal(rep, console())
     if rep["exit_code"]:
         exit_with(rep["exit_code"])
-
-
-def render_golive(rep: dict, con) -> None:
-    from rich.table import Table
-
-    con.print(
-        f"go-live checklist: {rep['machine']} — {rep['origin']}", markup=False, highlight=False
-    )
-    t = Table(title="Steps")
-    for col in ("step", "status", "summary"):
-        t.add_column(col, overflow="fold")
-    for s in rep["steps"]:
-        t.add_row(s["title"], f"[{STATUS_STYLE[s['status']]}]{s['status']}[/]", s["summary"])
-    con.print(t)
-    for s in rep["steps"]:
-        if not s["evidence"]:
-            continue
-        con.print(f"{s['title']} — {s['status']}:", markup=False, highlight=False)
-        for line in s["evidence"]:
-            con.print(f"  {line}", markup=False, highlight=False)
-    style = "green" if rep["exit_code"] == 0 else "red"
-    con.print(f"[{style}]{rep['verdict']}[/] (exit {rep['exit_code']})")
-
-
-def golive_md(rep: dict) -> list[str]:
-    L = [f"# Go-live checklist: {rep['machine']}", "", f"Machine: {rep['origin']}.",
-         f"Plan: {rep['plan'] or 'none given'}.", "",
-         f"**Verdict: {rep['verdict']}** (exit {rep['exit_code']}; unavailable steps do not fail it)", "",
-         "| step | status | summary |", "|---|---|---|"]  # fmt: skip
-    for s in rep["steps"]:
-        L.append(f"| {s['title']} | {s['status']} | {_md(s['summary'])} |")
-    for s in rep["steps"]:
-        L += ["", f"## {s['title']}: {s['status']}", "", _md(s["summary"])]
-        if s["evidence"]:
-            L.append("")
-            L += [f"- {_md(e)}" for e in s["evidence"]]
-    b = rep.get("bench")
-    if b and b.get("figures"):
-        L += ["", "## Bench figures", "", "| subject | metric | value | verdict | expected | source |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
-        for f in b["figures"]:
-            L.append(f"| {_md(f['subject'])} | {_md(f['metric'])} | {fmt_value(f)} | {f['verdict']} | "
-                     f"{_md(f['expected'])} | {_md(f['source'] or f['evidence'])} |")  # fmt: skip
-    return L
-
-
-def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")

@@ -7,11 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nodeledger.document import Check, Checklist
 from nodeledger.errors import NodeledgerError
+from nodeledger.units import gib_text
 
 # the version of doctor --json's shapes (DoctorChecksJSON, PreflightJSON); raised when a key
 # changes meaning or goes away
 SCHEMA_VERSION = 1
+SEVERITY_STYLE = {"ok": "green", "skip": "grey50", "unknown": "grey50", "info": "cyan",
+                  "warning": "dark_orange", "error": "red"}  # fmt: skip
+
+
+def _value(v: Any) -> str:
+    """A seen value; a byte count as GiB beside it."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 2**20:
+        return f"{gib_text(v, 2)} ({v:,} B)"
+    return str(v)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,18 @@ class ChecksAnswer:
     findings: list  # [doctor.Finding]
     worst: str
     exit_code: int
+
+    def checklist(self) -> Checklist:
+        """The checks as a document section: each finding, what was seen, the fixes to run."""
+        checks = [
+            Check(f.id, f.severity, f.message,
+                  [f"seen: {e.what} = {_value(e.value)} ({e.source})" for e in f.evidence],
+                  f.fix if f.fix and f.severity in ("info", "warning", "error") else None)
+            for f in self.findings
+        ]  # fmt: skip
+        return Checklist("Checks (read-only; fixes are printed, never run)",
+                         ("check", "severity", "finding / evidence"), checks, SEVERITY_STYLE,
+                         inline=True, fixes_note=" (run them yourself, after reading them):")  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """``doctor --json`` (its shape: :class:`DoctorChecksJSON`, shipped as a JSON Schema)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from html import escape as h
 from typing import Any
 
+from nodeledger import document
 from nodeledger.report import render as R
 from nodeledger.units import count, gib_text
 
@@ -54,24 +55,18 @@ class Notes:
 
 
 @dataclass
-class Section:
+class Section(document.Section):
+    """A capacity-report section: it reads its slice of ``rep``; besides the three formats of
+    every section kind (``document.Section``) it has a one-screen form."""
+
     rep: dict[str, Any]
     machine: Any = None  # the MachineProfile, for the HTML charts
-
-    def terminal(self, con, details: bool = False) -> None:
-        """Print the section on ``con`` (rich), whole (``report --details``)."""
 
     def brief(self, con, notes: Notes) -> None:
         """Print the section's answer on ``con`` for the one-screen report; a caveat goes to
         ``notes`` (said once, below the table), the rest is for ``--details``.  A section
         without a brief form prints itself whole."""
         self.terminal(con, False)
-
-    def markdown(self) -> list[str]:
-        return []
-
-    def html(self) -> list[str]:
-        return []
 
 
 def _claims(rep: dict) -> list[tuple[dict, str]]:
