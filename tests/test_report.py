@@ -405,6 +405,22 @@ def test_compare_with_prices():
     assert tiers["serve-235b-moe-tp8"]["4x-a100-80g-pcie"]["tier"] == "cannot"
 
 
+def test_compare_markdown_holds_the_terminal_tables():
+    """Both formats are the same sections (report.compare.compare_sections): every terminal table
+    title is a Markdown table, and the per-machine verdicts close both."""
+    args = ("compare", "dgx-h100", "hgx-h200")
+    term = run_cli(*args, env={"COLUMNS": "250"})
+    md = run_cli(*args, "--format", "md")
+    assert term.returncode == md.returncode == 0, (term.stderr, md.stderr)
+    for title in ("Workloads (default catalogue)", "Per machine",
+                  "Serving capacity on the business cards (sequences at the workload's context)",
+                  "Serving throughput on the business cards (output tokens/s at the most that fit)"):  # fmt: skip
+        assert title in " ".join(term.stdout.split()) and f"**{title}**" in md.stdout
+    assert "| machine | cards | card memory |" in md.stdout
+    for line in ("dgx-h100: stay on one machine", "hgx-h200: stay on one machine"):
+        assert line in term.stdout and line in md.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -101,3 +101,73 @@ class Checklist(Section):
         )
         head = "".join(f"<th>{h(col)}</th>" for col in self.columns)
         return [f"<table><caption>{h(self.title)}</caption><tr>{head}</tr>{rows}</table>"]
+
+
+# a table cell: plain text, or (text, rich colour) segments (a tier word coloured, a note after)
+Cell = str | list[tuple[str, str | None]]
+
+
+def cell_text(cell: Cell) -> str:
+    return cell if isinstance(cell, str) else "".join(text for text, _ in cell)
+
+
+@dataclass
+class Grid(Section):
+    """A titled table of cells, then lines under it (footnotes)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    notes: list[str] = field(default_factory=list)
+
+    def terminal(self, con, details: bool = False) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        def markup(cell: Cell) -> str:
+            if isinstance(cell, str):
+                return escape(cell)
+            return "".join(f"[{st}]{escape(t)}[/]" if st else escape(t) for t, st in cell)
+
+        t = Table(title=self.title)
+        for col in self.columns:
+            t.add_column(col)
+        for row in self.rows:
+            t.add_row(*[markup(c) for c in row])
+        con.print(t)
+        for line in self.notes:
+            con.print(line, markup=False)
+
+    def markdown(self) -> list[str]:
+        out = [f"**{md_cell(self.title)}**", "", "| " + " | ".join(map(md_cell, self.columns)) + " |",
+               "|" + "---|" * len(self.columns)]  # fmt: skip
+        out += ["| " + " | ".join(md_cell(cell_text(c)) for c in row) + " |" for row in self.rows]
+        if self.notes:
+            out += ["", *(md_cell(line.strip()) for line in self.notes)]
+        return out
+
+    def html(self) -> list[str]:
+        head = "".join(f"<th>{h(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{h(cell_text(c))}</td>" for c in row) + "</tr>"
+            for row in self.rows
+        )
+        notes = "".join(f"<p>{h(line)}</p>" for line in self.notes)
+        return [f"<table><caption>{h(self.title)}</caption><tr>{head}</tr>{body}</table>{notes}"]
+
+
+@dataclass
+class Lines(Section):
+    """Plain lines (a basis, a verdict per machine), printed as they are."""
+
+    lines: list[str]
+
+    def terminal(self, con, details: bool = False) -> None:
+        for line in self.lines:
+            con.print(line, markup=False)
+
+    def markdown(self) -> list[str]:
+        return [md_cell(line.strip()) for line in self.lines]
+
+    def html(self) -> list[str]:
+        return [f"<p>{h(line)}</p>" for line in self.lines]

@@ -25,3 +25,20 @@ def gib_text(
 def count(n: int, noun: str, plural: str = "") -> str:
     """ "1 workload", "3 workloads" (``plural`` where adding an s is wrong), thousands grouped."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+_COUNT_NOUNS = {"sequences", "blocks", "graphs", "cards", "tokens", "workloads", "replicas"}
+
+
+def num(value: object, unit: str = "") -> str:
+    """A figure with its unit; None -> unknown; floats to one decimal, trailing zeros dropped;
+    "1 sequence", not "1 sequences"."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, float):
+        text = f"{value:,.1f}".rstrip("0").rstrip(".")
+    else:
+        text = f"{value:,}" if isinstance(value, int) else str(value)
+    if value == 1 and unit in _COUNT_NOUNS:
+        unit = unit[:-1]
+    return f"{text} {unit}".rstrip()

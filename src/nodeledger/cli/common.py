@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from nodeledger.units import gib_text
+from nodeledger.units import gib_text, num  # noqa: F401 (num: re-exported for the commands)
 
 UNKNOWN = "unknown"
 
@@ -60,22 +60,6 @@ gib = functools.partial(gib_text, decimals=2, unknown=UNKNOWN)  # bytes as GiB, 
 
 
 MAX_ROWS = 50  # list items / incident rows drawn on a terminal; --json has every one
-
-
-def num(value: Any, unit: str = "") -> str:
-    """A figure with its unit; None -> unknown; floats to one decimal, trailing zeros dropped."""
-    if value is None:
-        return UNKNOWN
-    if isinstance(value, float):
-        text = f"{value:,.1f}".rstrip("0").rstrip(".")
-    else:
-        text = f"{value:,}" if isinstance(value, int) else str(value)
-    if value == 1 and unit in _COUNT_NOUNS:  # "1 sequence", not "1 sequences"
-        unit = unit[:-1]
-    return f"{text} {unit}".rstrip()
-
-
-_COUNT_NOUNS = {"sequences", "blocks", "graphs", "cards", "tokens", "workloads", "replicas"}
 
 
 # One exit-code scheme for the commands that judge (fit, report, doctor --job): a CI job can

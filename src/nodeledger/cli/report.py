@@ -12,7 +12,6 @@ from nodeledger import atomic
 from nodeledger.cli.common import (
     VERDICT_EXIT,
     console,
-    num,
     verdict_exit,
 )
 from nodeledger.cli.options import json_option, no_fail_option
@@ -178,7 +177,7 @@ def compare_cmd(
 ) -> None:
     """Which machine runs which workloads in which tier, serving capacity, cost per workload."""
 
-    from nodeledger.report.compare import compare_machines
+    from nodeledger.report.compare import compare_machines, compare_markdown, compare_terminal
 
     machines, price = list(machines), list(price)
     if len(machines) < 2:
@@ -195,144 +194,13 @@ def compare_cmd(
         out = {"schema_version": res["schema_version"], "workloads_source": src, **res}
         _write(json.dumps(out, indent=2, default=str), output)
         return
-    lines = _compare_md(res, src)
     if fmt == "md":
-        _write("\n".join(lines), output)
+        _write("\n".join(compare_markdown(res, src)), output)
         return
     fh, con = _terminal_out(output)
     try:
-        _render_compare(con, res, src, machines)
+        compare_terminal(con, res, src)
     except BaseException:
         _terminal_done(fh, output, ok=False)
         raise
     _terminal_done(fh, output, ok=True)
-
-
-def _binding_note(cell: dict) -> str:
-    """What binds a compare cell that is not "can", as " (resource)" after its tier."""
-    return f" ({cell['binding']})" if cell["tier"] != "can" and cell["binding"] else ""
-
-
-def _render_compare(con, res: dict, src: str, machines: list[str]) -> None:
-    from rich.table import Table
-
-    from nodeledger.report.sections import TIER_STYLE
-
-    t = Table(title=f"Workloads ({src})")
-    t.add_column("workload")
-    for m in machines:
-        t.add_column(m)
-    for row in res["workloads"]:
-        cells = []
-        for m in machines:
-            c = row["machines"][m]
-            cells.append(f"[{TIER_STYLE[c['tier']]}]{c['tier']}[/]{_binding_note(c)}")
-        t.add_row(row["id"], *cells)
-    con.print(t)
-    s = Table(title="Per machine")
-    for col in (
-        "machine",
-        "cards",
-        "card memory",
-        "can / tight / cannot / unknown",
-        "first bottleneck",
-        "price",
-        "price per runnable workload",
-    ):
-        s.add_column(col)
-    for m in res["machines"]:
-        c = m["counts"]
-        s.add_row(m["machine"], str(m["cards"]), num(m["card_memory_bytes"] and m["card_memory_bytes"] / 2**30, "GiB"),
-                  f"{c['can']} / {c['tight']} / {c['cannot']} / {c['unknown']}", m["bottleneck"] or "none",
-                  num(m["price"]), num(m["price_per_runnable_workload"]))  # fmt: skip
-    con.print(s)
-    sv = Table(title="Serving capacity on the business cards (sequences at the workload's context)")
-    sv.add_column("workload")
-    for m in machines:
-        sv.add_column(m)
-    ids = [w for w in res["machines"][0]["serving_sequences"]]
-    for wid in ids:
-        sv.add_row(wid, *[num(m["serving_sequences"].get(wid)) + (
-            f" ({m['price_per_sequence'][wid]:,.0f}/seq)" if m["price_per_sequence"].get(wid) else "")
-            + (" *" if (m.get("serving_notes") or {}).get(wid) else "")
-            for m in res["machines"]])  # fmt: skip
-    con.print(sv)
-    for m in res["machines"]:
-        for wid, note in (m.get("serving_notes") or {}).items():
-            con.print(f"  * {m['machine']} {wid}: {note}", markup=False)
-    tp = Table(
-        title="Serving throughput on the business cards (output tokens/s at the most that fit)"
-    )
-    tp.add_column("workload")
-    for m in machines:
-        tp.add_column(m)
-    tp.add_column("faster")
-    for wid in ids:
-        f = res["faster"].get(wid, {})
-        tp.add_row(wid, *[_tput_cell(m, wid) for m in res["machines"]],
-                   _faster_cell(f))  # fmt: skip
-    con.print(tp)
-    slo_ids = [w for w in ids if any(w in (m.get("requests_per_s_at_slo") or {})
-                                     for m in res["machines"])]  # fmt: skip
-    if slo_ids:
-        ts = Table(title="Capacity within each workload's service levels (requests/s on the "
-                   "business cards, Poisson arrivals, the engine simulated)")  # fmt: skip
-        ts.add_column("workload")
-        for m in machines:
-            ts.add_column(m)
-        for wid in slo_ids:
-            ts.add_row(wid, *[("-" if (v := (m.get("requests_per_s_at_slo") or {}).get(wid)) is None
-                               else f"{v:,.2f} req/s") for m in res["machines"]])  # fmt: skip
-        con.print(ts)
-    con.print(f"  basis: {res['throughput_basis']}", markup=False)
-    for m in res["machines"]:
-        con.print(f"{m['machine']}: {m['scale_out']}", markup=False)
-
-
-def _tput_cell(m: dict, wid: str) -> str:
-    v = m["output_tokens_per_s"].get(wid)
-    if not v:
-        return "unknown" if m["serving_sequences"].get(wid) else "-"
-    cell = f"{v:,.0f} tok/s"
-    pm = m["price_per_million_output_tokens"].get(wid)
-    if pm is not None:
-        cell += f" ({pm:,.3f} per M tokens)"
-    return cell
-
-
-def _faster_cell(f: dict) -> str:
-    if not f.get("fastest"):
-        return ""
-    cell = f"{f['fastest']}" + (f" x{f['ratio']:.2f}" if f.get("ratio") else "")
-    if f.get("most_per_price"):
-        cell += f"; per price: {f['most_per_price']}"
-    return cell
-
-
-def _compare_md(res: dict, src: str) -> list[str]:
-    names = [m["machine"] for m in res["machines"]]
-    L = [f"# Machine comparison ({src})", "", "| workload | " + " | ".join(names) + " |",
-         "|---|" + "---|" * len(names)]  # fmt: skip
-    for row in res["workloads"]:
-        cells = [row["machines"][n]["tier"] + _binding_note(row["machines"][n]) for n in names]
-        L.append(f"| {row['id']} | " + " | ".join(cells) + " |")
-    L += ["", "| machine | cards | can / tight / cannot / unknown | first bottleneck | price | price per runnable workload |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for m in res["machines"]:
-        c = m["counts"]
-        L.append(f"| {m['machine']} | {m['cards']} | {c['can']} / {c['tight']} / {c['cannot']} / {c['unknown']} | "
-                 f"{m['bottleneck'] or 'none'} | {num(m['price'])} | {num(m['price_per_runnable_workload'])} |")  # fmt: skip
-    L += ["", "Serving capacity (sequences on the business cards):", ""]
-    for m in res["machines"]:
-        L.append(
-            f"- {m['machine']}: "
-            + ", ".join(f"{k} {num(v)}" for k, v in m["serving_sequences"].items())
-        )
-    L += ["", "Serving throughput (output tokens/s on the business cards, at the most that fit):", "",
-          "| workload | " + " | ".join(names) + " | faster |", "|---|" + "---|" * (len(names) + 1)]  # fmt: skip
-    for wid in res["machines"][0]["output_tokens_per_s"] if res["machines"] else []:
-        cells = [_tput_cell(m, wid) for m in res["machines"]]
-        L.append(
-            f"| {wid} | " + " | ".join(cells) + f" | {_faster_cell(res['faster'].get(wid, {}))} |"
-        )
-    L += ["", f"Basis: {res['throughput_basis']}", ""]
-    return L

@@ -6,12 +6,14 @@ from typing import Any
 
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
+from nodeledger.document import Grid, Lines, Section
 from nodeledger.errors import InputError
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
 from nodeledger.report.capacity import capacity_report
 from nodeledger.report.usecase import ReportBodyJSON
 from nodeledger.schemas import json_schema
+from nodeledger.units import num
 from nodeledger.verdict.catalogue import Workload
 
 
@@ -219,3 +221,87 @@ def compare_machines(refs: list[str], workloads: str | None, price_texts: list[s
     prices = parse_prices(price_texts or [], refs)
     ws, specs, src = catalogue(workloads)
     return compare(profiles, ws, specs, prices, lifeboat), src
+
+
+# -- the comparison as a document: tables of the shared section kinds (nodeledger.document) --
+
+
+def _binding_note(cell: dict) -> str:
+    """What binds a compare cell that is not "can", as " (resource)" after its tier."""
+    return f" ({cell['binding']})" if cell["tier"] != "can" and cell["binding"] else ""
+
+
+def _tput_cell(m: dict, wid: str) -> str:
+    v = m["output_tokens_per_s"].get(wid)
+    if not v:
+        return "unknown" if m["serving_sequences"].get(wid) else "-"
+    cell = f"{v:,.0f} tok/s"
+    pm = m["price_per_million_output_tokens"].get(wid)
+    if pm is not None:
+        cell += f" ({pm:,.3f} per M tokens)"
+    return cell
+
+
+def _faster_cell(f: dict) -> str:
+    if not f.get("fastest"):
+        return ""
+    cell = f"{f['fastest']}" + (f" x{f['ratio']:.2f}" if f.get("ratio") else "")
+    if f.get("most_per_price"):
+        cell += f"; per price: {f['most_per_price']}"
+    return cell
+
+
+def compare_sections(res: dict[str, Any], src: str) -> list[Section]:
+    """The comparison's tables, in the order every format prints them."""
+    from nodeledger.report.sections import TIER_STYLE
+
+    names = [m["machine"] for m in res["machines"]]
+    tiers = Grid(f"Workloads ({src})", ["workload", *names], [
+        [row["id"], *[[(c["tier"], TIER_STYLE[c["tier"]]), (_binding_note(c), None)]
+                      for c in (row["machines"][n] for n in names)]]
+        for row in res["workloads"]
+    ])  # fmt: skip
+    per = Grid("Per machine", ["machine", "cards", "card memory", "can / tight / cannot / unknown",
+                               "first bottleneck", "price", "price per runnable workload"], [
+        [m["machine"], str(m["cards"]), num(m["card_memory_bytes"] and m["card_memory_bytes"] / 2**30, "GiB"),
+         "{can} / {tight} / {cannot} / {unknown}".format(**m["counts"]), m["bottleneck"] or "none",
+         num(m["price"]), num(m["price_per_runnable_workload"])]
+        for m in res["machines"]
+    ])  # fmt: skip
+    ids = list(res["machines"][0]["serving_sequences"]) if res["machines"] else []
+    seqs = Grid("Serving capacity on the business cards (sequences at the workload's context)",
+                ["workload", *names], [
+        [wid, *[num(m["serving_sequences"].get(wid))
+                + (f" ({m['price_per_sequence'][wid]:,.0f}/seq)" if m["price_per_sequence"].get(wid) else "")
+                + (" *" if (m.get("serving_notes") or {}).get(wid) else "") for m in res["machines"]]]
+        for wid in ids
+    ], [f"  * {m['machine']} {wid}: {note}" for m in res["machines"]
+        for wid, note in (m.get("serving_notes") or {}).items()])  # fmt: skip
+    tput = Grid("Serving throughput on the business cards (output tokens/s at the most that fit)",
+                ["workload", *names, "faster"], [
+        [wid, *[_tput_cell(m, wid) for m in res["machines"]], _faster_cell(res["faster"].get(wid, {}))]
+        for wid in ids
+    ])  # fmt: skip
+    out: list[Section] = [tiers, per, seqs, tput]
+    at_slo = [m.get("requests_per_s_at_slo") or {} for m in res["machines"]]
+    slo_ids = [w for w in ids if any(w in s for s in at_slo)]
+    if slo_ids:
+        out.append(Grid("Capacity within each workload's service levels (requests/s on the "
+                        "business cards, Poisson arrivals, the engine simulated)", ["workload", *names],
+                        [[wid, *["-" if s.get(wid) is None else f"{s[wid]:,.2f} req/s" for s in at_slo]]
+                         for wid in slo_ids]))  # fmt: skip
+    out.append(Lines([f"  basis: {res['throughput_basis']}",
+                      *(f"{m['machine']}: {m['scale_out']}" for m in res["machines"])]))  # fmt: skip
+    return out
+
+
+def compare_terminal(con, res: dict[str, Any], src: str) -> None:
+    for section in compare_sections(res, src):
+        section.terminal(con)
+
+
+def compare_markdown(res: dict[str, Any], src: str) -> list[str]:
+    out = [f"# Machine comparison ({src})"]
+    for section in compare_sections(res, src):
+        out += ["", *section.markdown()]
+    return [*out, ""]
