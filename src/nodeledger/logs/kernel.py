@@ -203,259 +203,307 @@ def _int(v: Any) -> int | None:
 _SAME_SECOND = 20  # "2025-03-14T09:26:53," / "[Thu Dec  4 12:00:01" / "Dec  4 12:00:01 host"
 
 
+class _Parse:
+    """The state of one pass over a kernel log: the reports found, the one open, the kills by
+    pid (for the reaper's line), and the current line's time (parsed only where it is needed)."""
+
+    def __init__(self, boot: datetime | None) -> None:
+        self.reports: list[_Report] = []
+        self.cur: _Report | None = None
+        self.by_pid: dict[int, _Report] = {}
+        self.clock = RecentTimes(boot)
+        self.raw, self.same, self.t = "", False, None
+
+    def when(self) -> LogTime | None:
+        """The current line's time: parsed now where its stamp was skipped as the same second."""
+        return self.clock.at(self.raw)[1] if self.same else self.t
+
+    def open_new(self, i: int, msg: str) -> _Report:
+        self.cur = _Report(start=i, last=i, time=self.when(), first_message=msg)
+        self.reports.append(self.cur)
+        return self.cur
+
+    def current(self, i: int, msg: str, taken: bool) -> _Report:
+        """The open report, or a new one when none is open, the one open has this line's field
+        already (``taken``) or ended with its kill line."""
+        cur = self.cur
+        if cur is None or taken or cur.done:
+            cur = self.open_new(i, msg)
+        cur.last = i
+        return cur
+
+    # -- one method per line rule (``_RULES``): True when the line is taken -----------------
+
+    def invoked(self, m: re.Match, msg: str, i: int) -> bool:
+        r = self.open_new(i, msg)
+        r.invoked = {"process": m["comm"], "pid": None, "gfp_mask": m["gfp"],
+                     "gfp_flags": m["flags"], "order": int(m["order"]),
+                     "oom_score_adj": int(m["adj"])}  # fmt: skip
+        if m["nodemask"] is not None:
+            r.invoked["nodemask"] = m["nodemask"]
+        return True
+
+    def reaped(self, m: re.Match, msg: str, i: int) -> bool:
+        r = self.by_pid.get(int(m["pid"]))
+        if r is not None:
+            r.reaped = True
+            r.last = max(r.last, i)
+        return True
+
+    def alloc_failure(self, m: re.Match, msg: str, i: int) -> bool:
+        self.cur = None  # an allocation-failure warning is not an oom-killer report
+        return True
+
+    def kill_old(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        r = self.current(i, msg, cur is not None and cur.chosen is not None)
+        r.chosen = {"pid": int(m["pid"]), "process": m["comm"], "score": int(m["score"])}
+        if m["why"].startswith("Memory cgroup"):
+            r.memcg_evidence.append("Memory cgroup out of memory")
+        return True
+
+    def killed(self, m: re.Match, msg: str, i: int) -> bool:
+        r = self.current(i, msg, False)
+        vals: dict[str, Any] = {}
+        for f in _FIELD_KB.finditer(m["rest"]):
+            vals[f["key"].lower().replace("-", "_")] = (f["val"], bool(f["kb"]))
+        r.killed = {
+            "pid": int(m["pid"]),
+            "process": m["comm"],
+            "uid": _int(m["uid"]) if m["uid"] else _int(vals.get("uid", (None,))[0]),
+            "fields": vals,
+        }
+        if m["why"] and m["why"].startswith("Memory cgroup"):
+            r.memcg_evidence.append("Memory cgroup out of memory")
+        r.kill_time, r.kill_line, r.kill_message = self.when(), i, msg
+        self.by_pid[int(m["pid"])] = r
+        self.cur = None  # the kill line ends a report (the reaper line finds it by pid)
+        return True
+
+    def oom_kill(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        r = self.current(i, msg, cur is not None and cur.oom_kill is not None)
+        r.oom_kill = _kv_line(m["kv"])
+        if r.oom_kill.get("constraint") == "CONSTRAINT_MEMCG" or "oom_memcg" in r.oom_kill:
+            r.memcg_evidence.append("oom-kill: constraint=CONSTRAINT_MEMCG")
+        return True
+
+    def task_in(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        r = self.current(i, msg, cur is not None and cur.task_in is not None)
+        r.task_in = {"task_memcg": m["task"], "oom_memcg": m["oom"]}
+        r.memcg_evidence.append("Task in … killed as a result of limit of …")
+        return True
+
+    def memcg_usage(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        r = self.current(i, msg, cur is not None and m["what"] in cur.memcg)
+        limit_kb = int(m["limit"])
+        r.memcg[m["what"]] = {
+            "usage": kernel_kb(m["usage"]),
+            "limit": None if limit_kb >= UNLIMITED_KB else kernel_kb(limit_kb),
+            "failcnt": int(m["failcnt"]),
+            "unlimited": limit_kb >= UNLIMITED_KB,
+        }
+        if m["what"] == "memory":
+            r.memcg_evidence.append("memory: usage …, limit …")
+        return True
+
+    def memcg_stats(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        r = self.current(i, msg, cur is not None and cur.memcg_path is not None)
+        r.memcg_path = m["cg"].strip()
+        for s in _STATS_KB.finditer(m["rest"]):
+            r.memcg_stats[s["key"]] = int(s["val"]) * 1024
+        r.memcg_evidence.append("Memory cgroup stats for …")
+        return True
+
+    def task_header(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        self.current(i, msg, cur is not None and cur.task_cols is not None).task_cols = m[
+            "cols"
+        ].split()
+        return True
+
+    def tasks_state(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        self.current(i, msg, cur is not None and cur.task_cols is not None)
+        return True
+
+    def task_row(self, m: None, msg: str, i: int) -> bool:
+        cur = self.cur
+        if cur is None or not cur.task_cols:
+            return False
+        row_m = _TASK_ROW.match(msg)
+        if row_m is None:
+            return False
+        row = _task_row(int(row_m["pid"]), row_m["rest"].strip(), cur.task_cols)
+        if row is not None:  # a row whose columns do not read is taken, not kept
+            if len(cur.tasks) < _MAX_TASKS:
+                cur.tasks.append(row)
+            else:
+                cur.tasks_dropped += 1
+            cur.last = i
+        return True
+
+    def mem_info(self, m: None, msg: str, i: int) -> bool:
+        cur = self.cur
+        if cur is None:
+            return True  # Mem-Info also follows allocation failures: not an oom report alone
+        cur.in_mem_info = True
+        for k, v in _KV.findall(msg, len("Mem-Info:")):
+            cur.mem_info[k] = int(v)
+        cur.last = i
+        return True
+
+    def stack(self, m: re.Match, msg: str, i: int) -> bool:
+        if self.cur is None:
+            self.open_new(i, msg)  # a report whose start is cut off
+        else:
+            self.cur.last = i
+        return True
+
+    def cpu(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        if cur is None or cur.invoked is None or cur.invoker_pid is not None:
+            return False
+        cur.invoker_pid, cur.last = int(m["pid"]), i
+        return True
+
+    def cpuset(self, m: re.Match, msg: str, i: int) -> bool:
+        cur = self.cur
+        if cur is None or cur.cpuset is not None:
+            return False
+        cur.cpuset, cur.last = {"cpuset": m["cpuset"], "mems_allowed": m["mems"]}, i
+        return True
+
+    def swap(self, m: re.Match, msg: str, i: int) -> bool:
+        if self.cur is not None:
+            self.cur.swap[m["which"].lower()] = int(m["kb"]) * 1024
+            self.cur.last = i
+        return True
+
+    def ram_pages(self, m: re.Match, msg: str, i: int) -> bool:
+        if self.cur is not None:
+            self.cur.ram_pages, self.cur.last = int(m["n"]), i
+        return True
+
+    def trace(self, m: None, msg: str, i: int) -> bool:
+        if self.cur is not None:
+            self.cur.last = i
+        return True
+
+
+# The line rules of an oom-killer report, tried in order on each message inside one (and on the
+# lines that can open one): (the fixed text the line holds, whether it must start with it, the
+# pattern then matched (searched where the flag says), the _Parse method that takes it).  The
+# fixed text is tested first, so most lines of a report (its call trace and task table) cost a
+# few substring tests, not a regex each.
+_RULES: tuple[tuple[str | tuple[str, ...], bool, re.Pattern | None, bool, str], ...] = (
+    (" invoked oom-killer: ", False, _INVOKED, False, "invoked"),
+    ("oom_reaper: ", True, _REAPED, False, "reaped"),
+    ("allocation failure", False, _ALLOC_FAIL, True, "alloc_failure"),
+    ("Kill process ", False, _KILL_OLD, False, "kill_old"),
+    ("Killed process ", False, _KILLED, False, "killed"),
+    ("oom-kill:", True, _OOM_KILL, False, "oom_kill"),
+    ("Task in ", True, _TASK_IN, False, "task_in"),
+    (": usage ", False, _MEMCG_USAGE, False, "memcg_usage"),
+    ("Memory cgroup stats for", True, _MEMCG_STATS, False, "memcg_stats"),
+    ("[", True, _TASK_HEADER, False, "task_header"),
+    ("Tasks state", True, _TASKS_STATE, False, "tasks_state"),
+    ("[", True, None, False, "task_row"),
+    ("Mem-Info:", True, None, False, "mem_info"),
+    ("oom_kill_process", False, _STACK_OOM, True, "stack"),
+    ("out_of_memory", False, _STACK_OOM, True, "stack"),
+    ("CPU: ", True, _CPU, False, "cpu"),
+    (" cpuset=", False, _CPUSET, False, "cpuset"),
+    (("Free swap", "Total swap"), True, _SWAP, False, "swap"),
+    (" pages RAM", False, _RAM_PAGES, False, "ram_pages"),
+    (("Call Trace", "Call trace", "Hardware name"), True, None, False, "trace"),
+)
+_RULE_FNS = tuple(
+    (
+        word,
+        start,
+        (rx.search if search else rx.match) if rx is not None else None,
+        getattr(_Parse, name),
+    )
+    for word, start, rx, search, name in _RULES
+)
+
+
+def _could_open(raw: str) -> bool:
+    """Outside a report, only a line holding one of these can start one (the rest is skipped
+    unparsed)."""
+    return (
+        "oom" in raw
+        or "Kill" in raw
+        or "Task" in raw
+        or "kB, limit " in raw
+        or "cgroup stats" in raw
+        or "out_of_memory" in raw
+        or ("pid" in raw and _PID_HEADER_HINT.search(raw) is not None)
+    )
+
+
 def parse_kernel_log(
     text: str | Iterable[str], source: str, *, origin: str = "file", boot: datetime | None = None
 ) -> list[Incident]:
     """Every oom-killer report in ``text`` (a string, or its lines) as an :class:`Incident`
-    (pure; no I/O; one pass, lines outside a report skipped unparsed).
+    (pure; no I/O; one pass, lines outside a report skipped unparsed; each line of a report
+    taken by the first rule of ``_RULES`` that matches it).
 
     ``boot`` (the machine's boot time) places uptime-only stamps on the wall clock; give it only
     for the live kernel log of this machine.
     """
-    reports: list[_Report] = []
-    cur: _Report | None = None
-    clock = RecentTimes(boot)
-    by_pid: dict[int, _Report] = {}
-
-    def open_new(i: int, t: LogTime | None, msg: str) -> _Report:
-        nonlocal cur
-        cur = _Report(start=i, last=i, time=t, first_message=msg)
-        reports.append(cur)
-        return cur
-
+    st = _Parse(boot)
+    clock = st.clock
     pending, window = clock.pending, clock.window
     last_stamp: LogTime | None = None
     last_head = None
-    raw, same, t = "", False, None
-
-    def when() -> LogTime | None:
-        """The current line's time: parsed now where its stamp was skipped as the same second."""
-        return clock.at(raw)[1] if same else t
-
-    for i, raw in enumerate(as_lines(text), 1):  # ``when`` reads raw, same and t of this line
-        # outside a report, a line that cannot start one is skipped unparsed
-        if cur is None and not (
-            "oom" in raw
-            or "Kill" in raw
-            or "Task" in raw
-            or "kB, limit " in raw
-            or "cgroup stats" in raw
-            or "out_of_memory" in raw
-            or ("pid" in raw and _PID_HEADER_HINT.search(raw) is not None)
-        ):
+    rules = _RULE_FNS
+    for i, raw in enumerate(as_lines(text), 1):
+        if st.cur is None and not _could_open(raw):
             pending.append(raw)
             if len(pending) >= window:
                 clock.settle()
             continue
-        raw = clip_digits(raw)
+        raw = st.raw = clip_digits(raw)
         # inside a report, a line whose first characters (its stamp down to the second, in the
         # ISO, ctime and syslog formats) repeat the previous stamped line's has that line's time:
-        # neither parsed again nor checked for a gap (the same second)
-        # (the exact time is parsed only where a line needs it: one that opens a report or
-        # kills a process, through ``when``)
+        # neither parsed again nor checked for a gap (the exact time is parsed only where a line
+        # needs it: one that opens a report or kills a process, through ``_Parse.when``)
         head = raw[:_SAME_SECOND]
-        same = cur is not None and last_stamp is not None and head == last_head
+        same = st.same = st.cur is not None and last_stamp is not None and head == last_head
         if same:
-            stamp = t = None
+            stamp = st.t = None
         else:
-            stamp, t = clock.at(raw)
+            stamp, st.t = clock.at(raw)
             if stamp is not None:
                 last_stamp, last_head = stamp, head
-
         msg = kernel_message(raw)
         if not msg:
             continue
+        cur = st.cur
         # a report left open (truncated) does not swallow lines of a much later event
         if not same and cur is not None and stamp is not None and cur.time is not None:
             gap = seconds_apart(stamp, cur.time)
             if gap is not None and gap > _GAP_S:
-                cur = None
-        if cur is not None and cur.in_mem_info:
+                cur = st.cur = None
+        if cur is not None and cur.in_mem_info:  # Mem-Info's continuation lines
             if _PAGES_KV.match(msg):
                 for k, v in _KV.findall(msg):
                     cur.mem_info[k] = int(v)
                 cur.last = i
                 continue
             cur.in_mem_info = False
-
-        # each pattern is tried only on a message holding its fixed words (most lines of a
-        # report, its call trace and task table, need two or three tests, not twenty regexes)
-        m = _INVOKED.match(msg) if " invoked oom-killer: " in msg else None
-        if m:
-            r = open_new(i, when(), msg)
-            r.invoked = {
-                "process": m["comm"],
-                "pid": None,
-                "gfp_mask": m["gfp"],
-                "gfp_flags": m["flags"],
-                "order": int(m["order"]),
-                "oom_score_adj": int(m["adj"]),
-            }
-            if m["nodemask"] is not None:
-                r.invoked["nodemask"] = m["nodemask"]
-            continue
-        m = _REAPED.match(msg) if msg.startswith("oom_reaper: ") else None
-        if m:
-            r = by_pid.get(int(m["pid"]))
-            if r is not None:
-                r.reaped = True
-                r.last = max(r.last, i)
-            continue
-        if "allocation failure" in msg and _ALLOC_FAIL.search(msg):
-            cur = None  # an allocation-failure warning is not an oom-killer report
-            continue
-
-        m = _KILL_OLD.match(msg) if "Kill process " in msg else None
-        if m:
-            if cur is None or cur.chosen is not None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            cur.chosen = {
-                "pid": int(m["pid"]),
-                "process": m["comm"],
-                "score": int(m["score"]),
-            }
-            if m["why"].startswith("Memory cgroup"):
-                cur.memcg_evidence.append("Memory cgroup out of memory")
-            cur.last = i
-            continue
-        m = _KILLED.match(msg) if "Killed process " in msg else None
-        if m:
-            if cur is None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            rest = m["rest"]
-            vals: dict[str, Any] = {}
-            for f in _FIELD_KB.finditer(rest):
-                key = f["key"].lower().replace("-", "_")
-                vals[key] = (f["val"], bool(f["kb"]))
-            cur.killed = {
-                "pid": int(m["pid"]),
-                "process": m["comm"],
-                "uid": _int(m["uid"]) if m["uid"] else _int(vals.get("uid", (None,))[0]),
-                "fields": vals,
-            }
-            if m["why"] and m["why"].startswith("Memory cgroup"):
-                cur.memcg_evidence.append("Memory cgroup out of memory")
-            cur.kill_time = when()
-            cur.kill_line = i
-            cur.kill_message = msg
-            cur.last = i
-            by_pid[int(m["pid"])] = cur
-            cur = None  # the kill line ends a report (the reaper line finds it by pid)
-            continue
-        m = _OOM_KILL.match(msg) if msg.startswith("oom-kill:") else None
-        if m:
-            if cur is None or cur.oom_kill is not None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            cur.oom_kill = _kv_line(m["kv"])
-            if cur.oom_kill.get("constraint") == "CONSTRAINT_MEMCG" or "oom_memcg" in cur.oom_kill:
-                cur.memcg_evidence.append("oom-kill: constraint=CONSTRAINT_MEMCG")
-            cur.last = i
-            continue
-        m = _TASK_IN.match(msg) if msg.startswith("Task in ") else None
-        if m:
-            if cur is None or cur.task_in is not None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            cur.task_in = {"task_memcg": m["task"], "oom_memcg": m["oom"]}
-            cur.memcg_evidence.append("Task in … killed as a result of limit of …")
-            cur.last = i
-            continue
-        m = _MEMCG_USAGE.match(msg) if ": usage " in msg else None
-        if m:
-            if cur is None or m["what"] in cur.memcg or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            limit_kb = int(m["limit"])
-            cur.memcg[m["what"]] = {
-                "usage": kernel_kb(m["usage"]),
-                "limit": None if limit_kb >= UNLIMITED_KB else kernel_kb(limit_kb),
-                "failcnt": int(m["failcnt"]),
-                "unlimited": limit_kb >= UNLIMITED_KB,
-            }
-            if m["what"] == "memory":
-                cur.memcg_evidence.append("memory: usage …, limit …")
-            cur.last = i
-            continue
-        m = _MEMCG_STATS.match(msg) if msg.startswith("Memory cgroup stats for") else None
-        if m:
-            if cur is None or cur.memcg_path is not None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            cur.memcg_path = m["cg"].strip()
-            for s in _STATS_KB.finditer(m["rest"]):
-                cur.memcg_stats[s["key"]] = int(s["val"]) * 1024
-            cur.memcg_evidence.append("Memory cgroup stats for …")
-            cur.last = i
-            continue
-        bracket = msg.startswith("[")
-        m = _TASK_HEADER.match(msg) if bracket else None
-        if m:
-            if cur is None or cur.task_cols is not None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            cur.task_cols = m["cols"].split()
-            cur.last = i
-            continue
-        if msg.startswith("Tasks state") and _TASKS_STATE.match(msg):
-            if cur is None or cur.task_cols is not None or cur.done:
-                open_new(i, when(), msg)
-            assert cur is not None
-            cur.last = i
-            continue
-        if cur is not None and cur.task_cols and bracket:
-            m = _TASK_ROW.match(msg)
-            if m:
-                row = _task_row(int(m["pid"]), m["rest"].strip(), cur.task_cols)
-                if row is not None:
-                    if len(cur.tasks) < _MAX_TASKS:
-                        cur.tasks.append(row)
-                    else:
-                        cur.tasks_dropped += 1
-                    cur.last = i
+        for word, start, find, take in rules:
+            if not (msg.startswith(word) if start else word in msg):
                 continue
-        if msg.startswith("Mem-Info:"):
-            if cur is None:
-                continue  # Mem-Info also follows allocation failures: not an oom report alone
-            cur.in_mem_info = True
-            for k, v in _KV.findall(msg, len("Mem-Info:")):
-                cur.mem_info[k] = int(v)
-            cur.last = i
-            continue
-        stack = ("oom_kill_process" in msg or "out_of_memory" in msg) and bool(
-            _STACK_OOM.search(msg)
-        )
-        if cur is None and stack:
-            open_new(i, when(), msg)  # a report whose start is cut off
-            continue
-        if cur is None:
-            continue
-        m = _CPU.match(msg) if msg.startswith("CPU: ") else None
-        if m and cur.invoked is not None and cur.invoker_pid is None:
-            cur.invoker_pid = int(m["pid"])
-            cur.last = i
-            continue
-        m = _CPUSET.match(msg) if " cpuset=" in msg else None
-        if m and cur.cpuset is None:
-            cur.cpuset = {"cpuset": m["cpuset"], "mems_allowed": m["mems"]}
-            cur.last = i
-            continue
-        m = _SWAP.match(msg) if msg.startswith(("Free swap", "Total swap")) else None
-        if m:
-            cur.swap[m["which"].lower()] = int(m["kb"]) * 1024
-            cur.last = i
-            continue
-        m = _RAM_PAGES.match(msg) if " pages RAM" in msg else None
-        if m:
-            cur.ram_pages = int(m["n"])
-            cur.last = i
-            continue
-        if stack or msg.startswith(("Call Trace", "Call trace", "Hardware name")):
-            cur.last = i
-
-    return [_incident(r, source, origin) for r in reports]
+            m = find(msg) if find is not None else None
+            if (find is None or m is not None) and take(st, m, msg, i):
+                break
+    return [_incident(r, source, origin) for r in st.reports]
 
 
 def _task_row(pid: int, rest: str, cols: list[str]) -> dict[str, Any] | None:
