@@ -216,8 +216,6 @@ def fleet_cmd(bundles=(), prometheus=None, plan=None, as_json=False) -> None:
     """One row per box: free cards, the lifeboat, host-RAM headroom and findings, from support
     bundles (`nodeledger bundle` on each box) or a Prometheus server scraping the exporters.
     No agent, no database of its own."""
-    from rich.table import Table
-
     from nodeledger.cli.common import console, print_json
     from nodeledger.errors import InputError
     from nodeledger.fleet import table as ft
@@ -231,19 +229,4 @@ def fleet_cmd(bundles=(), prometheus=None, plan=None, as_json=False) -> None:
     if as_json:
         print_json({"boxes": [b.to_json() for b in boxes], "free_below_bytes": ft.FREE_BYTES})
         return
-    t = Table(title="nodeledger fleet: one row per box (free: under 1 GiB in use, no process)")
-    for col in ("box", "source", "cards", "free cards", "lifeboat", "host RAM available GiB",
-                "findings"):  # fmt: skip
-        t.add_column(col)
-    for b in boxes:
-        free = "unknown" if b.free_cards is None else (
-            ",".join(map(str, b.free_cards)) or "none")  # fmt: skip
-        ram = "unknown" if b.mem_available_bytes is None else (
-            f"{b.mem_available_bytes / 2**30:,.1f}"
-            + (f" of {b.mem_total_bytes / 2**30:,.1f}" if b.mem_total_bytes else ""))  # fmt: skip
-        t.add_row(b.name, b.source, "unknown" if b.cards is None else str(b.cards), free,
-                  b.lifeboat, ram, ", ".join(b.findings) or "none")  # fmt: skip
-    console().print(t)
-    for b in boxes:
-        for n in b.notes:
-            console().print(f"note: {b.name}: {n}", markup=False)
+    ft.grid(boxes).terminal(console())

@@ -25,6 +25,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
+from nodeledger.document import Grid
 from nodeledger.errors import InputError
 from nodeledger.files import loads_json
 
@@ -183,3 +184,20 @@ def from_prometheus(base: str) -> list[Box]:
         else:
             b.lifeboat = "ok: a card is free" if b.free_cards else "none free"
     return [boxes[k] for k in sorted(boxes)]
+
+
+def grid(boxes: list[Box]) -> Grid:
+    """The fleet as one table (a shared section kind: terminal, Markdown, HTML), a row per box,
+    each box's notes under it."""
+    rows = []
+    for b in boxes:
+        free = "unknown" if b.free_cards is None else (",".join(map(str, b.free_cards)) or "none")
+        ram = "unknown" if b.mem_available_bytes is None else (
+            f"{b.mem_available_bytes / 2**30:,.1f}"
+            + (f" of {b.mem_total_bytes / 2**30:,.1f}" if b.mem_total_bytes else ""))  # fmt: skip
+        rows.append([b.name, b.source, "unknown" if b.cards is None else str(b.cards), free,
+                     b.lifeboat, ram, ", ".join(b.findings) or "none"])  # fmt: skip
+    return Grid("nodeledger fleet: one row per box (free: under 1 GiB in use, no process)",
+                ["box", "source", "cards", "free cards", "lifeboat", "host RAM available GiB",
+                 "findings"], rows,
+                [f"note: {b.name}: {n}" for b in boxes for n in b.notes])  # fmt: skip
