@@ -22,6 +22,12 @@ def gib_text(
     return f"{n / GiB:,.{decimals}f}{unit}"
 
 
+def gib_num(n: float, decimals: int = 1) -> str:
+    """Bytes as a GiB figure without its unit (for a column or a sentence that says GiB once):
+    ``gib_num(3 * 2**30, 2)`` -> ``"3.00"``."""
+    return gib_text(n, decimals, unit="")
+
+
 def count(n: int, noun: str, plural: str = "") -> str:
     """ "1 workload", "3 workloads" (``plural`` where adding an s is wrong), thousands grouped."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

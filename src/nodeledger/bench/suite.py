@@ -16,6 +16,7 @@ from nodeledger.bench import judge as J
 from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import pci_address
 from nodeledger.machine.probe.runner import Runner
+from nodeledger.units import gib_num
 
 PARTS = ("host_card", "peer", "collective", "memory")
 PART_TITLES = {
@@ -258,10 +259,10 @@ def _memory(be: C.TorchCards, ci: dict, res: dict) -> dict:
                           "free_before_bytes": before[0] if before else None})  # fmt: skip
     if not total:
         return J.figure("memory", subj, "allocatable ÷ total", None, "", None,
-                        evidence=f"{got / C.GiB:,.2f} GiB allocatable", expected_text="card total unknown")  # fmt: skip
-    ev = f"{got / C.GiB:,.2f} GiB of {total / C.GiB:,.2f} GiB"
+                        evidence=f"{gib_num(got, 2)} GiB allocatable", expected_text="card total unknown")  # fmt: skip
+    ev = f"{gib_num(got, 2)} GiB of {gib_num(total, 2)} GiB"
     if before:
-        ev += f"; in use before the test: {(before[1] - before[0]) / C.GiB:,.2f} GiB (this process's context included)"
+        ev += f"; in use before the test: {gib_num((before[1] - before[0]), 2)} GiB (this process's context included)"
     return J.figure(
         "memory", subj, "allocatable ÷ total", got / total, "of total", J.MEMORY, evidence=ev
     )

@@ -16,6 +16,7 @@ from nodeledger.cli.common import (
     verdict_exit,
 )
 from nodeledger.cli.options import job_options, json_option, no_fail_option, online_option
+from nodeledger.units import gib_num
 
 # ---------------------------------------------------------------------------------------
 # fit: the memory ledger of one job
@@ -178,12 +179,12 @@ def _render_fit(d: dict[str, Any]) -> None:
         for it in c["items"]:
             t.add_row(
                 it["name"],
-                f"{it['bytes'] / 2**30:,.2f}",
+                f"{gib_num(it['bytes'], 2)}",
                 "yes" if it["torch"] else "no",
                 it["source"],
             )
         con.print(t)
-        phases = ", ".join(f"{k} {val / 2**30:,.2f} GiB" for k, val in c["phases"].items())
+        phases = ", ".join(f"{k} {gib_num(val, 2)} GiB" for k, val in c["phases"].items())
         con.print(
             f"  torch_peak_bytes {c['torch_peak_bytes']:,} B ({gib(c['torch_peak_bytes'])}; phases: {phases})"
         )
@@ -196,7 +197,7 @@ def _render_fit(d: dict[str, Any]) -> None:
     t.add_column("GiB", justify="right")
     t.add_column("formula / source")
     for it in h["items"]:
-        t.add_row(it["name"], f"{it['bytes'] / 2**30:,.2f}", it["source"])
+        t.add_row(it["name"], f"{gib_num(it['bytes'], 2)}", it["source"])
     con.print(t)
     con.print(
         f"  host peak {gib(h['peak_bytes'])} held by the job's processes"
@@ -210,7 +211,7 @@ def _render_fit(d: dict[str, Any]) -> None:
     for r in v["resources"]:
         pct = "unknown" if r["headroom_pct"] is None else f"{r['headroom_pct']} %"
         head = (
-            "unknown" if r["headroom_bytes"] is None else f"{r['headroom_bytes'] / 2**30:,.2f} GiB"
+            "unknown" if r["headroom_bytes"] is None else f"{gib_num(r['headroom_bytes'], 2)} GiB"
         )
         con.print(f"  {r['resource']}: {r['tier']}, headroom {head} ({pct})")
     for k, val in d["extras"].items():

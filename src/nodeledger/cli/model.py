@@ -13,6 +13,7 @@ from nodeledger.cli.common import (
     print_json,
 )
 from nodeledger.cli.options import json_option, online_option
+from nodeledger.units import gib_num
 
 
 @click.group(
@@ -105,7 +106,7 @@ def _render_model(s: dict[str, Any]) -> None:
     w.add_column("bytes", justify="right")
     w.add_column("GiB", justify="right")
     for name, n in s["weight_bytes"].items():
-        w.add_row(name, f"{n:,}", f"{n / 2**30:,.2f}")
+        w.add_row(name, f"{n:,}", f"{gib_num(n, 2)}")
     con.print(w)
     con.print("Layouts (what each scheme stores per tensor):")
     for name, text in s["weight_bytes_layouts"].items():

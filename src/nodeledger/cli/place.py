@@ -12,6 +12,7 @@ from nodeledger.cli.common import (
     print_json,
 )
 from nodeledger.cli.options import json_option
+from nodeledger.units import gib_num
 
 
 @click.command("place")
@@ -85,7 +86,6 @@ def place(
     """Place the plan's replicas on cards (ledger-checked, best-linked groups, a lifeboat card
     kept free), bind each to its cards' NUMA node, and print the environment and launch line."""
     from nodeledger.placement.usecase import PlaceRequest, place_plan
-    from nodeledger.units import GiB
 
     ans = place_plan(PlaceRequest(plan_file=plan_file, machine=machine, lifeboat=lifeboat,
                                   share=share, emit=emit, output=output, node_name=node_name,
@@ -131,7 +131,7 @@ def place(
         t.add_row(escape(r["replica"]) + (" (shared)" if r["shared"] else ""), ",".join(map(str, r["cards"])), r["links"],
                   "unknown" if r["numa_node"] is None else str(r["numa_node"]), r["cpus"] or "unknown",
                   "unknown" if r["workers"] is None else str(r["workers"]),
-                  f"{r['card_bytes'] / GiB:,.1f}", f"{r['host_bytes'] / GiB:,.1f}", r["launch"])  # fmt: skip
+                  f"{gib_num(r['card_bytes'])}", f"{gib_num(r['host_bytes'])}", r["launch"])  # fmt: skip
     con.print(t)
     if res["not_placed"]:
         con.print("not placed:")

@@ -19,6 +19,7 @@ from nodeledger.cli.common import (
     console,
 )
 from nodeledger.errors import InputError
+from nodeledger.units import gib_num
 
 HELP = (
     "Start one replica of a plan on its cards, with its environment and NUMA binding.\n\n"
@@ -177,7 +178,7 @@ def _list(store, as_json: bool) -> None:
     for r in live:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
         t.add_row(str(r.card), r.replica, str(r.pid), f"{started} ({r.age(now):,.0f} s ago)",
-                  f"{r.host_bytes / 2**30:,.2f} GiB", r.machine)  # fmt: skip
+                  f"{gib_num(r.host_bytes, 2)} GiB", r.machine)  # fmt: skip
 
     console().print(t)
 

@@ -27,7 +27,7 @@ from nodeledger.cli.common import (
 from nodeledger.cli.options import job_options, json_option
 from nodeledger.errors import InputError
 from nodeledger.machine.vendors import samplers as vendor_samplers
-from nodeledger.units import GiB, gib_text
+from nodeledger.units import gib_num, gib_text
 
 EXIT_VERIFY, EXIT_NO_SAMPLE, EXIT_IDLE = 3, 4, 5
 # `nodeledger fit` options that describe the job (the same names, help and checks as fit)
@@ -418,7 +418,7 @@ def _render_summary(s: dict, header: dict) -> None:
     for c in s["cards"]:
         owners = ", ".join(
             f"{o['pid']} {o['name'] or ''}".strip()
-            + ("" if o.get("last_bytes") is None else f" {o['last_bytes'] / GiB:,.1f}")
+            + ("" if o.get("last_bytes") is None else f" {gib_num(o['last_bytes'])}")
             for o in c["owners"][:3]
         )
         if len(c["owners"]) > 3:
@@ -427,7 +427,7 @@ def _render_summary(s: dict, header: dict) -> None:
         if c.get("last_bytes") is None and c.get("last_pct") is not None:
             last = f"{c['last_pct']:g}%"  # the tool gave a percentage of the card only
         elif c.get("last_bytes") is None and c.get("processes_bytes") is not None:
-            last, floors = f">={c['processes_bytes'] / GiB:,.1f}", True
+            last, floors = f">={gib_num(c['processes_bytes'])}", True
         t.add_row(str(c["index"]), _gib(c["peak_bytes"]), _gib(c.get("max_bytes")),
                   last, _gib(c["predicted_bytes"]),
                   _gib(c["unsharded_bytes"]), _gib(c["total_bytes"]),

@@ -47,6 +47,7 @@ from pathlib import Path
 from nodeledger.atomic import write_text
 from nodeledger.errors import InputError
 from nodeledger.placement import reserve as rs
+from nodeledger.units import gib_num
 
 _DIGITS = re.compile(r"^[0-9]{1,12}$")
 _CARDS = re.compile(r"^[0-9]{1,4}(,[0-9]{1,4}){0,255}$")
@@ -144,8 +145,8 @@ def admit(env: dict, plan_file: str, store: rs.Store, machine: str | None = None
         why = (p["reason"] if str(p["reason"]).startswith(str(p["binding"]))
                else f"{p['binding']}: {p['reason']}")  # fmt: skip
         if held and p["binding"] == "host RAM" and profile.host.ram_bytes:
-            why += (f" left of the host's {profile.host.ram_bytes / 2**30:,.1f} GiB once "
-                    + ", ".join(f"{k} ({v / 2**30:,.1f} GiB host peak)" for k, v in held.items())
+            why += (f" left of the host's {gib_num(profile.host.ram_bytes)} GiB once "
+                    + ", ".join(f"{k} ({gib_num(v)} GiB host peak)" for k, v in held.items())
                     + " runs")  # fmt: skip
         boats = plan.get("lifeboat") or []
         if p["binding"] == "cards" and boats:

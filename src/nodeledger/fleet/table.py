@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from nodeledger.document import Grid
 from nodeledger.errors import InputError
 from nodeledger.files import loads_json
+from nodeledger.units import gib_num
 
 FREE_BYTES = 2**30
 MAX_ANSWER = 16 * 2**20  # bytes of one Prometheus answer read
@@ -193,8 +194,8 @@ def grid(boxes: list[Box]) -> Grid:
     for b in boxes:
         free = "unknown" if b.free_cards is None else (",".join(map(str, b.free_cards)) or "none")
         ram = "unknown" if b.mem_available_bytes is None else (
-            f"{b.mem_available_bytes / 2**30:,.1f}"
-            + (f" of {b.mem_total_bytes / 2**30:,.1f}" if b.mem_total_bytes else ""))  # fmt: skip
+            f"{gib_num(b.mem_available_bytes)}"
+            + (f" of {gib_num(b.mem_total_bytes)}" if b.mem_total_bytes else ""))  # fmt: skip
         rows.append([b.name, b.source, "unknown" if b.cards is None else str(b.cards), free,
                      b.lifeboat, ram, ", ".join(b.findings) or "none"])  # fmt: skip
     return Grid("nodeledger fleet: one row per box (free: under 1 GiB in use, no process)",

@@ -56,7 +56,7 @@ from nodeledger.machine.probe.runner import Runner
 from nodeledger.machine.vendors import all_specs as all_vendor_specs
 from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.schemas import json_schema
-from nodeledger.units import GiB, MiB, gib_text
+from nodeledger.units import GiB, MiB, gib_num, gib_text
 
 STATUSES = ("pass", "fail", "unavailable")
 CANARY_HOST_BYTES = 512 * MiB
@@ -339,7 +339,7 @@ def plan_step(profile, plan_file: str | None, inputs=None) -> tuple[dict, dict |
     except InputError as exc:
         return step("plan", title, "fail", str(exc)), None
     ev = [f"{r['replica']} on cards {','.join(map(str, r['cards']))} ({r['links']}; "
-          f"{r['card_bytes'] / GiB:,.1f} GiB per card, {r['host_bytes'] / GiB:,.1f} GiB host)" for r in res["replicas"]]  # fmt: skip
+          f"{gib_num(r['card_bytes'])} GiB per card, {gib_num(r['host_bytes'])} GiB host)" for r in res["replicas"]]  # fmt: skip
     for x in res["not_placed"]:
         ev.append(
             f"NOT PLACED {x['replica']} ({x['cards']} card(s)): {x['binding']} — {x['reason']}"

@@ -34,7 +34,7 @@ from nodeledger.ledger.weights import (
 )
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import GiB
+from nodeledger.units import gib_num
 
 
 def resolve_job(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None = None):
@@ -93,7 +93,7 @@ def serve_ledger(
         attn = sum(tensor_bytes(t, scheme) for t in spec.tensors if t.part == "attention")
         weights_bytes += ceil(attn * (1 - 1 / tp) / pp)
         weights_note = (weights_note + "; " if weights_note else "") + (
-            f"attention weights whole on each rank (DP attention): + {attn * (1 - 1 / tp) / pp / GiB:.2f} GiB"
+            f"attention weights whole on each rank (DP attention): + {gib_num(attn * (1 - 1 / tp) / pp, 2)} GiB"
         )
         kv_split = pp
     capacity = card_capacity(machine, cards_per_replica * job.replicas)

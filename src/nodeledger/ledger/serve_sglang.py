@@ -13,7 +13,7 @@ from nodeledger.ledger.dims import Dims
 from nodeledger.ledger.jobs import ServeJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import GiB
+from nodeledger.units import GiB, gib_num
 
 
 def _resolve_sglang(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None):
@@ -93,13 +93,13 @@ def _sglang_card(
         on_rank = -(-(job.concurrency or 1) // ranks)  # the busiest rank's sequences
         if pool <= 0 or (job.concurrency and on_rank * per_seq > pool):
             extras["kv_shortfall"] = (
-                f"SGLang's KV pool holds {max(pool, 0) / GiB:.2f} GiB per card ({tokens or 0:,} tokens); "
-                f"{on_rank} sequence(s) x {job.context:,} tokens on a card need {on_rank * per_seq / GiB:.2f} GiB"
+                f"SGLang's KV pool holds {gib_num(max(pool, 0), 2)} GiB per card ({tokens or 0:,} tokens); "
+                f"{on_rank} sequence(s) x {job.context:,} tokens on a card need {gib_num(on_rank * per_seq, 2)} GiB"
             )
         if reserve is not None and forward + graphs > reserve:
             notes.append(
-                f"SGLang leaves {reserve / GiB:.2f} GiB outside its static pool (1 - mem_fraction_static {mfs:g}); "
-                f"a {chunk:,}-token prefill ({forward / GiB:.2f} GiB) and CUDA graphs ({graphs / GiB:.2f} GiB) "
+                f"SGLang leaves {gib_num(reserve, 2)} GiB outside its static pool (1 - mem_fraction_static {mfs:g}); "
+                f"a {chunk:,}-token prefill ({gib_num(forward, 2)} GiB) and CUDA graphs ({gib_num(graphs, 2)} GiB) "
                 "need more: lower --mem-fraction-static or --max-num-batched-tokens (chunked_prefill_size)"
             )
     else:

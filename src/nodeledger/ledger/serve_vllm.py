@@ -30,7 +30,7 @@ from nodeledger.ledger.weights import (
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import GiB, MiB
+from nodeledger.units import GiB, MiB, gib_num
 
 
 def vllm_weights_as_loaded(
@@ -236,9 +236,9 @@ def _vllm_card(
         Item("weights", weights_bytes, f"as vLLM holds them after load_model: {weights_note}"),
         Item(f"profile-run peak ({peak_what.split(':')[0]})", profile_peak,
              f"vLLM profiles its widest step before sizing the pool: {peak_what}; "
-             f"the other was {min(forward_bytes, sampler_bytes) / GiB:.2f} GiB"),
+             f"the other was {gib_num(min(forward_bytes, sampler_bytes), 2)} GiB"),
         Item("non-torch memory charged to the budget", charged,
-             nt_src + (f"; + NCCL {nccl / GiB:.2f} GiB (initialised after the baseline)" if nccl and fam.charges_nccl else ""),
+             nt_src + (f"; + NCCL {gib_num(nccl, 2)} GiB (initialised after the baseline)" if nccl and fam.charges_nccl else ""),
              torch=False),
     ]  # fmt: skip
     if graph_charged:
@@ -254,7 +254,7 @@ def _vllm_card(
         items.append(Item(
             f"KV cache pool ({job.kv_dtype}, block {job.block_size})",
             max(kv_pool or 0, 0),
-            f"budget {util:g} x {0 if total is None else total / GiB:.2f} GiB ({total_src}) - the terms above, in whole blocks",
+            f"budget {util:g} x {gib_num(0 if total is None else total, 2)} GiB ({total_src}) - the terms above, in whole blocks",
         ))  # fmt: skip
         conc_ok = extras.get("max_concurrency_printed")
         if (
@@ -263,10 +263,10 @@ def _vllm_card(
             or (conc_ok is not None and conc_ok < 1)
         ):
             extras["kv_shortfall"] = (
-                f"vLLM's KV pool holds {max(available, 0) / GiB:.2f} GiB per card "
+                f"vLLM's KV pool holds {gib_num(max(available, 0), 2)} GiB per card "
                 f"(at most {max(conc_ok or 0, 0):.2f} requests of {job.context:,} tokens); "
-                f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {kv_needed / GiB:.2f} GiB"
-                + (f"; weights, profile peak and non-torch memory exceed the vLLM budget by {-available / GiB:.2f} GiB"
+                f"{job.concurrency or 1} sequence(s) x {job.context:,} tokens need {gib_num(kv_needed, 2)} GiB"
+                + (f"; weights, profile peak and non-torch memory exceed the vLLM budget by {gib_num(-available, 2)} GiB"
                    if available < 0 else "")
             )  # fmt: skip
     else:
@@ -285,9 +285,9 @@ def _vllm_card(
         and available > 0
     ):
         notes.append(
-            f"vLLM's budget {budget / GiB:.2f} GiB plus what lies outside it "
-            f"({sum(i.bytes for i in outside) / GiB:.2f} GiB: context, graphs) exceeds the card's "
-            f"{total / GiB:.2f} GiB: start-up fails (free memory below the requested budget) or graph capture runs out"
+            f"vLLM's budget {gib_num(budget, 2)} GiB plus what lies outside it "
+            f"({gib_num(sum(i.bytes for i in outside), 2)} GiB: context, graphs) exceeds the card's "
+            f"{gib_num(total, 2)} GiB: start-up fails (free memory below the requested budget) or graph capture runs out"
         )
     extras["notes"] = notes
     card = CardLedger(cards, items + outside, torch_total, card_bytes, total if total is not None else capacity,

@@ -33,7 +33,7 @@ from nodeledger.errors import InputError
 from nodeledger.machine.parsers.common import cpulist_count
 from nodeledger.machine.profile import LinkKind, MachineProfile
 from nodeledger.machine.vendors import spec as vendor_spec
-from nodeledger.placement.planner import GiB
+from nodeledger.units import gib_num
 from nodeledger.verdict.catalogue import CONTROL_RE, ID_RULE, valid_id
 
 NODE_NAME_RE = re.compile(r"[A-Za-z0-9._\[\],-]+", re.ASCII)  # a host name or hostlist
@@ -193,8 +193,8 @@ def sbatch_scripts(
         lines = [
             "#!/bin/bash",
             f"# {wid}: {len(reps)} replica(s), planned by nodeledger on {machine.name!r}",
-            f"# CPUs: {cpu_why}; --mem: host peak {max(r['host_bytes'] for r in reps) / GiB:,.1f} "
-            f"GiB (nodeledger ledger) + /dev/shm {shm / GiB:,.1f} GiB (charged to the job's memory)",
+            f"# CPUs: {cpu_why}; --mem: host peak {gib_num(max(r['host_bytes'] for r in reps))} "
+            f"GiB (nodeledger ledger) + /dev/shm {gib_num(shm)} GiB (charged to the job's memory)",
             f"#SBATCH --job-name={shlex.quote(wid)}",
             "#SBATCH --nodes=1",
             "#SBATCH --ntasks=1",
@@ -413,8 +413,8 @@ def k8s_pods(
                "lifeboat free.")
         )  # fmt: skip
         header = (
-            f"# {r['replica']}: {len(r['cards'])} card(s), host peak {r['host_bytes'] / GiB:,.1f} GiB "
-            f"(nodeledger ledger) + /dev/shm {shm / GiB:,.1f} GiB; CPUs: {cpu_why}.\n"
+            f"# {r['replica']}: {len(r['cards'])} card(s), host peak {gib_num(r['host_bytes'])} GiB "
+            f"(nodeledger ledger) + /dev/shm {gib_num(shm)} GiB; CPUs: {cpu_why}.\n"
             f"{cards_line}\n"
             "# Guaranteed QoS (requests = limits, whole CPUs): with the kubelet's "
             "cpuManagerPolicy: static and\n# topologyManagerPolicy: single-numa-node the CPUs land on "

@@ -39,7 +39,7 @@ from nodeledger.machine.parsers.numa import compress_cpus
 from nodeledger.machine.profile import LinkKind, MachineProfile
 from nodeledger.machine.vendors import spec as vendor_spec
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import GiB
+from nodeledger.units import gib_num
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, fit
 from nodeledger.verdict.lifeboat import resolve_lifeboat
@@ -206,8 +206,8 @@ def units_of(workloads: list[Workload], specs: dict[str, ModelSpec], machine: Ma
             u = Unit(f"{w.id}#{n}", w.id, prio, per, busiest, res.ledger.host.peak_bytes,
                      workers, per == 1)  # fmt: skip
             if card.tier == "cannot":
-                refused.append((u, "card memory", f"one replica needs {busiest / GiB:,.1f} GiB "
-                                f"on its busiest card, the card has {card.capacity_bytes / GiB:,.1f} GiB"))  # fmt: skip
+                refused.append((u, "card memory", f"one replica needs {gib_num(busiest)} GiB "
+                                f"on its busiest card, the card has {gib_num(card.capacity_bytes)} GiB"))  # fmt: skip
             elif card.tier == "unknown":
                 refused.append(
                     (u, "card memory", "card memory unknown: cannot place by the ledger")
@@ -267,8 +267,8 @@ def _search(score, units, free, numa, share, cap_card, ram, nodes=MAX_NODES, bou
             return
         u = order[i]
         if ram is not None and host + u.host_bytes > ram:
-            state.unplaced.append((u, "host RAM", f"host RAM: {(host + u.host_bytes) / GiB:,.1f} GiB "
-                                   f"with it, of {ram / GiB:,.1f} GiB"))  # fmt: skip
+            state.unplaced.append((u, "host RAM", f"host RAM: {gib_num(host + u.host_bytes)} GiB "
+                                   f"with it, of {gib_num(ram)} GiB"))  # fmt: skip
             rec(i + 1, left, state, host)
             state.unplaced.pop()
             return

@@ -27,7 +27,7 @@ from nodeledger.speed import figures as F
 from nodeledger.speed.job import job_speed
 from nodeledger.speed.load import load_speed
 from nodeledger.speed.work import decode_weight_bytes
-from nodeledger.units import GiB, count
+from nodeledger.units import count, gib_num
 from nodeledger.verdict.catalogue import Workload
 from nodeledger.verdict.fit import TIGHT, _judge, fit, verdict_of
 from nodeledger.verdict.lifeboat import resolve_lifeboat
@@ -149,12 +149,12 @@ def evaluate(w: Workload, spec: ModelSpec, machine: MachineProfile) -> dict:
         used, cap = r.used_bytes, r.capacity_bytes
         pct = "" if not cap else f" ({100 * used / cap:.0f} %)"
         reason = (
-            f"{used / GiB:,.1f} GiB of {'unknown' if cap is None else f'{cap / GiB:,.1f} GiB'}{pct}"
+            f"{gib_num(used)} GiB of {'unknown' if cap is None else f'{gib_num(cap)} GiB'}{pct}"
         )
         if r.resource == "card memory":
             reason = f"busiest card {reason}"
         if r.resource == "host RAM" and lg.host.reclaimable_bytes:
-            reason += f" + {lg.host.reclaimable_bytes / GiB:,.1f} GiB evictable page cache"
+            reason += f" + {gib_num(lg.host.reclaimable_bytes)} GiB evictable page cache"
         resources.append(_resource(r.resource, r.tier, used, cap, reason))
     if v.resources[0].tier == "cannot" and lg.extras.get("kv_shortfall"):
         resources[0]["reason"] += f"; {lg.extras['kv_shortfall']}"
@@ -366,9 +366,9 @@ def _add_beside(rows: dict[str, dict], machine: MachineProfile) -> None:
         j = _judge("host RAM", hard, cap)
         pct = "" if not cap else f" ({100 * hard / cap:.0f} %)"
         reason = (
-            f"{hard / GiB:,.1f} GiB with {', '.join(row['beside'])} running beside it, of "
-            f"{'unknown' if cap is None else f'{cap / GiB:,.1f} GiB'}{pct}"
-            + (f" + {soft / GiB:,.1f} GiB evictable page cache" if soft else "")
+            f"{gib_num(hard)} GiB with {', '.join(row['beside'])} running beside it, of "
+            f"{'unknown' if cap is None else f'{gib_num(cap)} GiB'}{pct}"
+            + (f" + {gib_num(soft)} GiB evictable page cache" if soft else "")
         )
         host = next(r for r in row["resources"] if r["resource"] == "host RAM")
         host.update(tier=j.tier, used_bytes=hard, capacity_bytes=cap,
@@ -524,8 +524,8 @@ def host_load_concurrency(rows, specs, machine: MachineProfile) -> list[dict]:
             "one_load_host_bytes": per_load,
             "max_concurrent": hard_max,
             "max_without_tight": fits_max,
-            "reason": f"one load holds {per_load / GiB:,.1f} GiB (+ page cache); host RAM "
-            f"{cap / GiB:,.1f} GiB, tight above {TIGHT['host RAM']:.0%}",
+            "reason": f"one load holds {gib_num(per_load)} GiB (+ page cache); host RAM "
+            f"{gib_num(cap)} GiB, tight above {TIGHT['host RAM']:.0%}",
         })  # fmt: skip
     return out
 
@@ -603,7 +603,7 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
         w = _weights_bytes(specs[r["model"]], job) if isinstance(job, ServeJob) else None
         if isinstance(job, ServeJob) and total is not None and w > total:
             too_big.append(
-                f"{r['id']}: weights {w / GiB:,.0f} GiB > all cards {total / GiB:,.0f} GiB"
+                f"{r['id']}: weights {gib_num(w, 0)} GiB > all cards {gib_num(total, 0)} GiB"
             )
         elif (
             isinstance(job, ServeJob)
@@ -612,8 +612,8 @@ def scale_out(rows: list[dict], specs, machine: MachineProfile, serving: dict) -
         ):
             too_big.append(
                 f"{r['id']}: spread over all {len(machine.accelerators)} cards it still does not "
-                f"fit (weights {w / GiB:,.0f} GiB of "
-                f"{'unknown' if total is None else f'{total / GiB:,.0f} GiB'} of cards; no room "
+                f"fit (weights {gib_num(w, 0)} GiB of "
+                f"{'unknown' if total is None else f'{gib_num(total, 0)} GiB'} of cards; no room "
                 "left for the runtime and the KV cache)"
             )
         else:

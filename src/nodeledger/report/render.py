@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from nodeledger.machine.profile import MachineProfile
-from nodeledger.units import count, gib_text
+from nodeledger.units import count, gib_num, gib_text
 from nodeledger.verdict.fit import TIGHT
 
 TIER_COLOUR = {"can": "#2e7d32", "tight": "#ef6c00", "cannot": "#c62828", "unknown": "#616161"}
@@ -243,7 +243,7 @@ def _stacks_svg(rows: list[dict], machine: MachineProfile) -> str:
             hitems.append(("page cache (evictable)", cache, PAGE_CACHE))
         if hitems:
             _panel(out, x_host, y, panel_w, bar_h, hitems, host_cap, used, seen,
-                   f" + {cache / 2**30:,.0f} GiB cache" if cache else "", TIGHT["host RAM"])  # fmt: skip
+                   f" + {gib_num(cache, 0)} GiB cache" if cache else "", TIGHT["host RAM"])  # fmt: skip
     out.append("</svg>")
     fams = {c: f for f, c, _ in (*FAMILIES, (*OTHER, ()))}
     fams[PAGE_CACHE] = "page cache (evictable)"

@@ -14,7 +14,7 @@ from typing import Any
 
 from nodeledger import document
 from nodeledger.report import render as R
-from nodeledger.units import count, gib_text
+from nodeledger.units import count, gib_num, gib_text
 
 
 def rx(text: str) -> str:
@@ -92,7 +92,7 @@ def memory_cell(r: dict, name: str, common: int | None = None) -> str:
         return "" if x is None else "unknown"
     used, size = x["used_bytes"], x["capacity_bytes"]
     cap = "" if size == common else f"/{gib_text(size, unit='')}"
-    text = f"{used / 2**30:,.1f}{cap} {used / size:.0%}"
+    text = f"{gib_num(used)}{cap} {used / size:.0%}"
     if x.get("tier") not in (None, "fits"):
         text += f" {x['tier']}"
     return text

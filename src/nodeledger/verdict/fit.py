@@ -35,7 +35,7 @@ from nodeledger.ledger.jobs import ENGINE_NAMES, LoadJob, ServeJob, TrainJob
 from nodeledger.ledger.weights import config_scheme
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
-from nodeledger.units import count
+from nodeledger.units import count, gib_num
 
 TIGHT = {"card memory": 0.90, "host RAM": 0.50}
 TIERS = ("fits", "tight", "cannot")
@@ -338,8 +338,8 @@ def refuse_absurd(ledger: Ledger, job, machine: MachineProfile) -> None:
     item = max(card.items, key=lambda i: i.bytes)
     opts = next((o for key, o in _ITEM_OPTIONS if key in item.name), "the job's sizes")
     raise JobError(
-        f"{item.name} alone is {item.bytes / 2**30:,.0f} GiB on one card, more than the card "
-        f"memory of {ABSURD_MACHINES} {machine.name} machines ({limit / 2**30:,.0f} GiB): not a "
+        f"{item.name} alone is {gib_num(item.bytes, 0)} GiB on one card, more than the card "
+        f"memory of {ABSURD_MACHINES} {machine.name} machines ({gib_num(limit, 0)} GiB): not a "
         f"job to price; check {opts}"
     )
 

@@ -55,7 +55,7 @@ from collections import deque
 
 from nodeledger import field_notes
 from nodeledger.machine.parsers.common import cpulist_ids
-from nodeledger.units import GiB
+from nodeledger.units import GiB, gib_num
 
 CONFIRM = 3
 TOLERANCE = 0.10
@@ -85,7 +85,7 @@ VERIFY_RULES = ("sharding not happening", "extra contexts", "above plan", "engin
 
 
 def g(n: float | int | None) -> str:
-    return "unknown" if n is None else f"{n / GiB:,.1f} GiB"
+    return "unknown" if n is None else f"{gib_num(n)} GiB"
 
 
 def _cpus_text(cpus: set[int]) -> str:
