@@ -5,12 +5,13 @@ the runtime's items, the processes' host memory, weight shares per card, the ker
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from math import ceil
 
 from nodeledger.ledger import engines as eng
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.dims import Dims
-from nodeledger.ledger.jobs import JobError, TrainJob
+from nodeledger.ledger.jobs import JobError, ServeJob, TrainJob
 from nodeledger.ledger.weights import (
     Scheme,
     config_scheme,
@@ -63,6 +64,32 @@ class Ledger:
 
 
 # -- validation against model and machine --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CardCall:
+    """What every serving engine's card ledger is given (``ServeEngineLedger.card``): the model
+    and job, their dimensions, the weight scheme and bytes on a card (as the engine loads them),
+    the KV split and dtype, the card's capacity, the communicators, the replica's cards, the
+    runtime defaults, the machine, and how the weights were counted."""
+
+    spec: ModelSpec
+    job: ServeJob
+    dims: Dims
+    scheme: Scheme
+    weights_bytes: int
+    kv_split: int
+    kv_dtype_bytes: int
+    capacity: int | None
+    communicators: int
+    cards: list[int]
+    defaults: rt.RuntimeDefaults
+    machine: MachineProfile
+    weights_note: str = ""
+
+    def parts(self) -> tuple:
+        """The fields in order (shallow: the spec, job and machine themselves)."""
+        return tuple(getattr(self, f.name) for f in dataclass_fields(self))
 
 
 def check_parallel(

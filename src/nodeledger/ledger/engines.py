@@ -238,7 +238,7 @@ def resolve_serve_job(job: ServeJob, product: str = "", total_bytes: int | None 
                       rocm: bool = False, mla: bool = False):  # fmt: skip
     """(job, settings): a vLLM job with every engine option it left out set to vLLM's own
     default for this release and card (SGLang's: ``resolve_sglang``; both reached through
-    ledger/build.py SERVE_ENGINES) (``rocm``: an AMD card, where vLLM V0 keeps chunked
+    ledger/serve.py SERVE_ENGINES) (``rocm``: an AMD card, where vLLM V0 keeps chunked
     prefill off), and where each value came from."""
     version = vllm_version(job.engine_version)
     fam = vllm_family(version)

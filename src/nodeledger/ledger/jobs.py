@@ -20,7 +20,7 @@ ENGINE_NAMES = {"hf": "transformers", "vllm": "vLLM", "sglang": "SGLang"}  # as 
 @dataclass(frozen=True)
 class EngineTraits:
     """What an engine's launch accepts, asked by name instead of branching on it (the memory
-    side's plug-ins are ledger/build.py SERVE_ENGINES, the speed side's speed/engines.py)."""
+    side's plug-ins are ledger/serve.py SERVE_ENGINES, the speed side's speed/engines.py)."""
 
     start_log: bool = False  # prints a start-up log nodeledger reads (--from-engine-log)
     dp_attention: bool = False  # --enable-dp-attention (attention data-parallel over TP ranks)
@@ -215,7 +215,7 @@ class ServeJob:
 @dataclass(frozen=True)
 class ResolvedServeJob(ServeJob):
     """A serve job with its engine's defaults for the release and the card filled in
-    (ledger/build.py ``resolve_job``), and ``settings``: where each value came from.  The type
+    (ledger/serve.py ``resolve_job``), and ``settings``: where each value came from.  The type
     says the job is resolved: resolving it again for the same machine returns it as it is, so
     the settings keep the first resolution's sources ("given" only for what the user gave).
     A copy with another option (``dataclasses.replace(job, parallel=...)``) or the job on

@@ -35,7 +35,7 @@ ADAPTER_BYTES = {"fp32": 4, "bf16": 2}
 
 # ZeRO-Offload's host side: fp32 master weights (4) + Adam m (4) + v (4) + the fp32 gradient
 # partition the CPU optimizer steps on (4).  DeepSpeed's estimator uses 16 (18 with parameter
-# offload, whose 2 B of bf16 parameters build.py adds as its own item).
+# offload, whose 2 B of bf16 parameters train.py adds as its own item).
 OFFLOAD_BYTES_PER_PARAM = 16
 
 

@@ -13,6 +13,7 @@ from math import ceil
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.core import (
+    CardCall,
     Item,
     Ledger,
     _host,
@@ -101,10 +102,9 @@ def serve_ledger(
     notes: list[str] = [engine_settings["assumed"]] if engine_settings.get("assumed") else []
     extras: dict = {}
     cards = list(range(cards_per_replica * job.replicas))
-    card, extras = engine.card(
-        spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes, capacity,
-        communicators, cards, defaults, machine, weights_note,
-    )  # fmt: skip
+    card, extras = engine.card(CardCall(spec, job, dims, scheme, weights_bytes, kv_split,
+                                        kv_dtype_bytes, capacity, communicators, cards, defaults,
+                                        machine, weights_note))  # fmt: skip
     notes.extend(extras.pop("notes", []))
     if "engine" in extras:
         extras["engine"]["settings"] = engine_settings
@@ -126,16 +126,6 @@ def _share_weights(spec, job, machine, scheme, wb, dims) -> tuple[int, str]:
     """Weights / (tp x pp) per card, the largest pipeline stage's (weights_share_bytes)."""
     weights_bytes, note = weights_share_bytes(spec, wb, job.parallel.tp, job.parallel.pp)
     return weights_bytes, note if job.parallel.pp > 1 else ""
-
-
-def _engine_card(card_fn: Callable) -> Callable:
-    """An engine's own card ledger (``_vllm_card``, ``_sglang_card``: they size their pool from
-    the loaded weights, not from the weight scheme) behind the registry's one call signature."""
-
-    def card(spec, job, dims, scheme, *rest):
-        return card_fn(spec, job, dims, *rest)
-
-    return card
 
 
 # -- the engines, registered by name -------------------------------------------------------
@@ -165,7 +155,7 @@ SERVE_ENGINES: dict[str, ServeEngineLedger] = {
         "vllm",
         _resolve_vllm,
         vllm_weights_as_loaded,
-        _engine_card(_vllm_card),
+        _vllm_card,
         preallocates_pool=True,
         pool_criterion=" (whole blocks per KV group; max_num_seqs caps concurrency)",
     ),
@@ -173,7 +163,7 @@ SERVE_ENGINES: dict[str, ServeEngineLedger] = {
         "sglang",
         _resolve_sglang,
         _share_weights,
-        _engine_card(_sglang_card),
+        _sglang_card,
         preallocates_pool=True,
     ),
 }

@@ -7,7 +7,7 @@ from math import ceil
 from nodeledger.ledger import activations as act
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import runtime as rt
-from nodeledger.ledger.core import CardLedger, Item, _finish, _ssm_note, ssm_path
+from nodeledger.ledger.core import CardCall, CardLedger, Item, _finish, _ssm_note, ssm_path
 from nodeledger.ledger.dims import Dims
 from nodeledger.ledger.jobs import ServeJob
 from nodeledger.ledger.weights import (
@@ -21,16 +21,15 @@ def _resolve_hf(job: ServeJob, machine: MachineProfile, spec: ModelSpec | None):
     return job, {}
 
 
-def _hf_engine_card(spec, job, dims, scheme, weights_bytes, kv_split, kv_dtype_bytes, capacity,
-                    communicators, cards, defaults, machine, weights_how):  # fmt: skip
+def _hf_engine_card(c: CardCall) -> tuple[CardLedger, dict]:
     notes = []
-    if job.concurrency is None:
+    if c.job.concurrency is None:
         notes.append(
             "--engine hf with concurrency 'max': card memory unknown, shown for 1 sequence"
         )
     card = _hf_card(
-        spec, job, dims, scheme, weights_bytes, kv_dtype_bytes, kv_split, capacity,
-        communicators, cards, defaults, weights_how=weights_how,
+        c.spec, c.job, c.dims, c.scheme, c.weights_bytes, c.kv_dtype_bytes, c.kv_split,
+        c.capacity, c.communicators, c.cards, c.defaults, weights_how=c.weights_note,
     )  # fmt: skip
     return card, {"notes": notes}
 

@@ -8,8 +8,14 @@ from nodeledger.ledger import activations as act
 from nodeledger.ledger import engines as eng
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import runtime as rt
-from nodeledger.ledger.core import CardLedger, Item, _nccl_item, _runtime_total, card_capacity
-from nodeledger.ledger.dims import Dims
+from nodeledger.ledger.core import (
+    CardCall,
+    CardLedger,
+    Item,
+    _nccl_item,
+    _runtime_total,
+    card_capacity,
+)
 from nodeledger.ledger.jobs import ServeJob
 from nodeledger.machine.profile import MachineProfile
 from nodeledger.model.spec import ModelSpec
@@ -22,26 +28,15 @@ def _resolve_sglang(job: ServeJob, machine: MachineProfile, spec: ModelSpec | No
     return eng.resolve_sglang(job, capacity, mla)
 
 
-def _sglang_card(
-    spec: ModelSpec,
-    job: ServeJob,
-    dims: Dims,
-    weights_bytes: int,
-    kv_split: int,
-    kv_dtype_bytes: int,
-    capacity: int | None,
-    communicators: int,
-    cards: list[int],
-    defaults: rt.RuntimeDefaults,
-    machine: MachineProfile,
-    weights_how: str = "",
-) -> tuple[CardLedger, dict]:
+def _sglang_card(c: CardCall) -> tuple[CardLedger, dict]:
     # long: SGLang's ledger: its pool sizing (profile_max_num_token), then the items and what lies outside torch
     """SGLang (``ModelRunner.profile_max_num_token``): the free memory before the weights
     (card total as torch reports it - CUDA context - NCCL) x mem_fraction_static holds the
     weights and the KV pool; activations, the sampler and CUDA graphs must fit in the rest,
     which SGLang does not profile.  Tokens: rest // cell size (one token's K and V over all
     layers on this card)."""
+    (spec, job, dims, _, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators, cards,
+     defaults, machine, weights_how) = c.parts()  # fmt: skip
     tp = job.parallel.tp
     notes: list[str] = []
     if state := eng.state_layers(spec):

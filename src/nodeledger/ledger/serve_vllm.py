@@ -12,6 +12,7 @@ from nodeledger.ledger import engines as eng
 from nodeledger.ledger import kv_cache as kv
 from nodeledger.ledger import runtime as rt
 from nodeledger.ledger.core import (
+    CardCall,
     CardLedger,
     Item,
     _first_card,
@@ -159,20 +160,7 @@ def _hybrid_state_extras(
     extras["kv_state_bytes_per_sequence"] = ceil(state_groups * states.resident * page)
 
 
-def _vllm_card(
-    spec: ModelSpec,
-    job: ServeJob,
-    dims: Dims,
-    weights_bytes: int,
-    kv_split: int,
-    kv_dtype_bytes: int,
-    capacity: int | None,
-    communicators: int,
-    cards: list[int],
-    defaults: rt.RuntimeDefaults,
-    machine: MachineProfile,
-    weights_note: str = "",
-) -> tuple[CardLedger, dict]:
+def _vllm_card(c: CardCall) -> tuple[CardLedger, dict]:
     """vLLM, as the release in ``job.engine_version`` sizes its KV pool (ledger/engines.py,
     engines.toml): budget = total x util (the total torch reports); the profile run's peak
     (one forward of max_num_batched_tokens, or the sampler over its dummy requests, whichever
@@ -180,6 +168,8 @@ def _vllm_card(
     subtracted; the rest in whole blocks.  Memory outside the budget (the context before the
     baseline, NCCL in it from 0.11, graphs captured after sizing) is listed apart: the card
     holds budget + those."""
+    (spec, job, dims, _, weights_bytes, kv_split, kv_dtype_bytes, capacity, communicators, cards,
+     defaults, machine, weights_note) = c.parts()  # fmt: skip
     notes: list[str] = []
     fam = eng.vllm_family(job.engine_version)
     rtd = eng.data()["vllm"]["runtime"]

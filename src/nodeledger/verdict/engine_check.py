@@ -1,6 +1,6 @@
 """The ledger beside what the serving engine printed at start-up, term by term.
 
-Input: a vLLM job's ledger (ledger/build.py ``_vllm_card``: weights, activation peak, sampler,
+Input: a vLLM job's ledger (ledger/serve_vllm.py ``_vllm_card``: weights, activation peak, sampler,
 non-torch = CUDA context + graph pool + NCCL, the KV pool filling the rest of
 ``gpu_memory_utilization`` x card memory) and the engine's own figures
 (machine/parsers/engine_log.py).  Output: one row per term with both figures in GiB and their
@@ -17,7 +17,7 @@ from nodeledger.units import GiB
 
 def ledger_terms(ledger, job, tokens_per_request: int | None = None) -> dict:
     """The engine ledger's per-card terms in GiB, as the release in the job accounts them
-    (ledger/build.py ``_vllm_card`` / ``_sglang_card`` put them in ``extras["engine"]``);
+    (ledger/serve_vllm.py ``_vllm_card`` / ``_sglang_card`` put them in ``extras["engine"]``);
     None where the ledger does not know them."""
     e = ledger.extras.get("engine") or {}
     ex = ledger.extras
