@@ -21,7 +21,7 @@ def test_bf16_foreach_adamw_step_is_five_model_copies():
     ws = sum(i.bytes for i in lg.cards[0].items if i.name.startswith("cuBLAS"))
     assert ws == 64 * 2**20  # two cuBLAS workspaces in training (measured on H200)
     # weights + grads + exp_avg + exp_avg_sq + the _foreach_sqrt temporary
-    assert lg.cards[0].phases["optimizer step"] == 5 * p_bytes + ws
+    assert lg.cards[0].phases_bytes["optimizer step"] == 5 * p_bytes + ws
 
 
 def test_mixed_fused_step_is_sixteen_bytes_per_param():
@@ -29,7 +29,7 @@ def test_mixed_fused_step_is_sixteen_bytes_per_param():
     job = TrainJob(precision="mixed", optimizer_impl="fused", micro_batch=1, seq=512)
     lg = train_ledger(spec, job, H200)
     ws = sum(i.bytes for i in lg.cards[0].items if i.name.startswith("cuBLAS"))
-    assert lg.cards[0].phases["optimizer step"] == 16 * spec.params_total() + ws
+    assert lg.cards[0].phases_bytes["optimizer step"] == 16 * spec.params_total() + ws
 
 
 def test_hf_prefill_cache_is_whole_prompt():

@@ -403,7 +403,7 @@ def test_eager_experts_training_builds_each_experts_weight_gradient_full_size():
     grouped = train_ledger(spec, TrainJob(micro_batch=1, seq=1024), machine).cards[0]
     eager = train_ledger(spec, TrainJob(micro_batch=1, seq=1024, experts="eager"), machine)
     eager = eager.cards[0]
-    assert eager.phases["backward"] - grouped.phases["backward"] == extra
+    assert eager.phases_bytes["backward"] - grouped.phases_bytes["backward"] == extra
     assert any(i.name.startswith("eager experts") and i.bytes == extra for i in eager.items)
     with pytest.raises(JobError, match="Megatron runs its own MoE"):
         TrainJob(micro_batch=1, seq=1024, experts="eager", framework="megatron", shard="none")

@@ -184,7 +184,7 @@ def _render_fit(d: dict[str, Any]) -> None:
                 it["source"],
             )
         con.print(t)
-        phases = ", ".join(f"{k} {gib_num(val, 2)} GiB" for k, val in c["phases"].items())
+        phases = ", ".join(f"{k} {gib_num(val, 2)} GiB" for k, val in c["phases_bytes"].items())
         con.print(
             f"  torch_peak_bytes {c['torch_peak_bytes']:,} B ({gib(c['torch_peak_bytes'])}; phases: {phases})"
         )

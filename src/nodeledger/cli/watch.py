@@ -472,7 +472,7 @@ def _render_summary(s: dict, header: dict) -> None:
             shown[key].append(f["card"])
             continue
         shown[key] = []
-        span = f"{f['last_t'] - f['first_t']:.0f} s" + ("" if f["active"] else ", over")
+        span = f"{f['last_unix_s'] - f['first_unix_s']:.0f} s" + ("" if f["active"] else ", over")
         con.print(f"  {f['kind']}: {f['message']} [{span}]", markup=False)
         if f["likely_cause"]:
             con.print(f"    likely cause: {f['likely_cause']}", markup=False)

@@ -43,7 +43,7 @@ class CardLedger:
     total_bytes: int
     capacity_bytes: int | None
     peak_phase: str = ""
-    phases: dict[str, int] = field(default_factory=dict)
+    phases_bytes: dict[str, int] = field(default_factory=dict)  # phase -> torch bytes in use
 
 
 @dataclass
@@ -179,7 +179,7 @@ def _finish(
         total_bytes=torch_peak + sum(i.bytes for i in runtime),
         capacity_bytes=capacity,
         peak_phase=peak_phase,
-        phases=phases,
+        phases_bytes=phases,
     )
 
 

@@ -19,7 +19,7 @@ from nodeledger.verdict.fit import Verdict
 
 # the version of fit --json's shape (schemas/fit.schema.json): raised when a key changes meaning
 # or goes away; a key added keeps it
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: cards[].phases -> phases_bytes
 
 
 @dataclass(frozen=True)

@@ -211,10 +211,10 @@ class Analyzer:
             key = (f["kind"], f["card"])
             seen = self.idle_seen.get(key)
             if seen is None:
-                self.idle_seen[key] = dict(f, first_t=t, last_t=t)
+                self.idle_seen[key] = dict(f, first_unix_s=t, last_unix_s=t)
             else:  # the evidence of the moment it was first seen stays (a death's cause is then)
                 keep = {k: seen[k] for k in ("evidence", "likely_cause") if seen["evidence"]}
-                seen.update(f, first_t=seen["first_t"], last_t=t, **keep)
+                seen.update(f, first_unix_s=seen["first_unix_s"], last_unix_s=t, **keep)
         if any(f["rule"] in VERIFY_RULES for f in findings):
             self.ever_failed = True
 

@@ -268,7 +268,7 @@ class WatchOptions(SampledOptions):
 
 # ``watch --json``: the machine-readable contract (issue 31), its JSON Schema generated from
 # these types and shipped as nodeledger/schemas/watch.schema.json
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: idle[].first_t / last_t -> first_unix_s / last_unix_s
 
 
 class WatchOwnerJSON(TypedDict):
@@ -320,7 +320,8 @@ class WatchJSON(TypedDict):
     cards: list[WatchCardJSON]
     host: WatchHostJSON | None
     verify: WatchVerifyJSON
-    idle: list[dict[str, Any]]  # idle-card findings, each with its evidence and hints
+    # idle-card findings, each with its evidence and hints, first and last seen (Unix seconds)
+    idle: list[dict[str, Any]]
     cards_seen: bool
     host_only: str | None
     source: str
