@@ -22,11 +22,26 @@ def _bundle(tmp, name, **plants):
     return write_bundle(r, tmp / f"{name}.tar.gz")
 
 
+def _follows_its_schema(d: dict) -> None:
+    """fleet --json against its types (fleet.table.FleetJSON, strict) and the shipped schema."""
+    from importlib import resources
+
+    from pydantic import TypeAdapter
+
+    from nodeledger.fleet.table import FLEET_SCHEMA_VERSION, FleetJSON, fleet_json_schema
+
+    assert d["schema_version"] == FLEET_SCHEMA_VERSION
+    TypeAdapter(FleetJSON).validate_json(json.dumps(d), strict=True)
+    shipped = resources.files("nodeledger.schemas").joinpath("fleet.schema.json").read_text()
+    assert json.loads(shipped) == json.loads(json.dumps(fleet_json_schema()))
+
+
 def test_fleet_over_bundles(tmp_path):
     a = _bundle(tmp_path, "a")  # 2 x H200, both cards with an owner
     b = _bundle(tmp_path, "b", swap_used=True, card_procs=False, available_gib=20)
     r = run_cli("fleet", str(a), str(b), "--json")
     assert r.returncode == 0, r.stderr
+    _follows_its_schema(json.loads(r.stdout))
     boxes = json.loads(r.stdout)["boxes"]
     assert [x["source"] for x in boxes] == [str(a), str(b)]
     assert boxes[0]["cards"] == 2 and boxes[0]["free_cards"] == []
@@ -82,6 +97,7 @@ def test_fleet_from_prometheus():
     finally:
         srv.shutdown()
     assert r.returncode == 0, r.stderr
+    _follows_its_schema(json.loads(r.stdout))
     (box,) = json.loads(r.stdout)["boxes"]
     assert box["name"] == "a:9835" and box["cards"] == 2 and box["free_cards"] == [1]
     assert box["lifeboat"] == "1 (free)" and box["mem_available_bytes"] == 60 * GiB

@@ -338,3 +338,25 @@ def test_the_catalogue_schema_is_shipped_and_the_default_catalogue_follows_it():
                    {**entry, "machines": 0}):  # fmt: skip
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"workloads": [broken]}, shipped)
+
+
+@pytest.mark.parametrize("args", [
+    ("collective", "--machine", "dgx-h100"),  # every figure known
+    ("collective", "--machine", "k100-ai-8x64g"),  # link bandwidth unknown: null and the reason
+    ("collective", "--machine", "hgx-h200", "--machines", "2", "--op", "all_gather"),
+    ("collective", "--machine", "dgx-h100", "--cards", "0"),  # one rank
+])  # fmt: skip
+def test_collective_json_follows_its_types_and_shipped_schema(args):
+    from nodeledger.report.machines import (
+        COLLECTIVE_SCHEMA_VERSION,
+        CollectiveJSON,
+        collective_json_schema,
+    )
+
+    d = cli_json(*args, "--json")
+    assert d["schema_version"] == COLLECTIVE_SCHEMA_VERSION
+    TypeAdapter(CollectiveJSON).validate_json(json.dumps(d), strict=True)
+    shipped = resources.files("nodeledger.schemas").joinpath("collective.schema.json").read_text()
+    assert json.loads(shipped) == json.loads(json.dumps(collective_json_schema()))
+    with pytest.raises(ValidationError):
+        TypeAdapter(CollectiveJSON).validate_json(json.dumps({**d, "ranks": "8"}), strict=True)

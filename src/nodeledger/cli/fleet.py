@@ -227,6 +227,6 @@ def fleet_cmd(bundles=(), prometheus=None, plan=None, as_json=False) -> None:
     boxes = (ft.from_prometheus(prometheus) if prometheus
              else [ft.from_bundle(b, plan) for b in bundles])  # fmt: skip
     if as_json:
-        print_json({"boxes": [b.to_json() for b in boxes], "free_below_bytes": ft.FREE_BYTES})
+        print_json(ft.fleet_json(boxes))
         return
     ft.grid(boxes).terminal(console())

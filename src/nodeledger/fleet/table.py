@@ -25,6 +25,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
 
+from typing_extensions import TypedDict
+
 from nodeledger.document import Grid
 from nodeledger.errors import InputError
 from nodeledger.files import loads_json
@@ -47,8 +49,42 @@ class Box:
     findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def to_json(self) -> BoxJSON:
+        return asdict(self)  # type: ignore[return-value]
+
+
+FLEET_SCHEMA_VERSION = 1
+
+
+class BoxJSON(TypedDict):
+    name: str
+    source: str  # the support bundle, or the Prometheus server
+    cards: int | None
+    free_cards: list[int] | None  # under FREE_BYTES in use and no process
+    lifeboat: str
+    mem_available_bytes: int | None
+    mem_total_bytes: int | None
+    findings: list[str]
+    notes: list[str]
+
+
+class FleetJSON(TypedDict):
+    """``nodeledger fleet --json``."""
+
+    schema_version: int
+    boxes: list[BoxJSON]
+    free_below_bytes: int
+
+
+def fleet_json(boxes: list[Box]) -> FleetJSON:
+    return {"schema_version": FLEET_SCHEMA_VERSION, "boxes": [b.to_json() for b in boxes],
+            "free_below_bytes": FREE_BYTES}  # fmt: skip
+
+
+def fleet_json_schema() -> dict:
+    from nodeledger.schemas import json_schema
+
+    return json_schema(FleetJSON, "nodeledger fleet --json")
 
 
 def _free(profile) -> list[int] | None:

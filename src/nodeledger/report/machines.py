@@ -7,7 +7,9 @@ the collective times.  Never prints, never exits."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from typing_extensions import NotRequired, TypedDict
 
 from nodeledger.errors import NodeledgerError
 from nodeledger.machine.profile import to_json as profile_json  # machine probe --json
@@ -106,8 +108,62 @@ def estimate_collective(ref: str | None, op: str, size_bytes: int, pick_cards,
     if not have:
         raise NodeledgerError(f"{profile.name}: no accelerator in the profile: nothing to time")
     d = estimate(profile, op, size_bytes, pick_cards(have), machines)
-    d["machine"] = profile.name
-    return d
+    return {"schema_version": COLLECTIVE_SCHEMA_VERSION, **d, "machine": profile.name}
+
+
+COLLECTIVE_SCHEMA_VERSION = 1
+
+
+class LimitJSON(TypedDict):
+    busbw_gbps: float | None  # large-message bus bandwidth this resource allows
+    source: str
+
+
+class FigureSourceJSON(TypedDict):
+    value: float | None
+    source: str
+
+
+class NicJSON(TypedDict):
+    gbps: float | None
+    source: str
+
+
+class CollectiveJSON(TypedDict):
+    """``nodeledger collective --json``: one collective's time (nccl-tests' algbw / busbw
+    definitions), each figure with its source; unknown figures are null with the reason."""
+
+    schema_version: int
+    op: str
+    size_bytes: int
+    cards: list[int]
+    machines: int
+    ranks: int
+    bus_factor: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    seconds: float | None
+    binding: str | None
+    reason: str
+    machine: str
+    nic: NotRequired[NicJSON]
+    limits: NotRequired[dict[str, LimitJSON]]
+    busbw_ceiling_gbps: NotRequired[FigureSourceJSON]  # a bound where the network is unknown
+    busbw_large_message_gbps: NotRequired[float]
+    ring_seconds: NotRequired[float]
+    tree_seconds: NotRequired[float]
+    algorithm: NotRequired[Literal["ring", "tree"]]
+    latency_per_step_s: NotRequired[float | None]
+    latency_source: NotRequired[str]
+    seconds_is_lower_bound: NotRequired[bool]
+    link_kind: NotRequired[str]
+    source: NotRequired[str]
+
+
+def collective_json_schema() -> dict[str, Any]:
+    from nodeledger.schemas import json_schema
+
+    return json_schema(CollectiveJSON, "nodeledger collective --json")
 
 
 def model_catalogue() -> dict[str, Any]:

@@ -6,7 +6,9 @@
 ``machine.schema.json`` (``machine.profile.MachineProfile``, serialised, with its card figures),
 ``compare.schema.json`` (``report.compare.CompareJSON``), ``oom.schema.json``
 (``triage.report.OomJSON``), ``watch.schema.json`` (``watch.session.WatchJSON``), ``golive.schema.json``
-(``golive.checklist.GoLiveJSON``), ``bench.schema.json`` (``bench.usecase.BenchJSON``); and one for an input, ``catalogue.schema.json``
+(``golive.checklist.GoLiveJSON``), ``bench.schema.json`` (``bench.usecase.BenchJSON``), ``collective.schema.json``
+(``report.machines.CollectiveJSON``), ``fleet.schema.json`` (``fleet.table.FleetJSON``); and one
+for an input, ``catalogue.schema.json``
 (``verdict.catalogue.CatalogueFile``: a workload catalogue or plan file, for editors).
 ``tests/test_schemas.py`` regenerates each and fails when the shipped file differs; rewrite them
 with
@@ -34,6 +36,10 @@ with
         open('src/nodeledger/schemas/golive.schema.json', 'w').write(json.dumps(golive_json_schema(), indent=2, sort_keys=True) + '\\n')"
     .venv/bin/python -c "import json; from nodeledger.bench.usecase import bench_json_schema; \
         open('src/nodeledger/schemas/bench.schema.json', 'w').write(json.dumps(bench_json_schema(), indent=2, sort_keys=True) + '\\n')"
+    .venv/bin/python -c "import json; from nodeledger.report.machines import collective_json_schema as c; \
+        from nodeledger.fleet.table import fleet_json_schema as f; \
+        [open(f'src/nodeledger/schemas/{n}.schema.json', 'w').write(json.dumps(g(), indent=2, sort_keys=True) + '\\n') \
+         for n, g in (('collective', c), ('fleet', f))]"
     .venv/bin/python -c "import json; from nodeledger.verdict.catalogue import catalogue_json_schema; \
         open('src/nodeledger/schemas/catalogue.schema.json', 'w').write(json.dumps(catalogue_json_schema(), indent=2, sort_keys=True) + '\\n')"
 """
