@@ -23,17 +23,13 @@ def _bundle(tmp, name, **plants):
 
 
 def _follows_its_schema(d: dict) -> None:
-    """fleet --json against its types (fleet.table.FleetJSON, strict) and the shipped schema."""
-    from importlib import resources
-
+    """fleet --json against its types (fleet.table.FleetJSON, strict)."""
     from pydantic import TypeAdapter
 
-    from nodeledger.fleet.table import FLEET_SCHEMA_VERSION, FleetJSON, fleet_json_schema
+    from nodeledger.fleet.table import FLEET_SCHEMA_VERSION, FleetJSON
 
     assert d["schema_version"] == FLEET_SCHEMA_VERSION
     TypeAdapter(FleetJSON).validate_json(json.dumps(d), strict=True)
-    shipped = resources.files("nodeledger.schemas").joinpath("fleet.schema.json").read_text()
-    assert json.loads(shipped) == json.loads(json.dumps(fleet_json_schema()))
 
 
 def test_fleet_over_bundles(tmp_path):

@@ -1,9 +1,12 @@
-"""The JSON Schema shipped for `fit --json` is the one its types generate, and real outputs
-validate against those types (a key renamed or retyped fails here)."""
+"""Every JSON Schema shipped in nodeledger/schemas is the one its types generate, and real
+outputs validate against those types (a key renamed or retyped fails here).  After a deliberate
+change to a type, rewrite the shipped files with ``python tests/test_schemas.py --write``."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -11,15 +14,53 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from conftest import cli_json
-from nodeledger.verdict.assess import SCHEMA_VERSION, FitJSON, fit_json_schema
+from nodeledger.verdict.assess import SCHEMA_VERSION, FitJSON
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "src" / "nodeledger" / "schemas"
+# shipped file's stem -> "module:function" that generates it (a function returning several
+# schemas by stem: "module:function[stem]")
+GENERATORS = {
+    "fit": "nodeledger.verdict.assess:fit_json_schema",
+    "doctor": "nodeledger.doctor.usecase:doctor_json_schemas[doctor]",
+    "doctor-preflight": "nodeledger.doctor.usecase:doctor_json_schemas[doctor-preflight]",
+    "report": "nodeledger.report.usecase:capacity_json_schema",
+    "place": "nodeledger.placement.usecase:place_json_schema",
+    "model": "nodeledger.report.model_summary:model_json_schema",
+    "machine": "nodeledger.report.machines:machine_json_schema",
+    "compare": "nodeledger.report.compare:compare_json_schema",
+    "oom": "nodeledger.triage.report:oom_json_schema",
+    "watch": "nodeledger.watch.session:watch_json_schema",
+    "golive": "nodeledger.golive.checklist:golive_json_schema",
+    "bench": "nodeledger.bench.usecase:bench_json_schema",
+    "collective": "nodeledger.report.machines:collective_json_schema",
+    "fleet": "nodeledger.fleet.table:fleet_json_schema",
+    "catalogue": "nodeledger.verdict.catalogue:catalogue_json_schema",
+}
 
 
-def test_the_shipped_schema_is_generated_from_the_types():
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("fit.schema.json").read_text()
+def generated(stem: str) -> dict:
+    where, _, key = GENERATORS[stem].partition("[")
+    module, fn = where.split(":")
+    out = getattr(importlib.import_module(module), fn)()
+    return json.loads(json.dumps(out[key.rstrip("]")] if key else out))
+
+
+def shipped_schema(stem: str) -> dict:
+    return json.loads(
+        resources.files("nodeledger.schemas").joinpath(f"{stem}.schema.json").read_text()
     )
-    assert shipped == json.loads(json.dumps(fit_json_schema())), (
-        "regenerate src/nodeledger/schemas/fit.schema.json (see nodeledger/schemas/__init__.py)"
+
+
+@pytest.mark.parametrize("stem", sorted(GENERATORS))
+def test_the_shipped_schema_is_generated_from_the_types(stem):
+    assert shipped_schema(stem) == generated(stem), (
+        f"{stem}.schema.json differs from its types: python tests/test_schemas.py --write"
+    )
+
+
+def test_every_shipped_schema_has_its_generator():
+    assert sorted(p.name[: -len(".schema.json")] for p in SCHEMAS.glob("*.schema.json")) == sorted(
+        GENERATORS
     )
 
 
@@ -51,16 +92,6 @@ def test_a_changed_key_fails_validation():
 # -- doctor --------------------------------------------------------------------------------------
 
 
-def test_the_shipped_doctor_schemas_are_generated_from_the_types():
-    from nodeledger.doctor.usecase import doctor_json_schemas
-
-    for name, schema in doctor_json_schemas().items():
-        shipped = json.loads(
-            resources.files("nodeledger.schemas").joinpath(f"{name}.schema.json").read_text()
-        )
-        assert shipped == json.loads(json.dumps(schema)), f"regenerate {name}.schema.json"
-
-
 def test_doctor_json_validates_against_its_types():
     from conftest import run_cli
     from nodeledger.doctor.usecase import SCHEMA_VERSION as V
@@ -80,17 +111,6 @@ def test_doctor_json_validates_against_its_types():
 
 
 # -- report --------------------------------------------------------------------------------------
-
-
-def test_the_shipped_report_schema_is_generated_from_the_types():
-    from nodeledger.report.usecase import capacity_json_schema
-
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("report.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(capacity_json_schema())), (
-        "regenerate report.schema.json"
-    )
 
 
 @pytest.mark.parametrize(
@@ -128,15 +148,6 @@ tp = 8
 """
 
 
-def test_the_shipped_place_schema_is_generated_from_the_types():
-    from nodeledger.placement.usecase import place_json_schema
-
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("place.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(place_json_schema())), "regenerate place.schema.json"
-
-
 @pytest.mark.parametrize("extra", [(), ("--emit", "k8s", "--image", "registry/x:1")])
 def test_place_json_validates_against_its_types(tmp_path, extra):
     from conftest import run_cli
@@ -154,17 +165,6 @@ def test_place_json_validates_against_its_types(tmp_path, extra):
 
 
 # -- model show, machine show ----------------------------------------------------------------------
-
-
-def test_the_shipped_model_and_machine_schemas_are_generated_from_the_types():
-    from nodeledger.report.machines import machine_json_schema
-    from nodeledger.report.model_summary import model_json_schema
-
-    for name, make in (("model", model_json_schema), ("machine", machine_json_schema)):
-        shipped = json.loads(
-            resources.files("nodeledger.schemas").joinpath(f"{name}.schema.json").read_text()
-        )
-        assert shipped == json.loads(json.dumps(make())), f"regenerate {name}.schema.json"
 
 
 @pytest.mark.parametrize("args", [
@@ -205,15 +205,10 @@ def test_machine_show_json_follows_its_schema_and_its_profile_reads_back(name):
 def test_compare_json_follows_its_shipped_schema_and_each_report_its_body_type():
     jsonschema = pytest.importorskip("jsonschema")
     from nodeledger.report.compare import SCHEMA_VERSION as COMPARE_VERSION
-    from nodeledger.report.compare import CompareJSON, compare_json_schema
+    from nodeledger.report.compare import CompareJSON
     from nodeledger.report.usecase import ReportBodyJSON
 
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("compare.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(compare_json_schema())), (
-        "regenerate compare.schema.json"
-    )
+    shipped = shipped_schema("compare")
     d = cli_json("compare", "4x-a100-80g-pcie", "8x-a40-48g-pcie", "--price",
                  "4x-a100-80g-pcie=60000", "--format", "json")  # fmt: skip
     assert d["schema_version"] == COMPARE_VERSION
@@ -243,12 +238,8 @@ def _oom_logs() -> list[str]:
 def test_oom_json_follows_its_shipped_schema_on_every_recorded_log():
     from conftest import run_cli
     from nodeledger.triage.report import SCHEMA_VERSION as OOM_VERSION
-    from nodeledger.triage.report import OomJSON, oom_json_schema
+    from nodeledger.triage.report import OomJSON
 
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("oom.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(oom_json_schema())), "regenerate oom.schema.json"
     logs = _oom_logs()
     assert len(logs) >= 10
     kinds = set()
@@ -270,12 +261,8 @@ def test_oom_json_follows_its_shipped_schema_on_every_recorded_log():
 def test_watch_json_follows_its_types_and_its_shipped_schema(scenario):
     from conftest import run_cli
     from nodeledger.watch.session import SCHEMA_VERSION as WATCH_VERSION
-    from nodeledger.watch.session import WatchJSON, watch_json_schema
+    from nodeledger.watch.session import WatchJSON
 
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("watch.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(watch_json_schema())), "regenerate watch.schema.json"
     proc = run_cli("watch", "--backend", f"fake:{scenario}", "--json")
     assert proc.returncode in (0, 1, 3), proc.stderr
     d = json.loads(proc.stdout)
@@ -291,13 +278,9 @@ def test_watch_json_follows_its_types_and_its_shipped_schema(scenario):
 def test_golive_json_follows_its_types_and_its_shipped_schema(tmp_path):
     from conftest import run_cli
     from nodeledger.golive.checklist import SCHEMA_VERSION as GOLIVE_VERSION
-    from nodeledger.golive.checklist import GoLiveJSON, golive_json_schema
+    from nodeledger.golive.checklist import GoLiveJSON
     from test_golive import PLAN7, _bench_json
 
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("golive.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(golive_json_schema())), "regenerate golive.schema.json"
     plan = tmp_path / "plan.toml"
     plan.write_text(PLAN7)
     ok = [{"part": "disk", "subject": "d", "metric": "sequential read", "value": 900.0,
@@ -319,15 +302,11 @@ def test_the_catalogue_schema_is_shipped_and_the_default_catalogue_follows_it():
     import tomllib
 
     from nodeledger.verdict.catalogue import (
-        catalogue_json_schema,
         default_catalogue_text,
         parse_catalogue,
     )
 
-    shipped = json.loads(
-        resources.files("nodeledger.schemas").joinpath("catalogue.schema.json").read_text()
-    )
-    assert shipped == json.loads(json.dumps(catalogue_json_schema()))
+    shipped = shipped_schema("catalogue")
     text = default_catalogue_text()
     assert parse_catalogue(text, "d", trusted=True) == parse_catalogue(text, "d")
     jsonschema = pytest.importorskip("jsonschema")
@@ -350,13 +329,17 @@ def test_collective_json_follows_its_types_and_shipped_schema(args):
     from nodeledger.report.machines import (
         COLLECTIVE_SCHEMA_VERSION,
         CollectiveJSON,
-        collective_json_schema,
     )
 
     d = cli_json(*args, "--json")
     assert d["schema_version"] == COLLECTIVE_SCHEMA_VERSION
     TypeAdapter(CollectiveJSON).validate_json(json.dumps(d), strict=True)
-    shipped = resources.files("nodeledger.schemas").joinpath("collective.schema.json").read_text()
-    assert json.loads(shipped) == json.loads(json.dumps(collective_json_schema()))
     with pytest.raises(ValidationError):
         TypeAdapter(CollectiveJSON).validate_json(json.dumps({**d, "ranks": "8"}), strict=True)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    for stem in sorted(GENERATORS):
+        text = json.dumps(generated(stem), indent=2, sort_keys=True) + "\n"
+        (SCHEMAS / f"{stem}.schema.json").write_text(text, encoding="utf-8")
+        print(f"wrote {stem}.schema.json")

@@ -23,9 +23,9 @@ from types import UnionType
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
 
 from nodeledger.machine.vendors import Vendor  # re-exported: machine.Vendor
-from nodeledger.validation import Check, errors, first_error, to_json, validate
 
-__all__ = ["check", "errors", "first_error", "to_json", "validate"]  # and the types below
+# errors, first_error, to_json: re-exported, the profile's validation API
+from nodeledger.validation import Check, errors, first_error, to_json, validate  # noqa: F401
 
 UNKNOWN = "unknown"
 
