@@ -35,6 +35,10 @@ GENERATORS = {
     "collective": "nodeledger.report.machines:collective_json_schema",
     "fleet": "nodeledger.fleet.table:fleet_json_schema",
     "catalogue": "nodeledger.verdict.catalogue:catalogue_json_schema",
+    "machine-list": "nodeledger.report.machines:list_json_schemas[machine-list]",
+    "model-list": "nodeledger.report.machines:list_json_schemas[model-list]",
+    "run-list": "nodeledger.placement.reserve:run_json_schemas[run-list]",
+    "run-release": "nodeledger.placement.reserve:run_json_schemas[run-release]",
 }
 
 
@@ -336,6 +340,52 @@ def test_collective_json_follows_its_types_and_shipped_schema(args):
     TypeAdapter(CollectiveJSON).validate_json(json.dumps(d), strict=True)
     with pytest.raises(ValidationError):
         TypeAdapter(CollectiveJSON).validate_json(json.dumps({**d, "ranks": "8"}), strict=True)
+
+
+def test_machine_list_and_model_list_json_follow_their_types():
+    from nodeledger.report.machines import LIST_SCHEMA_VERSION, MachineListJSON, ModelListJSON
+
+    for args, tp in ((("machine", "list"), MachineListJSON), (("model", "list"), ModelListJSON)):
+        d = cli_json(*args, "--json")
+        assert d["schema_version"] == LIST_SCHEMA_VERSION
+        TypeAdapter(tp).validate_json(json.dumps(d), strict=True)
+    machines = cli_json("machine", "list", "--json")["machines"]
+    assert [m["name"] for m in machines if m["default"]] == ["k100-ai-8x64g"]
+
+
+def test_run_list_and_release_json_follow_their_types(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import run_cli
+    from nodeledger.placement.reserve import (
+        RUN_SCHEMA_VERSION,
+        RunListJSON,
+        RunReleaseJSON,
+        Store,
+    )
+
+    state = tmp_path / "state.sqlite"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        store = Store(str(state))
+        with store.transaction() as cur:
+            cur.execute(
+                "INSERT INTO reservations VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (3, "box", "chat#1", holder.pid, None, 1.7e9, 2**30),
+            )
+        store.close()
+        listed = json.loads(run_cli("run", "--state", str(state), "--list", "--json").stdout)
+        assert listed["schema_version"] == RUN_SCHEMA_VERSION
+        TypeAdapter(RunListJSON).validate_json(json.dumps(listed), strict=True)
+        assert [r["replica"] for r in listed["reservations"]] == ["chat#1"]
+        out = run_cli("run", "--state", str(state), "--release", "chat#1", "--json").stdout
+        released = json.loads(out)
+        TypeAdapter(RunReleaseJSON).validate_json(json.dumps(released), strict=True)
+        assert released["still_running_pids"] == [holder.pid]
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -35,12 +35,12 @@ def machine() -> None:
 @json_option
 def machine_list(as_json=False) -> None:
     """List the bundled machine presets."""
-    from nodeledger.report.machines import list_machines
+    from nodeledger.report.machines import list_machines, machine_list_json
 
-    rows = list_machines()
     if as_json:
-        print_json(rows)
+        print_json(machine_list_json())
         return
+    rows = list_machines()
     from rich.table import Table
 
     t = Table(title="Bundled machine presets (figures and their sources: machine show NAME)")

@@ -155,12 +155,14 @@ def run_cmd(
 
 
 def _list(store, as_json: bool) -> None:
+    from nodeledger.placement import reserve as rs
+
     live, dead = store.check()
     store.close()
     now = time.time()
     if as_json:
         sys.stdout.write(json.dumps({
-            "state": str(store.path),
+            "schema_version": rs.RUN_SCHEMA_VERSION, "state": str(store.path),
             "reservations": [r.as_dict(now) for r in live],
             "deleted_dead": [r.as_dict(now) for r in dead],
         }, indent=2) + "\n")  # fmt: skip
@@ -184,6 +186,7 @@ def _list(store, as_json: bool) -> None:
 
 
 def _release(store, replica: str, as_json: bool) -> None:
+    from nodeledger.placement import reserve as rs
     from nodeledger.placement.reserve import alive
 
     gone, dead = store.release(replica)
@@ -192,6 +195,7 @@ def _release(store, replica: str, as_json: bool) -> None:
     still = [p for p in pids if alive(p)]
     if as_json:
         sys.stdout.write(json.dumps({
+            "schema_version": rs.RUN_SCHEMA_VERSION,
             "state": str(store.path), "released": [r.as_dict() for r in gone],
             "still_running_pids": still, "deleted_dead": [r.as_dict() for r in dead],
         }, indent=2) + "\n")  # fmt: skip

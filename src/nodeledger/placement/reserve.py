@@ -31,8 +31,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from typing_extensions import TypedDict
 
 from nodeledger.errors import InputError, NodeledgerError
 from nodeledger.machine.parsers.proc import meminfo, pid_stat
@@ -79,10 +81,52 @@ class Reservation:
     def age(self, now: float | None = None) -> float:
         return max(0.0, (time.time() if now is None else now) - self.started)
 
-    def as_dict(self, now: float | None = None) -> dict:
-        d = asdict(self)
-        d["age_s"] = round(self.age(now), 1)
-        return d
+    def as_dict(self, now: float | None = None) -> ReservationJSON:
+        """The reservation as ``run --list --json`` prints it, units in the key names."""
+        return {"card": self.card, "machine": self.machine, "replica": self.replica,
+                "pid": self.pid, "pid_start_ticks": self.pid_start,
+                "started_unix_s": self.started, "host_bytes": self.host_bytes,
+                "age_s": round(self.age(now), 1)}  # fmt: skip
+
+
+RUN_SCHEMA_VERSION = 1
+
+
+class ReservationJSON(TypedDict):
+    card: int
+    machine: str
+    replica: str
+    pid: int
+    pid_start_ticks: int | None  # /proc/PID/stat starttime (clock ticks since boot): pid reuse
+    started_unix_s: float
+    host_bytes: int  # host RAM the replica's plan counts
+    age_s: float
+
+
+class RunListJSON(TypedDict):
+    """``run --list --json``: the live reservations, and the dead ones this check deleted."""
+
+    schema_version: int
+    state: str
+    reservations: list[ReservationJSON]
+    deleted_dead: list[ReservationJSON]
+
+
+class RunReleaseJSON(TypedDict):
+    """``run --release REPLICA --json``."""
+
+    schema_version: int
+    state: str
+    released: list[ReservationJSON]
+    still_running_pids: list[int]  # the process is never touched: its cards may still be in use
+    deleted_dead: list[ReservationJSON]
+
+
+def run_json_schemas() -> dict[str, dict]:
+    from nodeledger.schemas import json_schema
+
+    return {"run-list": json_schema(RunListJSON, "nodeledger run --list --json"),
+            "run-release": json_schema(RunReleaseJSON, "nodeledger run --release REPLICA --json")}  # fmt: skip
 
 
 def default_state_path() -> Path:

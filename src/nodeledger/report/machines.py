@@ -14,8 +14,52 @@ from typing_extensions import NotRequired, TypedDict
 from nodeledger.errors import NodeledgerError
 from nodeledger.machine.profile import to_json as profile_json  # machine probe --json
 
+LIST_SCHEMA_VERSION = 1  # machine list --json and model list --json
 
-def list_machines() -> list[dict[str, Any]]:
+
+class PresetJSON(TypedDict):
+    name: str
+    default: bool  # the preset a command without --machine falls back to
+    accelerators: int
+    product: str
+    card_memory_total_bytes: int | None
+    host_ram_bytes: int | None
+    description: str
+
+
+class MachineListJSON(TypedDict):
+    """``machine list --json``: the bundled presets."""
+
+    schema_version: int
+    machines: list[PresetJSON]
+
+
+class ModelEntryJSON(TypedDict):
+    id: str
+    aliases: list[str]
+    source: str
+
+
+class ModelListJSON(TypedDict):
+    """``model list --json``: the bundled model catalogue and the supported families."""
+
+    schema_version: int
+    catalogue: list[ModelEntryJSON]
+    families: list[str]
+
+
+def list_json_schemas() -> dict[str, dict]:
+    from nodeledger.schemas import json_schema
+
+    return {"machine-list": json_schema(MachineListJSON, "nodeledger machine list --json"),
+            "model-list": json_schema(ModelListJSON, "nodeledger model list --json")}  # fmt: skip
+
+
+def machine_list_json() -> MachineListJSON:
+    return {"schema_version": LIST_SCHEMA_VERSION, "machines": list_machines()}
+
+
+def list_machines() -> list[PresetJSON]:
     """One row per bundled preset: cards, memory totals (bytes), the default marked."""
     from nodeledger.machine import DEFAULT_PRESET, list_presets, resolve_machine
 
@@ -166,13 +210,14 @@ def collective_json_schema() -> dict[str, Any]:
     return json_schema(CollectiveJSON, "nodeledger collective --json")
 
 
-def model_catalogue() -> dict[str, Any]:
+def model_catalogue() -> ModelListJSON:
     """The bundled model catalogue (id, aliases, source) and the supported families."""
     from nodeledger.model import catalogue, supported_families
 
     entries = [{"id": e["id"], "aliases": e.get("aliases", []), "source": e["source"]}
                for e in catalogue()]  # fmt: skip
-    return {"catalogue": entries, "families": supported_families()}
+    return {"schema_version": LIST_SCHEMA_VERSION, "catalogue": entries,
+            "families": supported_families()}  # fmt: skip
 
 
 def describe_model(ref: str, dtype: str | None = None, online: bool = False) -> dict[str, Any]:

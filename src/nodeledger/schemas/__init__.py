@@ -1,19 +1,11 @@
-"""The JSON Schemas of the commands' ``--json`` outputs, generated from their types and shipped:
-``fit.schema.json`` (``verdict.assess.FitJSON``), ``doctor.schema.json`` and
-``doctor-preflight.schema.json`` (``doctor.usecase.DoctorChecksJSON`` / ``PreflightJSON``),
-``report.schema.json`` (``report.usecase.CapacityJSON``), ``place.schema.json``
-(``placement.usecase.PlaceJSON``), ``model.schema.json`` (``report.model_summary.ModelJSON``),
-``machine.schema.json`` (``machine.profile.MachineProfile``, serialised, with its card figures),
-``compare.schema.json`` (``report.compare.CompareJSON``), ``oom.schema.json``
-(``triage.report.OomJSON``), ``watch.schema.json`` (``watch.session.WatchJSON``), ``golive.schema.json``
-(``golive.checklist.GoLiveJSON``), ``bench.schema.json`` (``bench.usecase.BenchJSON``), ``collective.schema.json``
-(``report.machines.CollectiveJSON``), ``fleet.schema.json`` (``fleet.table.FleetJSON``); and one
-for an input, ``catalogue.schema.json``
-(``verdict.catalogue.CatalogueFile``: a workload catalogue or plan file, for editors).
-``tests/test_schemas.py`` regenerates each (its ``GENERATORS`` table names the function behind
-every file) and fails when the shipped file differs; after a deliberate change to a type,
-rewrite them all with ``python tests/test_schemas.py --write``.
-"""
+"""The JSON Schemas of the commands' ``--json`` outputs (``fit.schema.json``, ``report``,
+``compare``, ``doctor``, ``doctor-preflight``, ``place``, ``model``, ``model-list``, ``machine``,
+``machine-list``, ``oom``, ``watch``, ``golive``, ``bench``, ``collective``, ``fleet``,
+``run-list``, ``run-release``) and of one input, ``catalogue.schema.json`` (a workload catalogue
+or plan file, for editors), each generated from its types and shipped.  ``tests/test_schemas.py``
+names the function behind every file (``GENERATORS``), regenerates each and fails when the
+shipped file differs; after a deliberate change to a type, rewrite them all with
+``python tests/test_schemas.py --write``."""
 
 from typing import Any, Literal
 
