@@ -147,7 +147,7 @@ def test_machine_show_bad_profile_names_field(tmp_path):
 
 
 def test_machine_list_json():
-    rows = cli_json("machine", "list")
+    rows = cli_json("machine", "list")["machines"]
     assert {r["name"] for r in rows} >= {"k100-ai-8x64g", "dgx-h100", "8x-ascend-910b"}
     assert sum(r["default"] for r in rows) == 1
 
