@@ -318,7 +318,8 @@ def test_gated_deltanet_training_saves_its_chunk_rule_set_on_the_torch_path():
     and 365,867 B per token (256 / 512 tokens) on transformers' pure-torch path; fla's kernels
     save far less (derived from fla's source)."""
     d = dims_of(load_model(str(shared_models_or_skip() / "Qwen3-Next-80B-A3B-Instruct"))[0])
-    assert (d.lin_heads, d.lin_dk, d.lin_dv, act._gdn_key_width(d)) == (32, 128, 128, 2048)
+    assert (d.lin_heads, d.lin_dk, d.lin_dv) == (32, 128, 128)
+    assert act._gdn_widths(d) == (2048, 16, 2 * 2048 + 32 * 128)  # H dk, H, conv channels
     assert act.saved_gated_deltanet_bytes_per_token(d) == 365_760
     fused = act.saved_gated_deltanet_bytes_per_token(d, "fused")
     assert fused == 114_944 < 365_760

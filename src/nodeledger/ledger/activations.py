@@ -342,10 +342,12 @@ def saved_lora_activations_bytes(
     return layers * per_layer, 0
 
 
-def _gdn_key_width(d: Dims) -> int:
-    """H x dk of a Gated DeltaNet layer (key heads x key head dim), from its fused projection:
-    in_proj_qkvz = 2 H dk + 2 HV dv."""
-    return max(0, (d.lin_proj - 2 * d.lin_heads * d.lin_dv) // 2)
+def _gdn_widths(d: Dims) -> tuple[int, int, int]:
+    """(H x dk, H, conv) of a Gated DeltaNet layer: the key width (key heads x key head dim,
+    from its fused projection in_proj_qkvz = 2 H dk + 2 HV dv), the key heads, and the short
+    convolution's channels 2 H dk + HV dv."""
+    hk = max(0, (d.lin_proj - 2 * d.lin_heads * d.lin_dv) // 2)
+    return hk, hk // max(1, d.lin_dk), 2 * hk + d.lin_heads * d.lin_dv
 
 
 def saved_gated_deltanet_bytes_per_token(d: Dims, kernels: str = "torch") -> int:
@@ -372,11 +374,9 @@ def saved_gated_deltanet_bytes_per_token(d: Dims, kernels: str = "torch") -> int
     if not d.linear_layers or not d.lin_heads:
         return 0
     hv, dk, dv, c = d.lin_heads, d.lin_dk, d.lin_dv, GDN_CHUNK
-    hk = _gdn_key_width(d)
-    conv = 2 * hk + hv * dv
+    hk, k_heads, conv = _gdn_widths(d)
     both = 2 * d.hidden + 2 * hv * dv + 16 * hv * dv
     if kernels == "fused":
-        k_heads = hk // max(1, dk)
         return both + 2 * conv + 2 * (2 * hk + hv * dv + hv * c) + 4 * (2 * k_heads + hv)
     dkv = (dk + dv) / 2
     return both + 4 * conv + int(11 * 4 * hv * dkv + 5 * 4 * hv * c + 4 * hv * dk * dv / c
@@ -643,8 +643,8 @@ def eager_experts_bytes(d: Dims, tokens: int) -> int:
     if not d.moe_layers:
         return 0
     widest = -(-tokens * d.top_k // max(1, d.experts))
-    inter = (2 if d.experts_gated else 1) * d.moe_intermediate
-    pair = 2 * d.hidden + 2 * inter + 2 * d.moe_intermediate * (2 if d.experts_gated else 1) + 16
+    inter = (2 if d.experts_gated else 1) * d.moe_intermediate  # gate_up's width
+    pair = 2 * d.hidden + 2 * inter + 2 * inter + 16  # input, gate_up, act and product, indices
     return tokens * (8 * d.top_k * (d.experts + 1) + 2 * d.hidden) + widest * pair
 
 
@@ -660,7 +660,7 @@ def eager_experts_backward_bytes(d: Dims, grad_bytes: int, split: int = 1) -> in
     if not d.moe_layers:
         return 0
     rows = (2 if d.experts_gated else 1) * d.moe_intermediate
-    return ceil(2 * d.experts * d.hidden * max(rows, d.moe_intermediate) * grad_bytes / split)
+    return ceil(2 * d.experts * d.hidden * rows * grad_bytes / split)
 
 
 def inference_layer_transient_bytes(d: Dims, tokens: int, transformers: bool = True,
@@ -762,10 +762,9 @@ def gated_deltanet_prefill_bytes_per_token(d: Dims, kernels: str = "torch") -> i
         return 0
     if kernels == "fused":
         hv, dk, dv, c = d.lin_heads, d.lin_dk, d.lin_dv, GDN_CHUNK
-        hk = _gdn_key_width(d)
-        conv = 2 * hk + hv * dv
+        hk, k_heads, conv = _gdn_widths(d)
         kernel = (2 * (4 * hk + hv * (4 * dv + dk + c) + hv * dk * dv // c)
-                  + 4 * (2 * (hk // max(1, dk)) + hv))  # fmt: skip
+                  + 4 * (2 * k_heads + hv))  # fmt: skip
         return kernel + 2 * d.lin_proj + 4 * conv + 2 * hv * dv + 6 * d.hidden + 50 * hv
     h, dkv = d.lin_heads, (d.lin_dk + d.lin_dv) / 2
     return int(11 * 4 * h * dkv + 3 * 4 * h * GDN_CHUNK + 2 * h * d.lin_dv + 2 * d.lin_proj

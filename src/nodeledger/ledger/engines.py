@@ -575,7 +575,7 @@ class StateBlocks:
         """Blocks per sequence in MambaSpec.max_memory_usage_bytes (the printed concurrency)."""
         if self.mode == "all":
             return -(-max(1, max_model_len) // max(1, block))
-        return self.align_blocks if self.mode == "align" else 1
+        return self.resident
 
     @property
     def resident(self) -> int:

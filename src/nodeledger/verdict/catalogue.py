@@ -245,8 +245,9 @@ def parse_catalogue(text: str, where: str, trusted: bool = False) -> list[Worklo
     return out
 
 
-SERVE_ONLY = ("peak_sequences", "peak_requests_per_s", "peak_output_tokens_per_s",
-              "slo_ttft_p99_s", "slo_tpot_p99_s")  # fmt: skip
+# serving figures: a peak rate and the service levels (floats), then the peak sequences
+RATES = ("peak_requests_per_s", "peak_output_tokens_per_s", "slo_ttft_p99_s", "slo_tpot_p99_s")
+SERVE_ONLY = ("peak_sequences", *RATES)
 
 
 def _workload(where: str, raw: dict) -> Workload:
@@ -263,7 +264,7 @@ def _workload(where: str, raw: dict) -> Workload:
     _no_control(where, wid, "title", title)
     if claim is not None:
         _no_control(where, wid, "claim", claim)
-    rates = {k: float(raw[k]) for k in SERVE_ONLY[1:] if raw.get(k) is not None}
+    rates = {k: float(raw[k]) for k in RATES if raw.get(k) is not None}
     w = Workload(
         id=wid,
         title=title,
